@@ -1,0 +1,161 @@
+/* Argument conversion shared by every Python entry point: array-likes to
+ * ndarrays of the kernel's dtype, the dtype policy, sizes and shapes in messages. */
+#include "glue.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Only torch tensors that require grad refuse __array__; retry with obj.detach(). */
+static PyObject *asarray_detached(PyObject *obj)
+{
+    PyObject *detached = PyObject_CallMethod(obj, "detach", NULL);
+    if (detached == NULL)
+        return NULL;
+    PyObject *arr = PyArray_FromAny(detached, NULL, 0, 0, 0, NULL);
+    Py_DECREF(detached);
+    return arr;
+}
+
+static int is_real_dtype(PyArray_Descr *d)
+{
+    switch (d->type_num) {
+    case NPY_BOOL:
+    case NPY_BYTE: case NPY_UBYTE: case NPY_SHORT: case NPY_USHORT:
+    case NPY_INT: case NPY_UINT: case NPY_LONG: case NPY_ULONG:
+    case NPY_LONGLONG: case NPY_ULONGLONG:
+    case NPY_HALF: case NPY_FLOAT: case NPY_DOUBLE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+PyArrayObject *as_real_array(PyObject *obj, const char *what)
+{
+    PyObject *arr;
+    if (PyArray_Check(obj)) {
+        arr = Py_NewRef(obj);
+    }
+    else {
+        arr = PyArray_FromAny(obj, NULL, 0, 0, 0, NULL);
+        if (arr == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_MemoryError))
+                return NULL;
+            PyObject *type, *value, *tb;
+            PyErr_Fetch(&type, &value, &tb);
+            PyErr_NormalizeException(&type, &value, &tb);
+            int has_detach = PyObject_HasAttrString(obj, "detach");
+            if (has_detach) {
+                arr = asarray_detached(obj);
+                if (arr == NULL)
+                    PyErr_Clear();
+            }
+            if (arr == NULL)
+                PyErr_Format(PyExc_TypeError,
+                             "%s must be an array-like of real numbers; numpy.asarray failed "
+                             "on %.100s: %S", what, Py_TYPE(obj)->tp_name,
+                             value ? value : Py_None);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+            if (arr == NULL)
+                return NULL;
+        }
+    }
+    PyArray_Descr *d = PyArray_DESCR((PyArrayObject *)arr);
+    if (!is_real_dtype(d)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s has dtype %S; myatt takes real numbers (bool, integer, float16, "
+                     "float32, float64) and computes in float32 or float64", what, (PyObject *)d);
+        Py_DECREF(arr);
+        return NULL;
+    }
+    return (PyArrayObject *)arr;
+}
+
+PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous)
+{
+    int flags = NPY_ARRAY_ALIGNED | NPY_ARRAY_NOTSWAPPED | NPY_ARRAY_FORCECAST;
+    if (contiguous)
+        flags |= NPY_ARRAY_C_CONTIGUOUS;
+    /* PyArray_FromArray steals the descriptor and returns `a` itself (a new
+     * reference) when nothing needs to change. */
+    return (PyArrayObject *)PyArray_FromArray(a, PyArray_DescrFromType(typenum), flags);
+}
+
+int result_typenum(PyArrayObject *a, PyArrayObject *b, PyArrayObject *c)
+{
+    PyArrayObject *ops[3] = {a, b, c};
+    for (int i = 0; i < 3; i++)
+        if (ops[i] != NULL && PyArray_TYPE(ops[i]) == NPY_DOUBLE)
+            return NPY_DOUBLE;
+    return NPY_FLOAT;
+}
+
+int dtype_converter(PyObject *obj, int *typenum)
+{
+    PyArray_Descr *d = NULL;
+    if (obj == Py_None || !PyArray_DescrConverter2(obj, &d) || d == NULL) {
+        if (PyErr_Occurred())
+            PyErr_Clear();
+        PyErr_Format(PyExc_TypeError,
+                     "dtype must be numpy.float32 or numpy.float64, got %R", obj);
+        return 0;
+    }
+    int t = d->type_num;
+    if (t != NPY_FLOAT && t != NPY_DOUBLE) {
+        PyErr_Format(PyExc_TypeError,
+                     "dtype must be numpy.float32 or numpy.float64, got %S", (PyObject *)d);
+        Py_DECREF(d);
+        return 0;
+    }
+    Py_DECREF(d);
+    *typenum = t;
+    return 1;
+}
+
+int size_arg(PyObject *obj, const char *what, Py_ssize_t *size)
+{
+    /* Python and NumPy integers (operator.index), but not bool or float. */
+    if (PyBool_Check(obj) || !PyIndex_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an integer, got %.100s",
+                     what, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    PyObject *index = PyNumber_Index(obj);
+    if (index == NULL)
+        return -1;
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(index, &overflow);
+    Py_DECREF(index);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow < 0 || (overflow == 0 && v < 0)) {
+        PyErr_Format(PyExc_ValueError, "%s must be >= 0, got %R", what, obj);
+        return -1;
+    }
+    if (overflow > 0 || v > PY_SSIZE_T_MAX) {
+        PyErr_Format(PyExc_MemoryError, "%s = %R is too large to allocate", what, obj);
+        return -1;
+    }
+    *size = (Py_ssize_t)v;
+    return 0;
+}
+
+const char *type_short_name(PyTypeObject *type)
+{
+    const char *dot = strrchr(type->tp_name, '.');
+    return dot ? dot + 1 : type->tp_name;
+}
+
+const char *shape_str(char *buf, size_t len, int ndim, const npy_intp *dims)
+{
+    size_t pos = 0;
+    buf[0] = '\0';
+    pos += (size_t)snprintf(buf, len, "(");
+    for (int i = 0; i < ndim && pos < len; i++)
+        pos += (size_t)snprintf(buf + pos, len - pos, i ? ", %ld" : "%ld", (long)dims[i]);
+    if (pos < len)
+        snprintf(buf + pos, len - pos, ndim == 1 ? ",)" : ")");
+    return buf;
+}

@@ -1,0 +1,107 @@
+/* What the CPython glue files share: the NumPy C API (imported once, in
+ * module.c), the module state, and the argument conversion helpers of convert.c.
+ *
+ * The glue converts and checks arguments, allocates results, releases the GIL
+ * and calls the pure-C kernels of kernels/.  No arithmetic happens here. */
+#ifndef MYATT_GLUE_H
+#define MYATT_GLUE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#define PY_ARRAY_UNIQUE_SYMBOL MYATT_ARRAY_API
+#ifndef MYATT_IMPORTS_NUMPY
+#define NO_IMPORT_ARRAY
+#endif
+#include <numpy/arrayobject.h>
+
+#include "kernels/rng.h"
+
+#if PY_VERSION_HEX < 0x030B0000
+#define PyType_GetModuleByDef _PyType_GetModuleByDef
+#endif
+
+/* ---- module state (module.c) ---------------------------------------------- */
+
+typedef struct {
+    PyTypeObject *linear_type;
+    PyTypeObject *myatt_type;
+    PyObject *axis_error;     /* numpy.exceptions.AxisError */
+    mt19937 rng;              /* myatt.manual_seed; used with the GIL held */
+} myatt_state;
+
+extern PyModuleDef myatt_module_def;
+
+/* The state of the module that defines `type` (or a base of it). */
+myatt_state *myatt_state_of_type(PyTypeObject *type);
+
+/* ---- the extension types (linear_type.c, myatt_type.c) -------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t in_features, out_features;
+    int typenum;                /* NPY_FLOAT or NPY_DOUBLE */
+    PyArrayObject *weight;      /* [out, in], C-contiguous, never handed out itself */
+    PyArrayObject *bias;        /* [out], or NULL for bias=False */
+} LinearObject;
+
+extern PyType_Spec linear_type_spec;
+extern PyType_Spec myatt_type_spec;
+
+/* A new Linear (of `type`: Linear or a subclass) with torch's initial weights,
+ * drawn from the module's generator. */
+LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_features,
+                            Py_ssize_t out_features, int bias, int typenum);
+
+/* out[..., n] = x[..., k] @ weight[n, k]^T + bias, for x already of `typenum`,
+ * aligned and in native byte order, x.shape[-1] == k checked by the caller.
+ * weight is addressed through element strides; bias is contiguous or NULL.
+ * A new C-contiguous array, or NULL with an exception set. */
+PyObject *linear_apply(PyArrayObject *x, const void *weight, npy_intp rs_w, npy_intp cs_w,
+                       const void *bias, npy_intp n, int typenum);
+
+/* ---- argument conversion (convert.c) -------------------------------------- */
+
+/* Any array-like as an ndarray (new reference), without copying what need not
+ * be copied: ndarrays as they are, torch tensors through __array__ (detached
+ * first if they require grad).  Only real numbers pass: bool, integers,
+ * float16/32/64.  `what` names the argument in messages ("linear(): input"). */
+PyArrayObject *as_real_array(PyObject *obj, const char *what);
+
+/* `a` as `typenum` (NPY_FLOAT or NPY_DOUBLE), aligned, native byte order and,
+ * with `contiguous`, C-contiguous: `a` itself when it already is (new reference). */
+PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous);
+
+/* NPY_DOUBLE if any of the (possibly NULL) arrays is float64, else NPY_FLOAT. */
+int result_typenum(PyArrayObject *a, PyArrayObject *b, PyArrayObject *c);
+
+/* `dtype=` of the constructors: float32 or float64, anything numpy.dtype() takes. */
+int dtype_converter(PyObject *obj, int *typenum);
+
+/* A size argument (in_features, query_size, ...): an integer >= 0.
+ * Returns 0, or -1 with TypeError / ValueError / MemoryError naming `what`. */
+int size_arg(PyObject *obj, const char *what, Py_ssize_t *size);
+
+/* "Linear" for myatt.Linear: the part of tp_name after the last dot. */
+const char *type_short_name(PyTypeObject *type);
+
+/* "(2, 3)" into buf. */
+const char *shape_str(char *buf, size_t len, int ndim, const npy_intp *dims);
+#define SHAPE_STR_LEN 160
+#define SHAPE_OF(buf, a) shape_str((buf), sizeof(buf), PyArray_NDIM(a), PyArray_DIMS(a))
+
+/* Element stride of axis `i` of an aligned array. */
+#define ESTRIDE(a, i) (PyArray_STRIDES(a)[i] / (npy_intp)PyArray_ITEMSIZE(a))
+
+/* ---- state_dict (state_dict.c) -------------------------------------------- */
+
+/* {keys[i]: copy of params[i]} for the non-NULL params, in order. */
+PyObject *state_dict_build(const char *const *keys, PyArrayObject *const *params, int n);
+
+/* Copy d[keys[i]] into params[i] for every key present, after converting and
+ * checking every one of them: on any error nothing is written.  strict: missing
+ * or unexpected keys raise KeyError.  Returns (missing_keys, unexpected_keys). */
+PyObject *state_dict_load(PyObject *d, int strict, const char *const *keys,
+                          PyArrayObject *const *params, int n, const char *owner);
+
+#endif

@@ -1,0 +1,26 @@
+/* Memory for kernel workspaces (packed panels, row blocks).
+ *
+ * The kernels never call malloc directly: they go through this hook, which the
+ * CPython glue points at PyMem_RawMalloc/PyMem_RawFree so that tracemalloc sees
+ * kernel buffers.  Both functions are safe to call without the GIL.
+ * Blocks are 64-byte aligned (one cache line, one AVX-512 register). */
+#ifndef MYATT_KERNELS_ALLOC_H
+#define MYATT_KERNELS_ALLOC_H
+
+#include <stddef.h>
+
+typedef void *(*mk_malloc_fn)(size_t);
+typedef void (*mk_free_fn)(void *);
+
+/* Replace the underlying allocator (default: malloc/free). Call before any kernel runs. */
+void mk_set_allocator(mk_malloc_fn malloc_fn, mk_free_fn free_fn);
+
+/* 64-byte aligned block of `bytes` bytes, or NULL when out of memory or when
+ * `bytes` is too large to represent; mk_free(NULL) is a no-op. */
+void *mk_alloc(size_t bytes);
+void mk_free(void *p);
+
+/* n * size as a byte count, or SIZE_MAX when it overflows (mk_alloc then fails). */
+size_t mk_bytes(size_t n, size_t size);
+
+#endif

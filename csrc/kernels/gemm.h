@@ -1,0 +1,30 @@
+/* General matrix multiply, the engine under linear, bmm and the fused MyAtt.
+ *
+ *   c[m, n] = (accumulate ? c : 0) + a[m, k] @ b[k, n] (+ bias[n] on every row)
+ *
+ * Every operand is addressed through a row stride and a column stride, counted
+ * in elements (not bytes), so a transposed weight (rs = 1, cs = ld) or a column
+ * slice of one needs no copy.  Strides of a and b may be zero or negative; c must
+ * not overlap a, b or bias.  m, n or k may be 0 (k == 0 gives bias or zeros).
+ *
+ * Returns 0, or -1 when a workspace could not be allocated (c is then
+ * unspecified).  The result does not depend on the number of threads: work is
+ * split over blocks of c, never over k. */
+#ifndef MYATT_KERNELS_GEMM_H
+#define MYATT_KERNELS_GEMM_H
+
+#include <stdint.h>
+
+int gemm_f32(float *c, int64_t rs_c, int64_t cs_c,
+             const float *a, int64_t rs_a, int64_t cs_a,
+             const float *b, int64_t rs_b, int64_t cs_b,
+             const float *bias,
+             int64_t m, int64_t n, int64_t k, int accumulate);
+
+int gemm_f64(double *c, int64_t rs_c, int64_t cs_c,
+             const double *a, int64_t rs_a, int64_t cs_a,
+             const double *b, int64_t rs_b, int64_t cs_b,
+             const double *bias,
+             int64_t m, int64_t n, int64_t k, int accumulate);
+
+#endif

@@ -1,0 +1,93 @@
+/* GEMM internals: the micro-kernel interface that ISA-specific files plug into.
+ *
+ * gemm.c holds the whole BLIS/Goto loop nest (NC, KC, MC blocks, packing of A
+ * and B, edge tiles); only the MR x NR micro-kernel below changes per CPU.
+ * Adding a CPU = writing one function with the signature below (in its own
+ * file, e.g. gemm_avx2.c), adding one entry to the table in gemm.c and one
+ * branch to gemm_select_f32 / gemm_select_f64.
+ *
+ * Micro-kernel contract (T = float or double):
+ *
+ *   void kernel(int64_t kc, const T *a_panel, const T *b_panel,
+ *               T *c, int64_t rs_c, int64_t cs_c, int accumulate);
+ *
+ *   c[mr, nr] = (accumulate ? c : 0) + a_panel^T @ b_panel, where
+ *     a_panel[p * mr + i] = A[i, p]   (kc columns of mr rows, "MR x KC panel")
+ *     b_panel[p * nr + j] = B[p, j]   (kc rows of nr columns, "KC x NR panel")
+ *   for 0 <= p < kc (kc >= 1), i < mr, j < nr; c[i, j] is c[i * rs_c + j * cs_c].
+ *
+ *   - Both panels start on a 64-byte boundary and are zero-padded by the packing
+ *     routines, so the kernel always computes a full mr x nr tile.
+ *   - The kernel always writes a full tile.  For edge tiles the driver passes a
+ *     local, 64-byte aligned tile with rs_c = nr, cs_c = 1 and accumulate = 0,
+ *     then copies or adds the valid part into c.  Interior tiles get c itself
+ *     with the caller's strides (often cs_c == 1; a SIMD kernel may take a fast
+ *     path for that and fall back to scalar stores otherwise).
+ *   - accumulate == 0: c must not be read (it may hold garbage, even NaN).
+ *   - Bias is never the kernel's business: the driver adds it once.
+ *   - Summation over p is in increasing p per KC block; the driver adds blocks
+ *     into c in increasing order, so a result does not depend on how c is split
+ *     into tiles or over threads.
+ */
+#ifndef MYATT_KERNELS_GEMM_INTERNAL_H
+#define MYATT_KERNELS_GEMM_INTERNAL_H
+
+#include <stdint.h>
+
+/* Largest micro-tile any kernel may use (the edge tile lives on the stack). */
+#define GEMM_MAX_MR 32
+#define GEMM_MAX_NR 32
+
+/* Packed panels start on this boundary (bytes); mk_alloc gives the same. */
+#define GEMM_PANEL_ALIGN 64
+
+/* Below this many multiply-adds (m * n * k) gemm skips packing and runs a
+ * direct loop: for 1x64 @ 64x32 the packing and allocation would dominate. */
+#ifndef GEMM_SMALL_WORK   /* overridable so that tests can force either path */
+#define GEMM_SMALL_WORK 16384.0
+#endif
+
+typedef void (*gemm_kernel_f32_fn)(int64_t kc, const float *a_panel, const float *b_panel,
+                                   float *c, int64_t rs_c, int64_t cs_c, int accumulate);
+typedef void (*gemm_kernel_f64_fn)(int64_t kc, const double *a_panel, const double *b_panel,
+                                   double *c, int64_t rs_c, int64_t cs_c, int accumulate);
+
+/* One micro-kernel and the cache blocking that suits it.
+ * Invariants: 1 <= mr <= GEMM_MAX_MR, 1 <= nr <= GEMM_MAX_NR,
+ * mc % mr == 0, nc % nr == 0, kc >= 1. */
+typedef struct {
+    const char *name;          /* "portable", "avx2", "avx512": for tests and repr */
+    int mr, nr;                /* micro-tile: mr rows of A by nr columns of B */
+    int64_t mc, kc, nc;        /* block sizes: A block mc x kc (L2), B block kc x nc (L3) */
+    gemm_kernel_f32_fn kernel;
+} gemm_microkernel_f32;
+
+typedef struct {
+    const char *name;
+    int mr, nr;
+    int64_t mc, kc, nc;
+    gemm_kernel_f64_fn kernel;
+} gemm_microkernel_f64;
+
+/* The micro-kernel gemm_f32 / gemm_f64 use; the one place a kernel is chosen
+ * (today always the portable one; CPU detection and an environment override
+ * go here).  Never NULL. */
+const gemm_microkernel_f32 *gemm_select_f32(void);
+const gemm_microkernel_f64 *gemm_select_f64(void);
+
+/* gemm_f32 / gemm_f64 with an explicit micro-kernel, so that tests can run and
+ * compare every path.  Same contract as gemm.h. */
+int gemm_run_f32(const gemm_microkernel_f32 *uk,
+                 float *c, int64_t rs_c, int64_t cs_c,
+                 const float *a, int64_t rs_a, int64_t cs_a,
+                 const float *b, int64_t rs_b, int64_t cs_b,
+                 const float *bias,
+                 int64_t m, int64_t n, int64_t k, int accumulate);
+int gemm_run_f64(const gemm_microkernel_f64 *uk,
+                 double *c, int64_t rs_c, int64_t cs_c,
+                 const double *a, int64_t rs_a, int64_t cs_a,
+                 const double *b, int64_t rs_b, int64_t cs_b,
+                 const double *bias,
+                 int64_t m, int64_t n, int64_t k, int accumulate);
+
+#endif

@@ -1,0 +1,17 @@
+/* softmax along one axis of a C-contiguous array viewed as [outer, n, inner]:
+ *
+ *   out[o, j, i] = exp(inp[o, j, i] - max_j inp[o, :, i]) / sum_j exp(...)
+ *
+ * (the axis is the middle one; inner == 1 is the last-axis case). out and inp
+ * are both contiguous and may be the same buffer (in place).  NaN anywhere in a
+ * slice makes the whole slice NaN, and a slice of -inf only is NaN, as in torch.
+ * Any size may be 0. */
+#ifndef MYATT_KERNELS_SOFTMAX_H
+#define MYATT_KERNELS_SOFTMAX_H
+
+#include <stdint.h>
+
+void softmax_forward_f32(float *out, const float *inp, int64_t outer, int64_t n, int64_t inner);
+void softmax_forward_f64(double *out, const double *inp, int64_t outer, int64_t n, int64_t inner);
+
+#endif

@@ -1,0 +1,125 @@
+/* softmax, written once for both dtypes: included by softmax.c with
+ *   T          the element type (float or double)
+ *   SUF(name)  name##_f32 or name##_f64
+ *   EXP        expf or exp (libm)
+ * defined.  No include guard on purpose.  Contract: softmax.h. */
+
+/* Pairwise sum of x[0:n] (NumPy's scheme): 8 running partial sums over blocks
+ * of up to 128 elements, blocks combined as a binary tree.  The error grows
+ * like log(n), not n, so a long float32 row is summed at least as accurately
+ * as torch's lane-wise vector sum. */
+static T SUF(softmax_sum)(const T *x, int64_t n)
+{
+    if (n < 8) {
+        T s = 0;
+        for (int64_t i = 0; i < n; i++)
+            s += x[i];
+        return s;
+    }
+    if (n <= 128) {
+        T r[8];
+        for (int l = 0; l < 8; l++)
+            r[l] = x[l];
+        int64_t i = 8;
+        for (; i + 8 <= n; i += 8)
+            for (int l = 0; l < 8; l++)
+                r[l] += x[i + l];
+        T s = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++)
+            s += x[i];
+        return s;
+    }
+    int64_t half = n / 2;
+    half -= half % 8;
+    return SUF(softmax_sum)(x, half) + SUF(softmax_sum)(x + half, n - half);
+}
+
+/* Last-axis case: softmax of each row of inp[rows, n]. */
+static void SUF(softmax_rows)(T *out, const T *inp, int64_t rows, int64_t n)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const T *inp_r = inp + r * n;   /* [n] */
+        T *out_r = out + r * n;         /* [n], may be inp_r */
+
+        /* 1. max, NaN-propagating: once max is NaN no comparison replaces it */
+        T max = -INFINITY;
+        for (int64_t j = 0; j < n; j++) {
+            const T x = inp_r[j];
+            if (x > max || isnan(x))
+                max = x;
+        }
+
+        /* 2. out = exp(x - max); a row of only -inf or with +inf gives
+         *    inf - inf = NaN here, as in torch */
+        for (int64_t j = 0; j < n; j++)
+            out_r[j] = EXP(inp_r[j] - max);
+
+        /* 3. sum, then multiply by its reciprocal (as torch does) */
+        const T inv_sum = (T)1 / SUF(softmax_sum)(out_r, n);
+        for (int64_t j = 0; j < n; j++)
+            out_r[j] *= inv_sum;
+    }
+}
+
+/* Columns handled together in the strided case: per-column max and sum live on
+ * the stack, so the kernel needs no workspace and cannot fail. */
+#define SOFTMAX_COLS 128
+
+/* Middle-axis case: for each plane inp[o] of shape [n, inner], softmax down
+ * each column.  Rows of the plane are walked in order with the loop over
+ * columns innermost (contiguous), SOFTMAX_COLS columns at a time. */
+static void SUF(softmax_cols)(T *out, const T *inp, int64_t outer, int64_t n, int64_t inner)
+{
+    T max[SOFTMAX_COLS];
+    T sum[SOFTMAX_COLS];
+    for (int64_t o = 0; o < outer; o++) {
+        const T *inp_o = inp + o * n * inner;   /* [n, inner] */
+        T *out_o = out + o * n * inner;         /* [n, inner], may be inp_o */
+        for (int64_t i0 = 0; i0 < inner; i0 += SOFTMAX_COLS) {
+            const int64_t ib = inner - i0 < SOFTMAX_COLS ? inner - i0 : SOFTMAX_COLS;
+
+            /* 1. column max, NaN-propagating */
+            for (int64_t i = 0; i < ib; i++)
+                max[i] = -INFINITY;
+            for (int64_t j = 0; j < n; j++) {
+                const T *inp_row = inp_o + j * inner + i0;   /* [ib] */
+                for (int64_t i = 0; i < ib; i++)
+                    if (inp_row[i] > max[i] || isnan(inp_row[i]))
+                        max[i] = inp_row[i];
+            }
+
+            /* 2. out = exp(x - max), column sums */
+            for (int64_t i = 0; i < ib; i++)
+                sum[i] = 0;
+            for (int64_t j = 0; j < n; j++) {
+                const T *inp_row = inp_o + j * inner + i0;
+                T *out_row = out_o + j * inner + i0;
+                for (int64_t i = 0; i < ib; i++) {
+                    const T e = EXP(inp_row[i] - max[i]);
+                    out_row[i] = e;
+                    sum[i] += e;
+                }
+            }
+
+            /* 3. multiply by the reciprocal of the sum */
+            for (int64_t i = 0; i < ib; i++)
+                sum[i] = (T)1 / sum[i];
+            for (int64_t j = 0; j < n; j++) {
+                T *out_row = out_o + j * inner + i0;
+                for (int64_t i = 0; i < ib; i++)
+                    out_row[i] *= sum[i];
+            }
+        }
+    }
+}
+#undef SOFTMAX_COLS
+
+void SUF(softmax_forward)(T *out, const T *inp, int64_t outer, int64_t n, int64_t inner)
+{
+    if (outer <= 0 || n <= 0 || inner <= 0)
+        return;
+    if (inner == 1)
+        SUF(softmax_rows)(out, inp, outer, n);
+    else
+        SUF(softmax_cols)(out, inp, outer, n, inner);
+}

@@ -1,0 +1,344 @@
+/* myatt.MyAtt: the seed's attention module as an extension type.  It owns two
+ * Linear objects (attn, attn_combine) and runs the fused kernel of
+ * kernels/myatt.c on their parameters. */
+#include "glue.h"
+
+#include "kernels/myatt.h"
+
+#include <stddef.h>
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t query_size, key_size, value_size1, value_size2, output_size;
+    int typenum;
+    LinearObject *attn;           /* Linear(query_size + key_size, value_size1)   */
+    LinearObject *attn_combine;   /* Linear(query_size + value_size2, output_size) */
+} MyAttObject;
+
+static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"query_size", "key_size", "value_size1", "value_size2",
+                             "output_size", "dtype", NULL};
+    static const char *const what[] = {"MyAtt(): query_size", "MyAtt(): key_size",
+                                       "MyAtt(): value_size1", "MyAtt(): value_size2",
+                                       "MyAtt(): output_size"};
+    PyObject *objs[5], *dtype_obj = NULL;
+    Py_ssize_t sizes[5];
+    int typenum = NPY_FLOAT;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|$O:MyAtt", kwlist, &objs[0], &objs[1],
+                                     &objs[2], &objs[3], &objs[4], &dtype_obj))
+        return NULL;
+    for (int i = 0; i < 5; i++)
+        if (size_arg(objs[i], what[i], &sizes[i]) < 0)
+            return NULL;
+    if (dtype_obj != NULL && !dtype_converter(dtype_obj, &typenum))
+        return NULL;
+    Py_ssize_t qs = sizes[0], ks = sizes[1], v1 = sizes[2], v2 = sizes[3], os = sizes[4];
+    if (ks > PY_SSIZE_T_MAX - qs || v2 > PY_SSIZE_T_MAX - qs) {
+        PyErr_SetString(PyExc_MemoryError, "MyAtt(): sizes too large to allocate");
+        return NULL;
+    }
+    myatt_state *st = myatt_state_of_type(type);
+    if (st == NULL)
+        return NULL;
+    MyAttObject *self = (MyAttObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->query_size = qs;
+    self->key_size = ks;
+    self->value_size1 = v1;
+    self->value_size2 = v2;
+    self->output_size = os;
+    self->typenum = typenum;
+    /* torch's order of draws: attn's weight and bias, then attn_combine's. */
+    self->attn = linear_create(st, st->linear_type, qs + ks, v1, 1, typenum);
+    if (self->attn == NULL)
+        goto fail;
+    self->attn_combine = linear_create(st, st->linear_type, qs + v2, os, 1, typenum);
+    if (self->attn_combine == NULL)
+        goto fail;
+    return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+static void MyAtt_dealloc(MyAttObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    Py_XDECREF(self->attn);
+    Py_XDECREF(self->attn_combine);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+/* ---- forward --------------------------------------------------------------- */
+
+/* Batch item 0 of a checked 3-D array, in the module's dtype (only it is used,
+ * so only it is converted). */
+static PyArrayObject *batch0(PyArrayObject *a, int typenum)
+{
+    PyObject *item = PySequence_GetItem((PyObject *)a, 0);
+    if (item == NULL)
+        return NULL;
+    PyArrayObject *cast = cast_array((PyArrayObject *)item, typenum, 0);
+    Py_DECREF(item);
+    return cast;
+}
+
+/* What torch would fail on, in the order torch meets it; 0 or -1 with ValueError. */
+static int check_qkv(MyAttObject *self, PyArrayObject *q, PyArrayObject *k, PyArrayObject *v)
+{
+    char sq[SHAPE_STR_LEN], sk[SHAPE_STR_LEN], sv[SHAPE_STR_LEN];
+    SHAPE_OF(sq, q);
+    SHAPE_OF(sk, k);
+    SHAPE_OF(sv, v);
+    PyArrayObject *arrs[3] = {q, k, v};
+    const char *names[3] = {"Q", "K", "V"}, *shapes[3] = {sq, sk, sv};
+    for (int i = 0; i < 3; i++)
+        if (PyArray_NDIM(arrs[i]) != 3) {
+            PyErr_Format(PyExc_ValueError, "MyAtt: %s must be 3-D [batch, rows, features], "
+                         "got shape %s", names[i], shapes[i]);
+            return -1;
+        }
+    for (int i = 0; i < 2; i++)
+        if (PyArray_DIM(arrs[i], 0) == 0) {
+            PyErr_Format(PyExc_ValueError, "MyAtt: %s needs at least one batch item (only "
+                         "%s[0] is used), got shape %s", names[i], names[i], shapes[i]);
+            return -1;
+        }
+    npy_intp dq = PyArray_DIM(q, 2), dk = PyArray_DIM(k, 2), dv = PyArray_DIM(v, 2);
+    if (PyArray_DIM(q, 1) != PyArray_DIM(k, 1)) {
+        PyErr_Format(PyExc_ValueError, "MyAtt: Q and K must have the same number of rows "
+                     "(dimension 1), got Q %s and K %s", sq, sk);
+        return -1;
+    }
+    if (dq + dk != self->attn->in_features) {
+        PyErr_Format(PyExc_ValueError, "MyAtt: Q.shape[2] + K.shape[2] must equal "
+                     "query_size + key_size = %zd, got Q %s and K %s",
+                     self->attn->in_features, sq, sk);
+        return -1;
+    }
+    if (PyArray_DIM(v, 0) != 1 || PyArray_DIM(v, 1) != self->value_size1) {
+        PyErr_Format(PyExc_ValueError, "MyAtt: V must have shape (1, value_size1 = %zd, ...), "
+                     "got %s", self->value_size1, sv);
+        return -1;
+    }
+    if (dq + dv != self->attn_combine->in_features) {
+        PyErr_Format(PyExc_ValueError, "MyAtt: Q.shape[2] + V.shape[2] must equal "
+                     "query_size + value_size2 = %zd, got Q %s and V %s",
+                     self->attn_combine->in_features, sq, sv);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *myatt_forward(MyAttObject *self, PyObject *Q, PyObject *K, PyObject *V)
+{
+    PyArrayObject *rq = NULL, *rk = NULL, *rv = NULL, *q = NULL, *k = NULL, *v = NULL;
+    PyArrayObject *out = NULL, *weights = NULL;
+    PyObject *result = NULL;
+    int typenum = self->typenum;
+
+    if ((rq = as_real_array(Q, "MyAtt: Q")) == NULL
+            || (rk = as_real_array(K, "MyAtt: K")) == NULL
+            || (rv = as_real_array(V, "MyAtt: V")) == NULL
+            || check_qkv(self, rq, rk, rv) < 0
+            || (q = batch0(rq, typenum)) == NULL
+            || (k = batch0(rk, typenum)) == NULL
+            || (v = batch0(rv, typenum)) == NULL)
+        goto fail;
+
+    npy_intp S = PyArray_DIM(q, 0), dq = PyArray_DIM(q, 1), dk = PyArray_DIM(k, 1);
+    npy_intp v1 = PyArray_DIM(v, 0), v2 = PyArray_DIM(v, 1), os = self->output_size;
+    npy_intp out_dims[3] = {1, S, os}, w_dims[2] = {S, v1};
+    out = (PyArrayObject *)PyArray_SimpleNew(3, out_dims, typenum);
+    weights = (PyArrayObject *)PyArray_SimpleNew(2, w_dims, typenum);
+    if (out == NULL || weights == NULL)
+        goto fail;
+
+    LinearObject *a = self->attn, *c = self->attn_combine;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    if (typenum == NPY_FLOAT)
+        rc = myatt_forward_f32(PyArray_DATA(out), PyArray_DATA(weights),
+                               PyArray_DATA(q), ESTRIDE(q, 0), ESTRIDE(q, 1),
+                               PyArray_DATA(k), ESTRIDE(k, 0), ESTRIDE(k, 1),
+                               PyArray_DATA(v), ESTRIDE(v, 0), ESTRIDE(v, 1),
+                               PyArray_DATA(a->weight), PyArray_DATA(a->bias),
+                               PyArray_DATA(c->weight), PyArray_DATA(c->bias),
+                               S, dq, dk, v1, v2, os);
+    else
+        rc = myatt_forward_f64(PyArray_DATA(out), PyArray_DATA(weights),
+                               PyArray_DATA(q), ESTRIDE(q, 0), ESTRIDE(q, 1),
+                               PyArray_DATA(k), ESTRIDE(k, 0), ESTRIDE(k, 1),
+                               PyArray_DATA(v), ESTRIDE(v, 0), ESTRIDE(v, 1),
+                               PyArray_DATA(a->weight), PyArray_DATA(a->bias),
+                               PyArray_DATA(c->weight), PyArray_DATA(c->bias),
+                               S, dq, dk, v1, v2, os);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    result = PyTuple_Pack(2, (PyObject *)out, (PyObject *)weights);
+
+fail:
+    Py_XDECREF(rq);
+    Py_XDECREF(rk);
+    Py_XDECREF(rv);
+    Py_XDECREF(q);
+    Py_XDECREF(k);
+    Py_XDECREF(v);
+    Py_XDECREF(out);
+    Py_XDECREF(weights);
+    return result;
+}
+
+static PyObject *MyAtt_call(MyAttObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"Q", "K", "V", NULL};
+    PyObject *Q, *K, *V;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:MyAtt.__call__", kwlist, &Q, &K, &V))
+        return NULL;
+    return myatt_forward(self, Q, K, V);
+}
+
+static PyObject *MyAtt_forward(MyAttObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"Q", "K", "V", NULL};
+    PyObject *Q, *K, *V;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:MyAtt.forward", kwlist, &Q, &K, &V))
+        return NULL;
+    return myatt_forward(self, Q, K, V);
+}
+
+/* ---- state_dict ------------------------------------------------------------ */
+
+static const char *const myatt_keys[] = {"attn.weight", "attn.bias",
+                                         "attn_combine.weight", "attn_combine.bias"};
+
+static PyObject *MyAtt_state_dict(MyAttObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyArrayObject *params[] = {self->attn->weight, self->attn->bias,
+                               self->attn_combine->weight, self->attn_combine->bias};
+    return state_dict_build(myatt_keys, params, 4);
+}
+
+static PyObject *MyAtt_load_state_dict(MyAttObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"state_dict", "strict", NULL};
+    PyObject *d;
+    int strict = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|p:MyAtt.load_state_dict", kwlist,
+                                     &d, &strict))
+        return NULL;
+    PyArrayObject *params[] = {self->attn->weight, self->attn->bias,
+                               self->attn_combine->weight, self->attn_combine->bias};
+    return state_dict_load(d, strict, myatt_keys, params, 4, "MyAtt");
+}
+
+/* ---- attributes ------------------------------------------------------------ */
+
+static PyObject *MyAtt_get_attn(MyAttObject *self, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(self->attn);
+}
+
+static PyObject *MyAtt_get_attn_combine(MyAttObject *self, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(self->attn_combine);
+}
+
+static PyObject *MyAtt_get_size(MyAttObject *self, void *closure)
+{
+    return PyLong_FromSsize_t(*(Py_ssize_t *)((char *)self + (size_t)closure));
+}
+
+static PyObject *MyAtt_get_dtype(MyAttObject *self, void *Py_UNUSED(closure))
+{
+    return (PyObject *)PyArray_DescrFromType(self->typenum);
+}
+
+static PyObject *MyAtt_repr(MyAttObject *self)
+{
+    return PyUnicode_FromFormat("%s(query_size=%zd, key_size=%zd, value_size1=%zd, "
+                                "value_size2=%zd, output_size=%zd, dtype=%s)",
+                                type_short_name(Py_TYPE(self)), self->query_size,
+                                self->key_size, self->value_size1, self->value_size2,
+                                self->output_size,
+                                self->typenum == NPY_FLOAT ? "float32" : "float64");
+}
+
+/* ---- the type -------------------------------------------------------------- */
+
+PyDoc_STRVAR(MyAtt_doc,
+"MyAtt(query_size, key_size, value_size1, value_size2, output_size, *, dtype=numpy.float32)\n"
+"--\n\n"
+"The attention module of the tutorial, exact to its PyTorch original:\n\n"
+"    attn_weights = softmax(attn(cat(Q[0], K[0])), dim=-1)       # [S, value_size1]\n"
+"    attn_applied = attn_weights @ V[0]                          # [S, value_size2]\n"
+"    output = attn_combine(cat(Q[0], attn_applied))[None]        # [1, S, output_size]\n\n"
+"attn = Linear(query_size + key_size, value_size1) and\n"
+"attn_combine = Linear(query_size + value_size2, output_size) hold the parameters.");
+
+PyDoc_STRVAR(MyAtt_forward_doc,
+"forward($self, Q, K, V)\n--\n\n"
+"Q [Bq, S, query_size], K [Bk, S, key_size], V [1, value_size1, value_size2]\n"
+"-> (output [1, S, output_size], attn_weights [S, value_size1]).\n\n"
+"Only batch item 0 of Q and K is used, as in the original.");
+
+PyDoc_STRVAR(MyAtt_state_dict_doc,
+"state_dict($self, /)\n--\n\n"
+"Copies of the parameters under torch's keys: attn.weight, attn.bias,\n"
+"attn_combine.weight, attn_combine.bias.");
+
+PyDoc_STRVAR(MyAtt_load_state_dict_doc,
+"load_state_dict($self, state_dict, strict=True)\n--\n\n"
+"Copy parameters in from a mapping under torch's keys: a torch state_dict() as\n"
+"it comes, NumPy arrays or array-likes. Everything is checked before anything\n"
+"is written. With strict, missing or unexpected keys raise KeyError.\n"
+"Returns (missing_keys, unexpected_keys).");
+
+static PyMethodDef MyAtt_methods[] = {
+    {"forward", (PyCFunction)(void (*)(void))MyAtt_forward, METH_VARARGS | METH_KEYWORDS,
+     MyAtt_forward_doc},
+    {"state_dict", (PyCFunction)MyAtt_state_dict, METH_NOARGS, MyAtt_state_dict_doc},
+    {"load_state_dict", (PyCFunction)(void (*)(void))MyAtt_load_state_dict,
+     METH_VARARGS | METH_KEYWORDS, MyAtt_load_state_dict_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+#define SIZE_ATTR(name) \
+    {#name, (getter)MyAtt_get_size, NULL, "int", (void *)offsetof(MyAttObject, name)}
+
+static PyGetSetDef MyAtt_getset[] = {
+    {"attn", (getter)MyAtt_get_attn, NULL, "Linear(query_size + key_size, value_size1)", NULL},
+    {"attn_combine", (getter)MyAtt_get_attn_combine, NULL,
+     "Linear(query_size + value_size2, output_size)", NULL},
+    SIZE_ATTR(query_size),
+    SIZE_ATTR(key_size),
+    SIZE_ATTR(value_size1),
+    SIZE_ATTR(value_size2),
+    SIZE_ATTR(output_size),
+    {"dtype", (getter)MyAtt_get_dtype, NULL, "numpy.dtype: float32 or float64", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot MyAtt_slots[] = {
+    {Py_tp_new, MyAtt_new},
+    {Py_tp_dealloc, MyAtt_dealloc},
+    {Py_tp_call, MyAtt_call},
+    {Py_tp_repr, MyAtt_repr},
+    {Py_tp_doc, (void *)MyAtt_doc},
+    {Py_tp_methods, MyAtt_methods},
+    {Py_tp_getset, MyAtt_getset},
+    {0, NULL},
+};
+
+PyType_Spec myatt_type_spec = {
+    .name = "myatt.MyAtt",
+    .basicsize = sizeof(MyAttObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = MyAtt_slots,
+};

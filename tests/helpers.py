@@ -1,0 +1,47 @@
+"""Test data and dtype rules shared by the test files (NumPy only; the torch side is oracle.py)."""
+import re
+
+import numpy as np
+
+# Every real dtype the kernels accept and convert (float32/float64 are native).
+ALL_REAL = [np.float16, np.float32, np.float64, np.bool_, np.int8, np.int16, np.int32, np.int64,
+            np.uint8, np.uint16, np.uint32, np.uint64]
+# A smaller set for pairwise promotion tables.
+PROMO_DTYPES = [np.float32, np.float64, np.float16, np.int64, np.int32, np.uint8, np.bool_]
+
+
+def dtype_id(d):
+    return "None" if d is None else np.dtype(d).name
+
+
+def data(rng, shape, dtype):
+    """Unit-scale test data of `shape` in `dtype` (small integers for integer/bool dtypes)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dtype.kind == "u":
+        return rng.integers(0, 5, size=shape).astype(dtype)
+    if dtype.kind == "i":
+        return rng.integers(-4, 5, size=shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def result_dtype(*dtypes):
+    """The kernels' rule: float64 if any array operand is float64, else float32."""
+    if any(np.dtype(d) == np.float64 for d in dtypes if d is not None):
+        return np.dtype(np.float64)
+    return np.dtype(np.float32)
+
+
+def shape_re(shape):
+    """A regex for `shape` written as a tuple or a list: (3, 4), [3, 4], (5,), [5], (), []."""
+    shape = tuple(int(s) for s in shape)
+    if not shape:
+        return r"(\(\s*\)|\[\s*\])"
+    inner = r"\s*,\s*".join(str(s) for s in shape)
+    return r"[\[(]\s*" + inner + r"\s*,?\s*[\])]"
+
+
+def name_re(*names):
+    """A regex matching any of the argument names as a whole word."""
+    return "|".join(r"(?<![A-Za-z0-9_])" + re.escape(n) + r"(?![A-Za-z0-9_])" for n in names)

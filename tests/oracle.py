@@ -1,0 +1,126 @@
+"""The torch oracle: the seed tutorial's MyAtt module, verbatim, and helpers to run it.
+
+The class below is copied verbatim (comments included) from the seed tutorial
+``seed/000_e8fc32171b601d83.txt``, less its ``if __name__ == '__main__'`` demo.
+Only the tests import this file; the myatt package never imports torch.
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class MyAtt(nn.Module):
+    def __init__(self, query_size, key_size, value_size1, value_size2, output_size):
+        super(MyAtt, self).__init__()
+        self.query_size = query_size
+        self.key_size = key_size
+        self.value_size1 = value_size1
+        self.value_size2 = value_size2
+        self.output_size = output_size
+
+        # [输入维度， 输出维度]
+        # 线性层1 注意力权重分布
+        # 编码层
+        self.attn = nn.Linear(query_size + key_size, value_size1)
+
+        # 线性层2 注意力结果表示按照指定维度输出层 self.attn_combine
+        # 解码层
+        self.attn_combine = nn.Linear(query_size + value_size2, output_size)
+
+    def forward(self, Q, K, V):
+        # 1 求查询张量q的注意力权重分布, attn_weights[1,32]
+        # [1,1,32],[1,1,32]--> [1,32],[1,32]->[1,64]
+        # [1,64] --> [1,32]
+        # tmp1 = torch.cat( (Q[0], K[0]), dim=1)  去掉QK矩阵的第一个批次维度，并且把两个矩阵按照最后一个维度（1 * 32）拼接起来
+        # tmp2 = self.attn(tmp1)  经过编码层处理
+        # tmp3 = F.softmax(tmp2, dim=-1)  按照最后一个维度进行归一化
+        attn_weights = F.softmax(self.attn(torch.cat((Q[0], K[0]), dim=-1)), dim=-1)  # 得到注意力权重分布
+
+        # 2 求查询张量q的结果表示 bmm运算, attn_applied[1,1,64]
+        # [1,1,32] * [1,32,64] ---> [1,1,64]
+        # attn_weights.unsqueeze(0)给attn_weights补齐批次维度
+        attn_applied = torch.bmm(attn_weights.unsqueeze(0), V)  # 进行加权计算
+
+        # 3 q 与 attn_applied 融合，再按照指定维度输出 output[1,1,64]
+        # 3-1 q与结果表示拼接 [1,32],[1,64] ---> [1,96]
+        output = torch.cat((Q[0], attn_applied[0]), dim=-1)
+        # 3-2 shape [1,96] ---> [1, 1 ,32]
+        output = self.attn_combine(output).unsqueeze(0)
+
+        # 4 返回注意力结果表示output:[1,1,32], 注意力权重分布attn_weights:[1,32]
+        return output, attn_weights
+
+
+# --------------------------------------------------------------------------- #
+# Helpers (ours, not the seed's)
+# --------------------------------------------------------------------------- #
+import warnings  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
+
+
+def torch_dtype(dtype):
+    """The torch dtype of a float32/float64 NumPy dtype (or anything np.dtype() takes)."""
+    return TORCH_DTYPES[np.dtype(dtype)]
+
+
+def to_torch(a, dtype):
+    """A fresh, native-endian, C-contiguous torch tensor of `a` converted to `dtype`.
+
+    `a` may be anything np.asarray takes (lists, byte-swapped or strided arrays,
+    tensors); the conversion goes through NumPy, as myatt's does.
+    """
+    if isinstance(a, torch.Tensor):
+        a = a.detach().numpy()
+    return torch.from_numpy(np.array(a, dtype=np.dtype(dtype).newbyteorder("="), order="C", copy=True))
+
+
+def _quiet_init(make):
+    # nn.Linear warns when it initialises a zero-element tensor; the weights are
+    # overwritten right after, so the warning says nothing about the test.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return make()
+
+
+def state_dict_to_torch(state_dict):
+    """myatt state_dict (NumPy arrays) -> torch tensors, as the brief prescribes."""
+    return {k: torch.from_numpy(v) for k, v in state_dict.items()}
+
+
+def torch_myatt(m):
+    """A torch (seed) MyAtt holding exactly the weights of the myatt.MyAtt `m`, in m's dtype."""
+    t = _quiet_init(lambda: MyAtt(m.query_size, m.key_size, m.value_size1, m.value_size2,
+                                  m.output_size))
+    t = t.to(torch_dtype(m.dtype))
+    t.load_state_dict(state_dict_to_torch(m.state_dict()))
+    t.eval()
+    return t
+
+
+def torch_linear(m):
+    """A torch nn.Linear holding exactly the weights of the myatt.Linear `m`, in m's dtype."""
+    t = _quiet_init(lambda: nn.Linear(m.in_features, m.out_features, bias=m.bias is not None,
+                                      dtype=torch_dtype(m.dtype)))
+    t.load_state_dict(state_dict_to_torch(m.state_dict()))
+    return t
+
+
+def run(module, *inputs, dtype):
+    """module(*inputs) under torch.no_grad(), the inputs converted to `dtype` first."""
+    with torch.no_grad():
+        return module(*(to_torch(x, dtype) for x in inputs))
+
+
+def assert_matches(ours, theirs, *, equal_nan=False):
+    """`ours` (a myatt result) is a C-contiguous ndarray equal to the torch tensor `theirs`.
+
+    Default assert_close tolerances, dtype checked (float32 vs float32, float64 vs float64).
+    """
+    assert type(ours) is np.ndarray, f"expected numpy.ndarray, got {type(ours)!r}"
+    assert ours.flags.c_contiguous, "result is not C-contiguous"
+    assert ours.dtype.isnative, "result is not native-endian"
+    theirs = theirs.detach()
+    assert ours.shape == tuple(theirs.shape), f"shape {ours.shape} != torch's {tuple(theirs.shape)}"
+    torch.testing.assert_close(torch.from_numpy(ours), theirs, equal_nan=equal_nan)
