@@ -26,6 +26,20 @@ def data(rng, shape, dtype):
     return rng.standard_normal(shape).astype(dtype)
 
 
+def scaled(rng, shape, dtype, fan_in):
+    """Like data(), but float values scaled by 1/sqrt(fan_in), as nn.Linear initialises a weight.
+
+    A product summed over fan_in unit-scale terms then stays unit-scale. (With both
+    operands unit-scale, a sum of a few hundred terms is ~16 in magnitude and two
+    correct float32 kernels already differ by more than assert_close's atol of 1e-5:
+    that is the spec's "long reduction" case, tested in test_long_reductions.py.)
+    """
+    a = data(rng, shape, dtype)
+    if a.dtype.kind == "f":
+        a = (a / np.sqrt(max(fan_in, 1))).astype(a.dtype)
+    return a
+
+
 def result_dtype(*dtypes):
     """The kernels' rule: float64 if any array operand is float64, else float32."""
     if any(np.dtype(d) == np.float64 for d in dtypes if d is not None):

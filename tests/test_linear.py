@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import myatt
-from helpers import ALL_REAL, PROMO_DTYPES, data, dtype_id, result_dtype
+from helpers import ALL_REAL, PROMO_DTYPES, data, dtype_id, result_dtype, scaled
 from oracle import assert_matches, to_torch
 
 SIZES = [1, 3, 17, 63, 64, 65, 257]
@@ -25,7 +25,7 @@ def torch_linear(x, w, b, dtype):
 @pytest.mark.parametrize("in_f", SIZES)
 def test_in_out_sizes(rng, dtype, in_f, out_f, with_bias):
     x = data(rng, (7, in_f), dtype)
-    w = data(rng, (out_f, in_f), dtype)
+    w = scaled(rng, (out_f, in_f), dtype, in_f)
     b = data(rng, (out_f,), dtype) if with_bias else None
     assert_matches(myatt.linear(x, w, b), torch_linear(x, w, b, dtype))
 
@@ -39,7 +39,7 @@ BATCH_SHAPES = [(), (1,), (2,), (0,), (5, 0), (0, 5), (2, 3), (2, 3, 4), (1, 1, 
 def test_batch_shapes(rng, dtype, batch, with_bias):
     """input[..., in] of any number of leading dims (including none: a 1-D input)."""
     x = data(rng, batch + (17,), dtype)
-    w = data(rng, (65, 17), dtype)
+    w = scaled(rng, (65, 17), dtype, 17)
     b = data(rng, (65,), dtype) if with_bias else None
     out = myatt.linear(x, w, b)
     expected = torch_linear(x, w, b, dtype)
@@ -53,7 +53,7 @@ def test_batch_shapes(rng, dtype, batch, with_bias):
 def test_empty_features(rng, dtype, batch, in_f, out_f, with_bias):
     """in_features == 0 gives the bias (or zeros) on every row; out_features == 0 an empty last axis."""
     x = data(rng, batch + (in_f,), dtype)
-    w = data(rng, (out_f, in_f), dtype)
+    w = scaled(rng, (out_f, in_f), dtype, in_f)
     b = data(rng, (out_f,), dtype) if with_bias else None
     assert_matches(myatt.linear(x, w, b), torch_linear(x, w, b, dtype))
 
@@ -66,7 +66,7 @@ def test_empty_features(rng, dtype, batch, in_f, out_f, with_bias):
 ], ids=str)
 def test_hundreds(rng, dtype, xshape, wshape):
     x = data(rng, xshape, dtype)
-    w = data(rng, wshape, dtype)
+    w = scaled(rng, wshape, dtype, wshape[1])
     b = data(rng, wshape[:1], dtype)
     assert_matches(myatt.linear(x, w, b), torch_linear(x, w, b, dtype))
 
@@ -156,6 +156,6 @@ def test_property_random_shapes(batch, in_f, out_f, with_bias, use64, seed):
     rng = np.random.default_rng(seed)
     dtype = np.float64 if use64 else np.float32
     x = rng.standard_normal(tuple(batch) + (in_f,)).astype(dtype)
-    w = rng.standard_normal((out_f, in_f)).astype(dtype)
+    w = (rng.standard_normal((out_f, in_f)) / np.sqrt(max(in_f, 1))).astype(dtype)
     b = rng.standard_normal(out_f).astype(dtype) if with_bias else None
     assert_matches(myatt.linear(x, w, b), torch_linear(x, w, b, dtype))

@@ -20,6 +20,19 @@ static inline int64_t gemm_min(int64_t x, int64_t y) { return x < y ? x : y; }
 /* x rounded up to a multiple of step (step >= 1) */
 static inline int64_t gemm_round_up(int64_t x, int64_t step) { return (x + step - 1) / step * step; }
 
+/* Whether gemm skips packing and runs the direct loop (see GEMM_SMALL_WORK).
+ * A test build may define GEMM_FORCE_PATH as 1 (always packed) or 2 (always
+ * direct) to compare the two paths bit for bit. */
+static int gemm_use_direct(int64_t m, int64_t n, int64_t k, int mr, int64_t cs_b)
+{
+#ifdef GEMM_FORCE_PATH
+    (void)m, (void)n, (void)k, (void)mr, (void)cs_b;
+    return GEMM_FORCE_PATH == 2;
+#else
+    return (double)m * (double)n * (double)k <= GEMM_SMALL_WORK || (m < mr && cs_b == 1);
+#endif
+}
+
 /* ---------------------------------------------------------------------------
  * Portable micro-kernels: plain C, an MR x NR accumulator array in T, one
  * multiply then one add per term (built with -ffp-contract=off, so no FMA).

@@ -41,11 +41,16 @@
 /* Packed panels start on this boundary (bytes); mk_alloc gives the same. */
 #define GEMM_PANEL_ALIGN 64
 
-/* Below this many multiply-adds (m * n * k) gemm skips packing and runs a
- * direct loop: for 1x64 @ 64x32 the packing and allocation would dominate. */
-#ifndef GEMM_SMALL_WORK   /* overridable so that tests can force either path */
-#define GEMM_SMALL_WORK 16384.0
-#endif
+/* Up to this many multiply-adds (m * n * k) gemm skips packing and runs a
+ * direct loop: for 1x64 @ 64x32 the packing and allocation would dominate.
+ * (Measured crossover with the portable kernel: 2-4 K.)  The direct loop also
+ * takes m < mr when B's rows are contiguous (cs_b == 1), e.g. 1 x 1024 @ 1024
+ * x 1024 ran 2.6x faster that way.  Both paths give the same bits with the
+ * portable kernel, so the choice is about speed only. */
+#define GEMM_SMALL_WORK 2048.0
+
+/* Columns of c the direct loop computes side by side (independent sums). */
+#define GEMM_SMALL_NB 16
 
 typedef void (*gemm_kernel_f32_fn)(int64_t kc, const float *a_panel, const float *b_panel,
                                    float *c, int64_t rs_c, int64_t cs_c, int accumulate);
