@@ -3,7 +3,6 @@ import itertools
 
 import numpy as np
 import pytest
-import torch
 import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st

@@ -292,6 +292,7 @@ def test_state_dict_is_copies(dtype):
     for k, v in sd.items():
         assert type(v) is np.ndarray
         assert v.dtype == dtype
+        assert v.flags.c_contiguous
         assert not np.shares_memory(v, m.weight) and not np.shares_memory(v, m.bias)
     snap = {k: v.copy() for k, v in sd.items()}
     sd["weight"][...] = 7.0
@@ -333,7 +334,8 @@ def test_load_state_dict(rng, dtype, source):
     result = m.load_state_dict(sd)
     missing, unexpected = result
     assert isinstance(result, tuple) and len(result) == 2
-    assert list(missing) == [] and list(unexpected) == []
+    assert type(missing) is list and type(unexpected) is list
+    assert missing == [] and unexpected == []
     for k, v in t.state_dict().items():
         np.testing.assert_array_equal(m.state_dict()[k], v.numpy(), strict=True)
     x = rng.standard_normal((3, 9)).astype(dtype)

@@ -267,7 +267,7 @@ def test_state_dict_copies_under_torch_keys(dtype):
     np.testing.assert_array_equal(sd["attn_combine.bias"], m.attn_combine.bias, strict=True)
     snap = snapshot(m)
     for v in sd.values():
-        assert type(v) is np.ndarray and v.dtype == dtype
+        assert type(v) is np.ndarray and v.dtype == dtype and v.flags.c_contiguous
         for live in (m.attn.weight, m.attn.bias, m.attn_combine.weight, m.attn_combine.bias):
             assert not np.shares_memory(v, live)
         v[...] = 123.0
@@ -298,7 +298,8 @@ def test_load_state_dict(rng, dtype, source):
     result = m.load_state_dict(sd)
     assert isinstance(result, tuple) and len(result) == 2
     missing, unexpected = result
-    assert list(missing) == [] and list(unexpected) == []
+    assert type(missing) is list and type(unexpected) is list
+    assert missing == [] and unexpected == []
     for k, v in t.state_dict().items():
         np.testing.assert_array_equal(m.state_dict()[k], v.numpy(), strict=True)
     Q, K, V = inputs(rng, sizes, 5, dtype, Bq=2)
@@ -336,6 +337,7 @@ def test_load_state_dict_strict_false(rng, dtype):
     result = m.load_state_dict(sd, strict=False)
     assert isinstance(result, tuple) and len(result) == 2
     missing, unexpected = result
+    assert type(missing) is list and type(unexpected) is list
     t = oracle.MyAtt(*sizes).to(torch_dtype(dtype))
     t_result = t.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()}, strict=False)
     assert sorted(missing) == sorted(t_result.missing_keys) == sorted(KEYS[1:])
