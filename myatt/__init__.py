@@ -4,18 +4,23 @@
     m = myatt.MyAtt(32, 32, 32, 64, 32)
     output, attn_weights = m(Q, K, V)
 
-Kernels: linear, softmax, bmm.  Types: Linear, MyAtt.  Generator: manual_seed.
+Kernels: linear, softmax, bmm, and their gradients linear_backward,
+softmax_backward, bmm_backward.  Types: Linear, MyAtt (both with .backward).
+Generator: manual_seed.
 Threads: set_num_threads, get_num_threads.  PyTorch is never needed.
 """
 from ._myatt import (
     Linear,
     MyAtt,
     bmm,
+    bmm_backward,
     get_num_threads,
     linear,
+    linear_backward,
     manual_seed,
     set_num_threads,
     softmax,
+    softmax_backward,
 )
 
 __version__ = "0.1.0"
@@ -24,9 +29,12 @@ __all__ = [
     "Linear",
     "MyAtt",
     "bmm",
+    "bmm_backward",
     "get_num_threads",
     "linear",
+    "linear_backward",
     "manual_seed",
     "set_num_threads",
     "softmax",
+    "softmax_backward",
 ]
