@@ -7,6 +7,7 @@
 Kernels: linear, softmax, bmm, and their gradients linear_backward,
 softmax_backward, bmm_backward.  Types: Linear, MyAtt (both with .backward).
 Generator: manual_seed.
+Optimisers (torch.optim's rules, in NumPy, on the live parameters): SGD, Adam.
 Threads: set_num_threads, get_num_threads.  PyTorch is never needed.
 """
 from ._myatt import (
@@ -23,11 +24,15 @@ from ._myatt import (
     softmax_backward,
 )
 
+from .optim import SGD, Adam
+
 __version__ = "0.1.0"
 
 __all__ = [
+    "Adam",
     "Linear",
     "MyAtt",
+    "SGD",
     "bmm",
     "bmm_backward",
     "get_num_threads",
