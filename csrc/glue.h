@@ -60,6 +60,15 @@ LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_f
 PyObject *linear_apply(PyArrayObject *x, const void *weight, npy_intp rs_w, npy_intp cs_w,
                        const void *bias, npy_intp n, int typenum);
 
+/* The gradients of linear (linear_type.c; myatt.linear_backward and
+ * Linear.backward share it): x [..., k] and grad_out [..., n] already of
+ * `typenum`, aligned, native, their shapes checked by the caller; weight [n, k]
+ * through element strides.  Returns the new tuple (grad_input shaped like x,
+ * grad_weight [n, k], grad_bias [n] or None when !with_bias), or NULL. */
+PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, const void *weight,
+                            npy_intp rs_w, npy_intp cs_w, npy_intp n, int with_bias,
+                            int typenum);
+
 /* ---- argument conversion (convert.c) -------------------------------------- */
 
 /* Any array-like as an ndarray (new reference), without copying what need not

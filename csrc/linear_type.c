@@ -288,6 +288,118 @@ static PyObject *Linear_repr(LinearObject *self)
                                 self->typenum == NPY_FLOAT ? "float32" : "float64");
 }
 
+/* ---- backward (myatt.linear_backward and Linear.backward) ------------------- */
+
+/* a [..., d] as rows [m, d]: a itself for 1-D (one row, row stride 0) and 2-D
+ * (its strides), else a C-contiguous version of it.  New reference or NULL. */
+static PyArrayObject *as_rows(PyArrayObject *a, npy_intp *rs, npy_intp *cs)
+{
+    int ndim = PyArray_NDIM(a);
+    PyArrayObject *rows = (PyArrayObject *)Py_NewRef(a);
+    if (ndim > 2 && !PyArray_IS_C_CONTIGUOUS(a)) {
+        Py_SETREF(rows, (PyArrayObject *)PyArray_NewCopy(a, NPY_CORDER));
+        if (rows == NULL)
+            return NULL;
+    }
+    *cs = ESTRIDE(rows, ndim - 1);
+    *rs = ndim == 2 ? ESTRIDE(rows, 0) : ndim == 1 ? 0 : PyArray_DIM(rows, ndim - 1);
+    return rows;
+}
+
+PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, const void *weight,
+                            npy_intp rs_w, npy_intp cs_w, npy_intp n, int with_bias,
+                            int typenum)
+{
+    PyArrayObject *xr = NULL, *gr = NULL, *gx = NULL, *gw = NULL, *gb = NULL;
+    PyObject *result = NULL;
+    int ndim = PyArray_NDIM(x);
+    npy_intp k = PyArray_DIM(x, ndim - 1), m = 1;
+    for (int i = 0; i < ndim - 1; i++)
+        m *= PyArray_DIM(x, i);   /* cannot overflow: x exists with these dimensions */
+    npy_intp rs_x, cs_x, rs_g, cs_g, wdims[2] = {n, k};
+    if ((xr = as_rows(x, &rs_x, &cs_x)) == NULL || (gr = as_rows(grad_out, &rs_g, &cs_g)) == NULL
+            || (gx = (PyArrayObject *)PyArray_SimpleNew(ndim, PyArray_DIMS(x), typenum)) == NULL
+            || (gw = (PyArrayObject *)PyArray_SimpleNew(2, wdims, typenum)) == NULL
+            || (with_bias && (gb = (PyArrayObject *)PyArray_SimpleNew(1, wdims, typenum)) == NULL))
+        goto fail;
+    const void *xd = PyArray_DATA(xr), *gd = PyArray_DATA(gr);
+    void *gxd = PyArray_DATA(gx), *gwd = PyArray_DATA(gw), *gbd = gb ? PyArray_DATA(gb) : NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    if (typenum == NPY_FLOAT)
+        rc = linear_backward_f32(gxd, gwd, gbd, gd, rs_g, cs_g, xd, rs_x, cs_x,
+                                 weight, rs_w, cs_w, m, k, n);
+    else
+        rc = linear_backward_f64(gxd, gwd, gbd, gd, rs_g, cs_g, xd, rs_x, cs_x,
+                                 weight, rs_w, cs_w, m, k, n);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    result = PyTuple_Pack(3, (PyObject *)gx, (PyObject *)gw, gb ? (PyObject *)gb : Py_None);
+fail:
+    Py_XDECREF(xr);
+    Py_XDECREF(gr);
+    Py_XDECREF(gx);
+    Py_XDECREF(gw);
+    Py_XDECREF(gb);
+    return result;
+}
+
+PyDoc_STRVAR(Linear_backward_doc,
+"backward($self, input, grad_output)\n--\n\n"
+"Gradients of sum(self(input) * grad_output), as torch's autograd gives them:\n"
+"{'input': [..., in_features], 'weight': [out_features, in_features],\n"
+"'bias': [out_features] or None}, in the layer's dtype. grad_output has shape\n"
+"input.shape[:-1] + (out_features,).");
+
+static PyObject *Linear_backward(LinearObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"input", "grad_output", NULL};
+    PyObject *input_obj, *go_obj, *grads = NULL, *result = NULL;
+    PyArrayObject *rx = NULL, *rg = NULL, *x = NULL, *g = NULL;
+    char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN];
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:Linear.backward", kwlist,
+                                     &input_obj, &go_obj))
+        return NULL;
+    if ((rx = as_real_array(input_obj, "Linear.backward(): input")) == NULL
+            || (rg = as_real_array(go_obj, "Linear.backward(): grad_output")) == NULL)
+        goto fail;
+    int ndim = PyArray_NDIM(rx);
+    if (ndim == 0 || PyArray_DIM(rx, ndim - 1) != self->in_features) {
+        PyErr_Format(PyExc_ValueError, "Linear.backward(): input must have shape (..., %zd) "
+                     "(in_features = %zd), got %s", self->in_features, self->in_features,
+                     SHAPE_OF(s1, rx));
+        goto fail;
+    }
+    npy_intp want[NPY_MAXDIMS];
+    memcpy(want, PyArray_DIMS(rx), (size_t)ndim * sizeof(npy_intp));
+    want[ndim - 1] = self->out_features;
+    if (PyArray_NDIM(rg) != ndim || !PyArray_CompareLists(want, PyArray_DIMS(rg), ndim)) {
+        PyErr_Format(PyExc_ValueError, "Linear.backward(): grad_output must have shape %s "
+                     "(input's leading dimensions, out_features), got %s",
+                     shape_str(s1, sizeof s1, ndim, want), SHAPE_OF(s2, rg));
+        goto fail;
+    }
+    if ((x = cast_array(rx, self->typenum, 0)) == NULL
+            || (g = cast_array(rg, self->typenum, 0)) == NULL
+            || (grads = linear_grad_apply(x, g, PyArray_DATA(self->weight), self->in_features,
+                                          1, self->out_features, self->bias != NULL,
+                                          self->typenum)) == NULL)
+        goto fail;
+    result = Py_BuildValue("{sOsOsO}", "input", PyTuple_GET_ITEM(grads, 0),
+                           "weight", PyTuple_GET_ITEM(grads, 1),
+                           "bias", PyTuple_GET_ITEM(grads, 2));
+fail:
+    Py_XDECREF(rx);
+    Py_XDECREF(rg);
+    Py_XDECREF(x);
+    Py_XDECREF(g);
+    Py_XDECREF(grads);
+    return result;
+}
+
 /* ---- the type -------------------------------------------------------------- */
 
 PyDoc_STRVAR(Linear_doc,
@@ -316,6 +428,8 @@ PyDoc_STRVAR(Linear_load_state_dict_doc,
 static PyMethodDef Linear_methods[] = {
     {"forward", (PyCFunction)(void (*)(void))Linear_forward, METH_VARARGS | METH_KEYWORDS,
      Linear_forward_doc},
+    {"backward", (PyCFunction)(void (*)(void))Linear_backward, METH_VARARGS | METH_KEYWORDS,
+     Linear_backward_doc},
     {"state_dict", (PyCFunction)Linear_state_dict, METH_NOARGS, Linear_state_dict_doc},
     {"load_state_dict", (PyCFunction)(void (*)(void))Linear_load_state_dict,
      METH_VARARGS | METH_KEYWORDS, Linear_load_state_dict_doc},
@@ -350,3 +464,4 @@ PyType_Spec linear_type_spec = {
     .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = Linear_slots,
 };
+

@@ -1,5 +1,6 @@
 /* The module myatt._myatt: init (multi-phase), per-module state, and the kernel
- * functions linear, softmax and bmm, manual_seed and the thread count. */
+ * functions linear, softmax and bmm and their backward, manual_seed and the
+ * thread count. */
 #define MYATT_IMPORTS_NUMPY
 #include "glue.h"
 
@@ -8,6 +9,7 @@
 #include "kernels/softmax.h"
 #include "kernels/threads.h"
 
+#include <string.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -206,6 +208,238 @@ fail:
     return out;
 }
 
+/* ---- backward kernels: linear_backward, softmax_backward, bmm_backward ------- */
+
+PyDoc_STRVAR(linear_backward_doc,
+"linear_backward($module, grad_output, input, weight, bias=None)\n--\n\n"
+"Gradients of sum(linear(input, weight, bias) * grad_output), as torch's autograd\n"
+"gives them: (grad_input, grad_weight, grad_bias), grad_bias None when bias is None.\n\n"
+"grad_output has shape input.shape[:-1] + (out,). float64 if any operand is\n"
+"float64, else float32; always new C-contiguous arrays.");
+
+static PyObject *myatt_linear_backward(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"grad_output", "input", "weight", "bias", NULL};
+    PyObject *go_obj, *input_obj, *weight_obj, *bias_obj = Py_None, *result = NULL;
+    PyArrayObject *rg = NULL, *rx = NULL, *rw = NULL, *rb = NULL, *g = NULL, *x = NULL, *w = NULL;
+    char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN];
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|O:linear_backward", kwlist,
+                                     &go_obj, &input_obj, &weight_obj, &bias_obj))
+        return NULL;
+    if ((rg = as_real_array(go_obj, "linear_backward(): grad_output")) == NULL
+            || (rx = as_real_array(input_obj, "linear_backward(): input")) == NULL
+            || (rw = as_real_array(weight_obj, "linear_backward(): weight")) == NULL
+            || (bias_obj != Py_None
+                && (rb = as_real_array(bias_obj, "linear_backward(): bias")) == NULL))
+        goto fail;
+    if (PyArray_NDIM(rw) != 2) {
+        PyErr_Format(PyExc_ValueError, "linear_backward(): weight must be 2-D [out_features, "
+                     "in_features], got shape %s", SHAPE_OF(s1, rw));
+        goto fail;
+    }
+    npy_intp n = PyArray_DIM(rw, 0), k = PyArray_DIM(rw, 1);
+    int ndim = PyArray_NDIM(rx);
+    if (ndim == 0 || PyArray_DIM(rx, ndim - 1) != k) {
+        PyErr_Format(PyExc_ValueError, "linear_backward(): input must have shape (..., %zd) "
+                     "to match weight %s, got %s", (Py_ssize_t)k, SHAPE_OF(s1, rw),
+                     SHAPE_OF(s2, rx));
+        goto fail;
+    }
+    if (rb != NULL && (PyArray_NDIM(rb) != 1 || PyArray_DIM(rb, 0) != n)) {
+        PyErr_Format(PyExc_ValueError, "linear_backward(): bias must have shape (%zd,) to "
+                     "match weight %s, got %s", (Py_ssize_t)n, SHAPE_OF(s1, rw),
+                     SHAPE_OF(s2, rb));
+        goto fail;
+    }
+    npy_intp want[NPY_MAXDIMS];
+    memcpy(want, PyArray_DIMS(rx), (size_t)ndim * sizeof(npy_intp));
+    want[ndim - 1] = n;
+    if (PyArray_NDIM(rg) != ndim || !PyArray_CompareLists(want, PyArray_DIMS(rg), ndim)) {
+        PyErr_Format(PyExc_ValueError, "linear_backward(): grad_output must have shape %s "
+                     "(input's leading dimensions, out_features), got %s",
+                     shape_str(s1, sizeof s1, ndim, want), SHAPE_OF(s2, rg));
+        goto fail;
+    }
+    int typenum = result_typenum(rg, rx, rw);
+    if (rb != NULL && PyArray_TYPE(rb) == NPY_DOUBLE)
+        typenum = NPY_DOUBLE;
+    if ((g = cast_array(rg, typenum, 0)) == NULL || (x = cast_array(rx, typenum, 0)) == NULL
+            || (w = cast_array(rw, typenum, 0)) == NULL)
+        goto fail;
+    result = linear_grad_apply(x, g, PyArray_DATA(w), ESTRIDE(w, 0), ESTRIDE(w, 1), n,
+                               rb != NULL, typenum);
+fail:
+    Py_XDECREF(rg);
+    Py_XDECREF(rx);
+    Py_XDECREF(rw);
+    Py_XDECREF(rb);
+    Py_XDECREF(g);
+    Py_XDECREF(x);
+    Py_XDECREF(w);
+    return result;
+}
+
+/* `dim` of softmax_backward: an integer in [-ndim, ndim) (0-d takes 0 or -1), as a
+ * non-negative axis; TypeError or numpy's AxisError otherwise. */
+static int axis_arg(PyObject *module, PyObject *dim_obj, int ndim, const char *what, int *axis)
+{
+    Py_ssize_t dim = -1;
+    if (dim_obj != NULL) {
+        if (PyBool_Check(dim_obj) || !PyIndex_Check(dim_obj)) {
+            PyErr_Format(PyExc_TypeError, "%s must be an integer, got %.100s", what,
+                         Py_TYPE(dim_obj)->tp_name);
+            return -1;
+        }
+        dim = PyNumber_AsSsize_t(dim_obj, NULL);   /* clamps: out of range either way */
+        if (dim == -1 && PyErr_Occurred())
+            return -1;
+    }
+    int span = ndim > 0 ? ndim : 1;
+    if (dim < -span || dim >= span) {
+        myatt_state *st = PyModule_GetState(module);
+        PyObject *exc = PyObject_CallFunction(st->axis_error, "nis", dim, span, what);
+        if (exc != NULL) {
+            PyErr_SetObject(st->axis_error, exc);
+            Py_DECREF(exc);
+        }
+        return -1;
+    }
+    *axis = (int)(dim < 0 ? dim + span : dim);
+    return 0;
+}
+
+PyDoc_STRVAR(softmax_backward_doc,
+"softmax_backward($module, grad_output, output, dim=-1)\n--\n\n"
+"The gradient of softmax's input, from its output y = softmax(x, dim) and the\n"
+"gradient of y: y * (grad_output - sum(grad_output * y, dim)), as torch's autograd.\n\n"
+"grad_output and output have the same shape. float64 if either is float64.");
+
+static PyObject *myatt_softmax_backward(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"grad_output", "output", "dim", NULL};
+    PyObject *go_obj, *y_obj, *dim_obj = NULL, *out = NULL;
+    PyArrayObject *rg = NULL, *ry = NULL, *g = NULL, *y = NULL;
+    char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN];
+    int axis;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:softmax_backward", kwlist,
+                                     &go_obj, &y_obj, &dim_obj))
+        return NULL;
+    if ((rg = as_real_array(go_obj, "softmax_backward(): grad_output")) == NULL
+            || (ry = as_real_array(y_obj, "softmax_backward(): output")) == NULL)
+        goto fail;
+    int ndim = PyArray_NDIM(ry);
+    if (!PyArray_SAMESHAPE(rg, ry)) {
+        PyErr_Format(PyExc_ValueError, "softmax_backward(): grad_output must have the shape "
+                     "of output %s, got %s", SHAPE_OF(s1, ry), SHAPE_OF(s2, rg));
+        goto fail;
+    }
+    if (axis_arg(module, dim_obj, ndim, "softmax_backward(): dim", &axis) < 0)
+        goto fail;
+    int typenum = result_typenum(rg, ry, NULL);
+    if ((g = cast_array(rg, typenum, 1)) == NULL || (y = cast_array(ry, typenum, 1)) == NULL
+            || (out = PyArray_SimpleNew(ndim, PyArray_DIMS(y), typenum)) == NULL)
+        goto fail;
+    /* [outer, n, inner] around the axis */
+    npy_intp outer = 1, n = ndim > 0 ? PyArray_DIM(y, axis) : 1, inner = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (i < axis)
+            outer *= PyArray_DIM(y, i);
+        else if (i > axis)
+            inner *= PyArray_DIM(y, i);
+    }
+    const void *gd = PyArray_DATA(g), *yd = PyArray_DATA(y);
+    void *od = PyArray_DATA((PyArrayObject *)out);
+    Py_BEGIN_ALLOW_THREADS
+    if (typenum == NPY_FLOAT)
+        softmax_backward_f32(od, gd, yd, outer, n, inner);
+    else
+        softmax_backward_f64(od, gd, yd, outer, n, inner);
+    Py_END_ALLOW_THREADS
+fail:
+    Py_XDECREF(rg);
+    Py_XDECREF(ry);
+    Py_XDECREF(g);
+    Py_XDECREF(y);
+    return out;
+}
+
+PyDoc_STRVAR(bmm_backward_doc,
+"bmm_backward($module, grad_output, input, mat2)\n--\n\n"
+"Gradients of sum(bmm(input, mat2) * grad_output), as torch's autograd gives\n"
+"them: (grad_input [b, n, m], grad_mat2 [b, m, p]) for grad_output [b, n, p].\n\n"
+"float64 if any operand is float64, else float32; always new C-contiguous arrays.");
+
+static PyObject *myatt_bmm_backward(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"grad_output", "input", "mat2", NULL};
+    PyObject *go_obj, *a_obj, *b_obj, *result = NULL;
+    PyArrayObject *rg = NULL, *ra = NULL, *rb = NULL, *g = NULL, *a = NULL, *b = NULL;
+    PyArrayObject *ga = NULL, *gb = NULL;
+    char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN], s3[SHAPE_STR_LEN], s4[SHAPE_STR_LEN];
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:bmm_backward", kwlist,
+                                     &go_obj, &a_obj, &b_obj))
+        return NULL;
+    if ((rg = as_real_array(go_obj, "bmm_backward(): grad_output")) == NULL
+            || (ra = as_real_array(a_obj, "bmm_backward(): input")) == NULL
+            || (rb = as_real_array(b_obj, "bmm_backward(): mat2")) == NULL)
+        goto fail;
+    if (PyArray_NDIM(ra) != 3 || PyArray_NDIM(rb) != 3) {
+        PyErr_Format(PyExc_ValueError, "bmm_backward(): input and mat2 must be 3-D, got "
+                     "input %s and mat2 %s", SHAPE_OF(s1, ra), SHAPE_OF(s2, rb));
+        goto fail;
+    }
+    if (PyArray_DIM(ra, 0) != PyArray_DIM(rb, 0) || PyArray_DIM(ra, 2) != PyArray_DIM(rb, 1)) {
+        PyErr_Format(PyExc_ValueError, "bmm_backward(): input [b, n, m] and mat2 [b, m, p] do "
+                     "not match: input %s, mat2 %s", SHAPE_OF(s1, ra), SHAPE_OF(s2, rb));
+        goto fail;
+    }
+    npy_intp bt = PyArray_DIM(ra, 0), n = PyArray_DIM(ra, 1), m = PyArray_DIM(ra, 2);
+    npy_intp p = PyArray_DIM(rb, 2), want[3] = {bt, n, p};
+    if (PyArray_NDIM(rg) != 3 || !PyArray_CompareLists(want, PyArray_DIMS(rg), 3)) {
+        PyErr_Format(PyExc_ValueError, "bmm_backward(): grad_output must have shape %s (the "
+                     "shape of bmm(input %s, mat2 %s)), got %s", shape_str(s1, sizeof s1, 3, want),
+                     SHAPE_OF(s2, ra), SHAPE_OF(s3, rb), SHAPE_OF(s4, rg));
+        goto fail;
+    }
+    int typenum = result_typenum(rg, ra, rb);
+    if ((g = cast_array(rg, typenum, 0)) == NULL || (a = cast_array(ra, typenum, 0)) == NULL
+            || (b = cast_array(rb, typenum, 0)) == NULL
+            || (ga = (PyArrayObject *)PyArray_SimpleNew(3, PyArray_DIMS(a), typenum)) == NULL
+            || (gb = (PyArrayObject *)PyArray_SimpleNew(3, PyArray_DIMS(b), typenum)) == NULL)
+        goto fail;
+    void *gad = PyArray_DATA(ga), *gbd = PyArray_DATA(gb);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    if (typenum == NPY_FLOAT)
+        rc = bmm_backward_f32(gad, gbd,
+                              PyArray_DATA(g), ESTRIDE(g, 0), ESTRIDE(g, 1), ESTRIDE(g, 2),
+                              PyArray_DATA(a), ESTRIDE(a, 0), ESTRIDE(a, 1), ESTRIDE(a, 2),
+                              PyArray_DATA(b), ESTRIDE(b, 0), ESTRIDE(b, 1), ESTRIDE(b, 2),
+                              bt, n, m, p);
+    else
+        rc = bmm_backward_f64(gad, gbd,
+                              PyArray_DATA(g), ESTRIDE(g, 0), ESTRIDE(g, 1), ESTRIDE(g, 2),
+                              PyArray_DATA(a), ESTRIDE(a, 0), ESTRIDE(a, 1), ESTRIDE(a, 2),
+                              PyArray_DATA(b), ESTRIDE(b, 0), ESTRIDE(b, 1), ESTRIDE(b, 2),
+                              bt, n, m, p);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    result = PyTuple_Pack(2, (PyObject *)ga, (PyObject *)gb);
+fail:
+    Py_XDECREF(rg);
+    Py_XDECREF(ra);
+    Py_XDECREF(rb);
+    Py_XDECREF(g);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    Py_XDECREF(ga);
+    Py_XDECREF(gb);
+    return result;
+}
+
 /* ---- generator and threads ------------------------------------------------- */
 
 PyDoc_STRVAR(manual_seed_doc,
@@ -283,6 +517,12 @@ static PyMethodDef myatt_methods[] = {
     {"softmax", (PyCFunction)(void (*)(void))myatt_softmax, METH_VARARGS | METH_KEYWORDS,
      softmax_doc},
     {"bmm", (PyCFunction)(void (*)(void))myatt_bmm, METH_VARARGS | METH_KEYWORDS, bmm_doc},
+    {"linear_backward", (PyCFunction)(void (*)(void))myatt_linear_backward,
+     METH_VARARGS | METH_KEYWORDS, linear_backward_doc},
+    {"softmax_backward", (PyCFunction)(void (*)(void))myatt_softmax_backward,
+     METH_VARARGS | METH_KEYWORDS, softmax_backward_doc},
+    {"bmm_backward", (PyCFunction)(void (*)(void))myatt_bmm_backward,
+     METH_VARARGS | METH_KEYWORDS, bmm_backward_doc},
     {"manual_seed", myatt_manual_seed, METH_O, manual_seed_doc},
     {"set_num_threads", myatt_set_num_threads, METH_O, set_num_threads_doc},
     {"get_num_threads", myatt_get_num_threads, METH_NOARGS, get_num_threads_doc},

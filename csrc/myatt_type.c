@@ -213,6 +213,137 @@ static PyObject *MyAtt_forward(MyAttObject *self, PyObject *args, PyObject *kwds
     return myatt_forward(self, Q, K, V);
 }
 
+/* ---- backward -------------------------------------------------------------- */
+
+/* grad_output must be (1, S, output_size) and grad_attn_weights (S, value_size1),
+ * exactly the shapes forward returns (torch's autograd.grad takes no other). */
+static int check_grad_shape(PyArrayObject *g, int ndim, const npy_intp *want, const char *what)
+{
+    if (PyArray_NDIM(g) == ndim && PyArray_CompareLists(PyArray_DIMS(g), (npy_intp *)want, ndim))
+        return 0;
+    char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN];
+    PyErr_Format(PyExc_ValueError, "MyAtt.backward(): %s must have shape %s (as forward "
+                 "returns it), got %s", what, shape_str(s1, sizeof s1, ndim, want),
+                 SHAPE_OF(s2, g));
+    return -1;
+}
+
+static PyObject *myatt_backward(MyAttObject *self, PyObject *Q, PyObject *K, PyObject *V,
+                                PyObject *GO, PyObject *GA)
+{
+    PyArrayObject *rq = NULL, *rk = NULL, *rv = NULL, *rgo = NULL, *rga = NULL;
+    PyArrayObject *q = NULL, *k = NULL, *v = NULL, *go = NULL, *ga = NULL;
+    PyArrayObject *gq = NULL, *gk = NULL, *gv = NULL, *gwa = NULL, *gba = NULL;
+    PyArrayObject *gwc = NULL, *gbc = NULL;
+    PyObject *result = NULL;
+    int typenum = self->typenum;
+
+    if ((rq = as_real_array(Q, "MyAtt.backward(): Q")) == NULL
+            || (rk = as_real_array(K, "MyAtt.backward(): K")) == NULL
+            || (rv = as_real_array(V, "MyAtt.backward(): V")) == NULL
+            || (rgo = as_real_array(GO, "MyAtt.backward(): grad_output")) == NULL
+            || (GA != Py_None
+                && (rga = as_real_array(GA, "MyAtt.backward(): grad_attn_weights")) == NULL)
+            || check_qkv(self, rq, rk, rv) < 0)
+        goto fail;
+    npy_intp S = PyArray_DIM(rq, 1), dq = PyArray_DIM(rq, 2), dk = PyArray_DIM(rk, 2);
+    npy_intp v1 = self->value_size1, v2 = PyArray_DIM(rv, 2), os = self->output_size;
+    npy_intp go_dims[3] = {1, S, os}, ga_dims[2] = {S, v1};
+    if (check_grad_shape(rgo, 3, go_dims, "grad_output") < 0
+            || (rga != NULL && check_grad_shape(rga, 2, ga_dims, "grad_attn_weights") < 0))
+        goto fail;
+    if ((q = batch0(rq, typenum)) == NULL || (k = batch0(rk, typenum)) == NULL
+            || (v = batch0(rv, typenum)) == NULL || (go = batch0(rgo, typenum)) == NULL
+            || (rga != NULL && (ga = cast_array(rga, typenum, 0)) == NULL))
+        goto fail;
+
+    /* Q and K gradients are zero outside batch item 0, which the kernel writes. */
+    LinearObject *a = self->attn, *c = self->attn_combine;
+    if ((gq = (PyArrayObject *)PyArray_ZEROS(3, PyArray_DIMS(rq), typenum, 0)) == NULL
+            || (gk = (PyArrayObject *)PyArray_ZEROS(3, PyArray_DIMS(rk), typenum, 0)) == NULL
+            || (gv = (PyArrayObject *)PyArray_SimpleNew(3, PyArray_DIMS(rv), typenum)) == NULL
+            || (gwa = (PyArrayObject *)PyArray_NewLikeArray(a->weight, NPY_CORDER, NULL, 0)) == NULL
+            || (gba = (PyArrayObject *)PyArray_NewLikeArray(a->bias, NPY_CORDER, NULL, 0)) == NULL
+            || (gwc = (PyArrayObject *)PyArray_NewLikeArray(c->weight, NPY_CORDER, NULL, 0)) == NULL
+            || (gbc = (PyArrayObject *)PyArray_NewLikeArray(c->bias, NPY_CORDER, NULL, 0)) == NULL)
+        goto fail;
+
+    const void *gad = ga ? PyArray_DATA(ga) : NULL;
+    npy_intp rs_ga = ga ? ESTRIDE(ga, 0) : 0, cs_ga = ga ? ESTRIDE(ga, 1) : 0;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    if (typenum == NPY_FLOAT)
+        rc = myatt_backward_f32(PyArray_DATA(gq), PyArray_DATA(gk), PyArray_DATA(gv),
+                                PyArray_DATA(gwa), PyArray_DATA(gba),
+                                PyArray_DATA(gwc), PyArray_DATA(gbc),
+                                PyArray_DATA(go), ESTRIDE(go, 0), ESTRIDE(go, 1),
+                                gad, rs_ga, cs_ga,
+                                PyArray_DATA(q), ESTRIDE(q, 0), ESTRIDE(q, 1),
+                                PyArray_DATA(k), ESTRIDE(k, 0), ESTRIDE(k, 1),
+                                PyArray_DATA(v), ESTRIDE(v, 0), ESTRIDE(v, 1),
+                                PyArray_DATA(a->weight), PyArray_DATA(a->bias),
+                                PyArray_DATA(c->weight), PyArray_DATA(c->bias),
+                                S, dq, dk, v1, v2, os);
+    else
+        rc = myatt_backward_f64(PyArray_DATA(gq), PyArray_DATA(gk), PyArray_DATA(gv),
+                                PyArray_DATA(gwa), PyArray_DATA(gba),
+                                PyArray_DATA(gwc), PyArray_DATA(gbc),
+                                PyArray_DATA(go), ESTRIDE(go, 0), ESTRIDE(go, 1),
+                                gad, rs_ga, cs_ga,
+                                PyArray_DATA(q), ESTRIDE(q, 0), ESTRIDE(q, 1),
+                                PyArray_DATA(k), ESTRIDE(k, 0), ESTRIDE(k, 1),
+                                PyArray_DATA(v), ESTRIDE(v, 0), ESTRIDE(v, 1),
+                                PyArray_DATA(a->weight), PyArray_DATA(a->bias),
+                                PyArray_DATA(c->weight), PyArray_DATA(c->bias),
+                                S, dq, dk, v1, v2, os);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    result = Py_BuildValue("{sOsOsOsOsOsOsO}", "Q", gq, "K", gk, "V", gv,
+                           "attn.weight", gwa, "attn.bias", gba,
+                           "attn_combine.weight", gwc, "attn_combine.bias", gbc);
+fail:
+    Py_XDECREF(rq);
+    Py_XDECREF(rk);
+    Py_XDECREF(rv);
+    Py_XDECREF(rgo);
+    Py_XDECREF(rga);
+    Py_XDECREF(q);
+    Py_XDECREF(k);
+    Py_XDECREF(v);
+    Py_XDECREF(go);
+    Py_XDECREF(ga);
+    Py_XDECREF(gq);
+    Py_XDECREF(gk);
+    Py_XDECREF(gv);
+    Py_XDECREF(gwa);
+    Py_XDECREF(gba);
+    Py_XDECREF(gwc);
+    Py_XDECREF(gbc);
+    return result;
+}
+
+PyDoc_STRVAR(MyAtt_backward_doc,
+"backward($self, Q, K, V, grad_output, grad_attn_weights=None)\n--\n\n"
+"Gradients of sum(output * grad_output) + sum(attn_weights * grad_attn_weights)\n"
+"(the second term left out when grad_attn_weights is None), as torch's autograd\n"
+"gives them: a dict with keys Q, K, V (shaped like them; batch items of Q and K\n"
+"other than 0 get zeros) and attn.weight, attn.bias, attn_combine.weight,\n"
+"attn_combine.bias, in the module's dtype. grad_output is [1, S, output_size],\n"
+"grad_attn_weights [S, value_size1]. The forward is recomputed block by block.");
+
+static PyObject *MyAtt_backward(MyAttObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"Q", "K", "V", "grad_output", "grad_attn_weights", NULL};
+    PyObject *Q, *K, *V, *GO, *GA = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO|O:MyAtt.backward", kwlist,
+                                     &Q, &K, &V, &GO, &GA))
+        return NULL;
+    return myatt_backward(self, Q, K, V, GO, GA);
+}
+
 /* ---- state_dict ------------------------------------------------------------ */
 
 static const char *const myatt_keys[] = {"attn.weight", "attn.bias",
@@ -303,6 +434,8 @@ PyDoc_STRVAR(MyAtt_load_state_dict_doc,
 static PyMethodDef MyAtt_methods[] = {
     {"forward", (PyCFunction)(void (*)(void))MyAtt_forward, METH_VARARGS | METH_KEYWORDS,
      MyAtt_forward_doc},
+    {"backward", (PyCFunction)(void (*)(void))MyAtt_backward, METH_VARARGS | METH_KEYWORDS,
+     MyAtt_backward_doc},
     {"state_dict", (PyCFunction)MyAtt_state_dict, METH_NOARGS, MyAtt_state_dict_doc},
     {"load_state_dict", (PyCFunction)(void (*)(void))MyAtt_load_state_dict,
      METH_VARARGS | METH_KEYWORDS, MyAtt_load_state_dict_doc},

@@ -3,11 +3,13 @@
  * torch.cat((Q[0], K[0]), -1) @ W^T is split into two gemm calls on column
  * slices of W (the second accumulating), so no concatenated copy is made, and
  * S is processed in blocks of MYATT_ROW_BLOCK rows so that the `applied`
- * workspace is [MYATT_ROW_BLOCK, v2] whatever S is. */
+ * workspace is [MYATT_ROW_BLOCK, v2] whatever S is.  The backward runs over the
+ * same row blocks and recomputes each block's forward values (myatt_tmpl.h). */
 #include "myatt.h"
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "alloc.h"
 #include "gemm.h"

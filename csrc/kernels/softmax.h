@@ -14,4 +14,16 @@
 void softmax_forward_f32(float *out, const float *inp, int64_t outer, int64_t n, int64_t inner);
 void softmax_forward_f64(double *out, const double *inp, int64_t outer, int64_t n, int64_t inner);
 
+/* The gradient of the softmax's input, from the softmax's output and the
+ * gradient of that output, along the middle axis of [outer, n, inner]:
+ *
+ *   grad_inp[o, j, i] = out[o, j, i] * (grad_out[o, j, i] - sum_j grad_out * out)
+ *
+ * (torch's _softmax_backward_data).  All three are contiguous; grad_inp may be
+ * the same buffer as grad_out or out (in place).  Any size may be 0. */
+void softmax_backward_f32(float *grad_inp, const float *grad_out, const float *out,
+                          int64_t outer, int64_t n, int64_t inner);
+void softmax_backward_f64(double *grad_inp, const double *grad_out, const double *out,
+                          int64_t outer, int64_t n, int64_t inner);
+
 #endif

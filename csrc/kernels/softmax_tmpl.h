@@ -123,3 +123,84 @@ void SUF(softmax_forward)(T *out, const T *inp, int64_t outer, int64_t n, int64_
     else
         SUF(softmax_cols)(out, inp, outer, n, inner);
 }
+
+/* ---- backward -------------------------------------------------------------- */
+
+/* Pairwise dot product of x[0:n] and y[0:n]: softmax_sum's scheme over the
+ * products, so the row's sum(grad_out * out) is as accurate as the forward sum. */
+static T SUF(softmax_dot)(const T *x, const T *y, int64_t n)
+{
+    if (n < 8) {
+        T s = 0;
+        for (int64_t i = 0; i < n; i++)
+            s += x[i] * y[i];
+        return s;
+    }
+    if (n <= 128) {
+        T r[8];
+        for (int l = 0; l < 8; l++)
+            r[l] = x[l] * y[l];
+        int64_t i = 8;
+        for (; i + 8 <= n; i += 8)
+            for (int l = 0; l < 8; l++)
+                r[l] += x[i + l] * y[i + l];
+        T s = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++)
+            s += x[i] * y[i];
+        return s;
+    }
+    int64_t half = n / 2;
+    half -= half % 8;
+    return SUF(softmax_dot)(x, y, half) + SUF(softmax_dot)(x + half, y + half, n - half);
+}
+
+#define SOFTMAX_COLS 128
+
+void SUF(softmax_backward)(T *grad_inp, const T *grad_out, const T *out,
+                           int64_t outer, int64_t n, int64_t inner)
+{
+    if (outer <= 0 || n <= 0 || inner <= 0)
+        return;
+    if (inner == 1) {
+        for (int64_t r = 0; r < outer; r++) {
+            const T *go_r = grad_out + r * n;   /* [n] */
+            const T *out_r = out + r * n;       /* [n] */
+            T *gi_r = grad_inp + r * n;         /* [n], may be go_r or out_r */
+            /* 1. s = sum_j grad_out * out, read before anything is written */
+            const T s = SUF(softmax_dot)(go_r, out_r, n);
+            /* 2. grad_inp = out * (grad_out - s) */
+            for (int64_t j = 0; j < n; j++)
+                gi_r[j] = out_r[j] * (go_r[j] - s);
+        }
+        return;
+    }
+    /* Middle axis: per-column sums on the stack, SOFTMAX_COLS columns at a time,
+     * rows walked in order with the columns innermost (contiguous). */
+    T sum[SOFTMAX_COLS];
+    for (int64_t o = 0; o < outer; o++) {
+        const T *go_o = grad_out + o * n * inner;   /* [n, inner] */
+        const T *out_o = out + o * n * inner;       /* [n, inner] */
+        T *gi_o = grad_inp + o * n * inner;         /* [n, inner] */
+        for (int64_t i0 = 0; i0 < inner; i0 += SOFTMAX_COLS) {
+            const int64_t ib = inner - i0 < SOFTMAX_COLS ? inner - i0 : SOFTMAX_COLS;
+            /* 1. column sums of grad_out * out */
+            for (int64_t i = 0; i < ib; i++)
+                sum[i] = 0;
+            for (int64_t j = 0; j < n; j++) {
+                const T *go_row = go_o + j * inner + i0;   /* [ib] */
+                const T *out_row = out_o + j * inner + i0;
+                for (int64_t i = 0; i < ib; i++)
+                    sum[i] += go_row[i] * out_row[i];
+            }
+            /* 2. grad_inp = out * (grad_out - sum) */
+            for (int64_t j = 0; j < n; j++) {
+                const T *go_row = go_o + j * inner + i0;
+                const T *out_row = out_o + j * inner + i0;
+                T *gi_row = gi_o + j * inner + i0;
+                for (int64_t i = 0; i < ib; i++)
+                    gi_row[i] = out_row[i] * (go_row[i] - sum[i]);
+            }
+        }
+    }
+}
+#undef SOFTMAX_COLS

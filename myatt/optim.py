@@ -1,0 +1,167 @@
+"""SGD and Adam over myatt's live parameters: torch.optim's update rules, in NumPy.
+
+Parameters are NumPy views of a module's own memory, so an optimiser step is plain
+in-place NumPy arithmetic; these classes only keep the state (momentum, moments, step
+count) and apply torch's formulas in torch's order of operations, with every scalar
+cast to the parameter's dtype as torch casts it:
+
+    opt = myatt.Adam(m, lr=1e-3)          # m: a MyAtt or Linear (or a dict of arrays)
+    grads = m.backward(Q, K, V, grad_output)
+    opt.step(grads)                       # keys Q, K, V of the dict are ignored
+
+Unlike torch, gradients are passed to step() (they are returned, never stored on the
+parameters); a parameter whose key is missing from `grads` is skipped, as torch skips
+a parameter whose .grad is None.  (torch's CPU kernels fuse some multiply-adds, so
+float32 results agree to rounding, not bit for bit.)
+"""
+import numpy as np
+
+__all__ = ["SGD", "Adam"]
+
+
+def _live_params(params):
+    """{name: live ndarray}: a module's state_dict keys resolved as attribute paths
+    ('attn.weight' -> params.attn.weight, a view of the module's memory), or a
+    mapping of names to writeable float arrays."""
+    if hasattr(params, "state_dict"):
+        out = {}
+        for key in params.state_dict():
+            obj = params
+            for part in key.split("."):
+                obj = getattr(obj, part)
+            out[key] = obj
+        return out
+    try:
+        out = dict(params)
+    except (TypeError, ValueError):
+        raise TypeError("params must be a module with state_dict() or a mapping of names to "
+                        f"arrays, got {type(params).__name__}") from None
+    for k, v in out.items():
+        if not (isinstance(v, np.ndarray) and v.dtype in (np.float32, np.float64)
+                and v.flags.writeable):
+            raise TypeError(f"params[{k!r}] must be a writeable float32/float64 ndarray "
+                            "(updated in place)")
+    return out
+
+
+class _Optimizer:
+    def __init__(self, params):
+        self.params = _live_params(params)
+        self.state = {name: {} for name in self.params}
+
+    def step(self, grads):
+        """Update every parameter whose name is a key of `grads` (extra keys are ignored).
+        Every gradient is checked before any parameter changes."""
+        if not hasattr(grads, "get"):
+            raise TypeError(f"grads must be a mapping, got {type(grads).__name__}")
+        todo = []
+        for name, p in self.params.items():
+            g = grads.get(name)
+            if g is None:
+                continue
+            g = np.asarray(g)
+            if g.dtype.kind not in "biuf":
+                raise TypeError(f"grads[{name!r}] has dtype {g.dtype}; expected real numbers")
+            if g.shape != p.shape:
+                raise ValueError(f"grads[{name!r}] must have shape {p.shape}, got {g.shape}")
+            todo.append((name, p, g.astype(p.dtype)))
+        for name, p, g in todo:
+            self._update(self.state[name], p, g)
+
+    def __repr__(self):
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.defaults.items())
+        return f"{type(self).__name__}({opts})"
+
+
+class SGD(_Optimizer):
+    """torch.optim.SGD: weight decay, momentum with dampening, Nesterov, maximize."""
+
+    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0,
+                 nesterov=False, *, maximize=False):
+        if lr < 0 or momentum < 0 or weight_decay < 0:
+            raise ValueError("lr, momentum and weight_decay must be >= 0")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        super().__init__(params)
+        self.lr, self.momentum, self.dampening = lr, momentum, dampening
+        self.weight_decay, self.nesterov, self.maximize = weight_decay, nesterov, maximize
+
+    @property
+    def defaults(self):
+        return dict(lr=self.lr, momentum=self.momentum, dampening=self.dampening,
+                    weight_decay=self.weight_decay, nesterov=self.nesterov,
+                    maximize=self.maximize)
+
+    def _update(self, state, p, g):
+        T = p.dtype.type
+        if self.maximize:
+            g = -g
+        if self.weight_decay != 0:
+            g = g + T(self.weight_decay) * p                  # grad.add(param, alpha=wd)
+        if self.momentum != 0:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = state["momentum_buffer"] = g.copy()
+            else:
+                buf *= T(self.momentum)                       # buf.mul_(momentum)
+                buf += T(1 - self.dampening) * g              #    .add_(grad, alpha=1 - dampening)
+            g = g + T(self.momentum) * buf if self.nesterov else buf
+        p += T(-self.lr) * g                                  # param.add_(grad, alpha=-lr)
+
+
+class Adam(_Optimizer):
+    """torch.optim.Adam: bias-corrected moments, weight decay (or decoupled, as AdamW),
+    amsgrad, maximize."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 amsgrad=False, *, maximize=False, decoupled_weight_decay=False):
+        if lr < 0 or eps < 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
+            raise ValueError("lr, eps and weight_decay must be >= 0 and betas in [0, 1)")
+        super().__init__(params)
+        self.lr, self.betas, self.eps, self.weight_decay = lr, tuple(betas), eps, weight_decay
+        self.amsgrad, self.maximize = amsgrad, maximize
+        self.decoupled_weight_decay = decoupled_weight_decay
+
+    @property
+    def defaults(self):
+        return dict(lr=self.lr, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay,
+                    amsgrad=self.amsgrad, maximize=self.maximize,
+                    decoupled_weight_decay=self.decoupled_weight_decay)
+
+    def _update(self, state, p, g):
+        T = p.dtype.type
+        beta1, beta2 = self.betas
+        if not state:
+            state["step"] = 0
+            state["exp_avg"] = np.zeros_like(p)
+            state["exp_avg_sq"] = np.zeros_like(p)
+            if self.amsgrad:
+                state["max_exp_avg_sq"] = np.zeros_like(p)
+        state["step"] += 1
+        step, exp_avg, exp_avg_sq = state["step"], state["exp_avg"], state["exp_avg_sq"]
+        if self.maximize:
+            g = -g
+        if self.weight_decay != 0:
+            if self.decoupled_weight_decay:
+                p *= T(1 - self.lr * self.weight_decay)      # param.mul_(1 - lr * wd)
+            else:
+                g = g + T(self.weight_decay) * p              # grad.add(param, alpha=wd)
+        # exp_avg.lerp_(grad, 1 - beta1), torch's two-sided lerp formula
+        w = T(1 - beta1)
+        if abs(w) < 0.5:
+            exp_avg += w * (g - exp_avg)
+        else:
+            exp_avg[...] = g - (g - exp_avg) * (T(1) - w)
+        exp_avg_sq *= T(beta2)                                # exp_avg_sq.mul_(beta2)
+        exp_avg_sq += T(1 - beta2) * g * g                    #   .addcmul_(grad, grad, 1 - beta2)
+        bias_correction1 = 1 - beta1 ** step                  # Python floats, as torch
+        bias_correction2 = 1 - beta2 ** step
+        step_size = self.lr / bias_correction1
+        bias_correction2_sqrt = bias_correction2 ** 0.5
+        if self.amsgrad:
+            np.maximum(state["max_exp_avg_sq"], exp_avg_sq, out=state["max_exp_avg_sq"])
+            second = state["max_exp_avg_sq"]
+        else:
+            second = exp_avg_sq
+        denom = np.sqrt(second) / T(bias_correction2_sqrt) + T(self.eps)
+        p += T(-step_size) * exp_avg / denom                  # param.addcdiv_(exp_avg, denom, -step_size)

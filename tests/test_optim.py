@@ -1,0 +1,123 @@
+"""myatt.SGD and myatt.Adam against torch.optim.SGD / Adam over many steps.
+
+Both sides start from the same parameters and see the same gradients; after every step
+the parameters must agree at assert_close's default tolerances.  A second test trains a
+MyAtt and the seed's torch module side by side, each with its own gradients.
+"""
+import numpy as np
+import pytest
+import torch
+
+import myatt
+from oracle import assert_matches, to_torch, torch_dtype, torch_myatt
+from test_myatt import inputs
+
+STEPS = 100
+
+SGD_CASES = [
+    dict(lr=0.1),
+    dict(lr=0.05, momentum=0.9),
+    dict(lr=0.05, momentum=0.9, dampening=0.3, weight_decay=0.01),
+    dict(lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.1),
+    dict(lr=0.01, maximize=True, momentum=0.5),
+]
+ADAM_CASES = [
+    dict(lr=1e-2),
+    dict(lr=1e-3, betas=(0.8, 0.99), eps=1e-6),
+    dict(lr=1e-2, weight_decay=0.05),
+    dict(lr=1e-2, weight_decay=0.05, decoupled_weight_decay=True),
+    dict(lr=1e-2, amsgrad=True),
+    dict(lr=1e-2, maximize=True, betas=(0.3, 0.9)),
+    dict(lr=1e-2, betas=(0.6, 0.999)),   # lerp weight 0.4: still the small-weight branch
+    dict(lr=1e-2, betas=(0.2, 0.999)),   # lerp weight 0.8: the other branch
+]
+
+
+def run_both(rng, dtype, ours_cls, torch_cls, kwargs):
+    shapes = {"w": (7, 5), "b": (7,), "scalar_like": (1,)}
+    params = {k: rng.standard_normal(s).astype(dtype) for k, s in shapes.items()}
+    t_params = {k: torch.from_numpy(v.copy()).requires_grad_(True) for k, v in params.items()}
+    opt = ours_cls(params, **kwargs)
+    t_opt = torch_cls(list(t_params.values()), foreach=False, **kwargs)
+    for _ in range(STEPS):
+        grads = {k: rng.standard_normal(s).astype(dtype) for k, s in shapes.items()}
+        opt.step(grads)
+        for k, p in t_params.items():
+            p.grad = torch.from_numpy(grads[k].copy())
+        t_opt.step()
+        for k in params:
+            assert_matches(params[k], t_params[k])
+
+
+@pytest.mark.parametrize("kwargs", SGD_CASES, ids=str)
+def test_sgd_matches_torch(rng, dtype, kwargs):
+    run_both(rng, dtype, myatt.SGD, torch.optim.SGD, kwargs)
+
+
+@pytest.mark.parametrize("kwargs", ADAM_CASES, ids=str)
+def test_adam_matches_torch(rng, dtype, kwargs):
+    run_both(rng, dtype, myatt.Adam, torch.optim.Adam, kwargs)
+
+
+@pytest.mark.parametrize("opt_name,kwargs", [("SGD", dict(lr=0.1, momentum=0.9)),
+                                             ("Adam", dict(lr=1e-2))])
+def test_training_myatt_side_by_side(rng, dtype, opt_name, kwargs):
+    """m.backward + myatt optimiser == loss.backward() + torch.optim, step after step."""
+    sizes = (6, 5, 8, 7, 4)
+    m = myatt.MyAtt(*sizes, dtype=dtype)
+    t = torch_myatt(m)
+    opt = getattr(myatt, opt_name)(m, **kwargs)
+    t_opt = getattr(torch.optim, opt_name)(t.parameters(), foreach=False, **kwargs)
+    for step in range(30):
+        Q, K, V = inputs(rng, sizes, 9, dtype)
+        target = rng.standard_normal((1, 9, 4)).astype(dtype)
+        out, attn = m(Q, K, V)
+        grads = m.backward(Q, K, V, (2 / out.size) * (out - target))     # mean squared error
+        opt.step(grads)
+        t_opt.zero_grad()
+        t_out, _ = t(*(to_torch(x, dtype) for x in (Q, K, V)))
+        torch.nn.functional.mse_loss(t_out, to_torch(target, dtype)).backward()
+        t_opt.step()
+        for k, v in t.state_dict().items():
+            assert_matches(m.state_dict()[k], v)
+
+
+def test_module_params_are_live(rng):
+    m = myatt.Linear(3, 2)
+    opt = myatt.SGD(m, lr=0.5)
+    w0, b0 = m.weight.copy(), m.bias.copy()
+    opt.step({"weight": np.ones((2, 3)), "bias": np.ones(2)})
+    np.testing.assert_array_equal(m.weight, w0 - np.float32(0.5))
+    np.testing.assert_array_equal(m.bias, b0 - np.float32(0.5))
+    opt.step({"weight": np.ones((2, 3))})          # a missing key: that parameter is skipped
+    np.testing.assert_array_equal(m.bias, b0 - np.float32(0.5))
+
+
+def test_bad_arguments():
+    m = myatt.Linear(3, 2)
+    with pytest.raises(ValueError):
+        myatt.SGD(m, lr=-1)
+    with pytest.raises(ValueError):
+        myatt.SGD(m, lr=0.1, nesterov=True)
+    with pytest.raises(ValueError):
+        myatt.Adam(m, betas=(1.0, 0.9))
+    with pytest.raises(TypeError):
+        myatt.SGD({"w": [1.0, 2.0]})
+    with pytest.raises(TypeError):
+        myatt.SGD(42)
+    opt = myatt.Adam(m)
+    with pytest.raises(ValueError, match="weight"):
+        opt.step({"weight": np.ones((3, 2))})
+    with pytest.raises(TypeError, match="weight"):
+        opt.step({"weight": np.ones((2, 3), dtype=complex)})
+    assert "Adam(lr=0.001" in repr(opt)
+
+
+def test_failed_step_changes_nothing():
+    m = myatt.Linear(3, 2)
+    opt = myatt.SGD(m, lr=0.5)
+    w0, b0 = m.weight.copy(), m.bias.copy()
+    with pytest.raises(ValueError, match="bias"):
+        opt.step({"weight": np.ones((2, 3)), "bias": np.ones(3)})
+    np.testing.assert_array_equal(m.weight, w0)
+    np.testing.assert_array_equal(m.bias, b0)
