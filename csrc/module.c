@@ -76,6 +76,50 @@ fail:
 
 /* ---- softmax --------------------------------------------------------------- */
 
+/* `dim` of softmax and softmax_backward: an integer in [-ndim, ndim) (0-d takes 0 or -1), as a
+ * non-negative axis; TypeError or numpy's AxisError otherwise. */
+static int axis_arg(PyObject *module, PyObject *dim_obj, int ndim, const char *what, int *axis)
+{
+    Py_ssize_t dim = -1;
+    if (dim_obj != NULL) {
+        if (PyBool_Check(dim_obj) || !PyIndex_Check(dim_obj)) {
+            PyErr_Format(PyExc_TypeError, "%s must be an integer, got %.100s", what,
+                         Py_TYPE(dim_obj)->tp_name);
+            return -1;
+        }
+        dim = PyNumber_AsSsize_t(dim_obj, NULL);   /* clamps: out of range either way */
+        if (dim == -1 && PyErr_Occurred())
+            return -1;
+    }
+    int span = ndim > 0 ? ndim : 1;
+    if (dim < -span || dim >= span) {
+        myatt_state *st = PyModule_GetState(module);
+        PyObject *exc = PyObject_CallFunction(st->axis_error, "nis", dim, span, what);
+        if (exc != NULL) {
+            PyErr_SetObject(st->axis_error, exc);
+            Py_DECREF(exc);
+        }
+        return -1;
+    }
+    *axis = (int)(dim < 0 ? dim + span : dim);
+    return 0;
+}
+
+/* The [outer, n, inner] view of `a` around `axis` (a 0-d array is [1, 1, 1]). */
+static void axis_split(PyArrayObject *a, int axis, npy_intp *outer, npy_intp *n, npy_intp *inner)
+{
+    int ndim = PyArray_NDIM(a);
+    *outer = 1;
+    *n = ndim > 0 ? PyArray_DIM(a, axis) : 1;
+    *inner = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (i < axis)
+            *outer *= PyArray_DIM(a, i);
+        else if (i > axis)
+            *inner *= PyArray_DIM(a, i);
+    }
+}
+
 PyDoc_STRVAR(softmax_doc,
 "softmax($module, input, dim=-1)\n--\n\n"
 "exp(x - max) / sum(exp(x - max)) along `dim`, as torch.softmax.\n\n"
@@ -88,36 +132,14 @@ static PyObject *myatt_softmax(PyObject *module, PyObject *args, PyObject *kwds)
     PyObject *input_obj, *dim_obj = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:softmax", kwlist, &input_obj, &dim_obj))
         return NULL;
-    Py_ssize_t dim = -1;
-    if (dim_obj != NULL) {
-        if (PyBool_Check(dim_obj) || !PyIndex_Check(dim_obj)) {
-            PyErr_Format(PyExc_TypeError, "softmax(): dim must be an integer, got %.100s",
-                         Py_TYPE(dim_obj)->tp_name);
-            return NULL;
-        }
-        dim = PyNumber_AsSsize_t(dim_obj, NULL);   /* clamps: out of range either way */
-        if (dim == -1 && PyErr_Occurred())
-            return NULL;
-    }
     PyArrayObject *raw = as_real_array(input_obj, "softmax(): input");
     if (raw == NULL)
         return NULL;
-    int ndim = PyArray_NDIM(raw);
-    int span = ndim > 0 ? ndim : 1;   /* a 0-d input takes dim 0 or -1, as in torch */
-    if (dim < -span || dim >= span) {
-        myatt_state *st = PyModule_GetState(module);
-        PyObject *exc = PyObject_CallFunction(st->axis_error, "nis", (Py_ssize_t)dim, span,
-                                              "softmax(): dim");
-        if (exc != NULL) {
-            PyErr_SetObject(st->axis_error, exc);
-            Py_DECREF(exc);
-        }
+    int ndim = PyArray_NDIM(raw), axis;
+    if (axis_arg(module, dim_obj, ndim, "softmax(): dim", &axis) < 0) {
         Py_DECREF(raw);
         return NULL;
     }
-    if (dim < 0)
-        dim += span;
-
     int typenum = result_typenum(raw, NULL, NULL);
     PyArrayObject *x = cast_array(raw, typenum, 1);
     Py_DECREF(raw);
@@ -128,14 +150,8 @@ static PyObject *myatt_softmax(PyObject *module, PyObject *args, PyObject *kwds)
         Py_DECREF(x);
         return NULL;
     }
-    /* [outer, n, inner] around the axis. */
-    npy_intp outer = 1, n = ndim > 0 ? PyArray_DIM(x, dim) : 1, inner = 1;
-    for (int i = 0; i < ndim; i++) {
-        if (i < dim)
-            outer *= PyArray_DIM(x, i);
-        else if (i > dim)
-            inner *= PyArray_DIM(x, i);
-    }
+    npy_intp outer, n, inner;
+    axis_split(x, axis, &outer, &n, &inner);
     const void *xd = PyArray_DATA(x);
     void *od = PyArray_DATA((PyArrayObject *)out);
     Py_BEGIN_ALLOW_THREADS
@@ -279,35 +295,6 @@ fail:
     return result;
 }
 
-/* `dim` of softmax_backward: an integer in [-ndim, ndim) (0-d takes 0 or -1), as a
- * non-negative axis; TypeError or numpy's AxisError otherwise. */
-static int axis_arg(PyObject *module, PyObject *dim_obj, int ndim, const char *what, int *axis)
-{
-    Py_ssize_t dim = -1;
-    if (dim_obj != NULL) {
-        if (PyBool_Check(dim_obj) || !PyIndex_Check(dim_obj)) {
-            PyErr_Format(PyExc_TypeError, "%s must be an integer, got %.100s", what,
-                         Py_TYPE(dim_obj)->tp_name);
-            return -1;
-        }
-        dim = PyNumber_AsSsize_t(dim_obj, NULL);   /* clamps: out of range either way */
-        if (dim == -1 && PyErr_Occurred())
-            return -1;
-    }
-    int span = ndim > 0 ? ndim : 1;
-    if (dim < -span || dim >= span) {
-        myatt_state *st = PyModule_GetState(module);
-        PyObject *exc = PyObject_CallFunction(st->axis_error, "nis", dim, span, what);
-        if (exc != NULL) {
-            PyErr_SetObject(st->axis_error, exc);
-            Py_DECREF(exc);
-        }
-        return -1;
-    }
-    *axis = (int)(dim < 0 ? dim + span : dim);
-    return 0;
-}
-
 PyDoc_STRVAR(softmax_backward_doc,
 "softmax_backward($module, grad_output, output, dim=-1)\n--\n\n"
 "The gradient of softmax's input, from its output y = softmax(x, dim) and the\n"
@@ -339,14 +326,8 @@ static PyObject *myatt_softmax_backward(PyObject *module, PyObject *args, PyObje
     if ((g = cast_array(rg, typenum, 1)) == NULL || (y = cast_array(ry, typenum, 1)) == NULL
             || (out = PyArray_SimpleNew(ndim, PyArray_DIMS(y), typenum)) == NULL)
         goto fail;
-    /* [outer, n, inner] around the axis */
-    npy_intp outer = 1, n = ndim > 0 ? PyArray_DIM(y, axis) : 1, inner = 1;
-    for (int i = 0; i < ndim; i++) {
-        if (i < axis)
-            outer *= PyArray_DIM(y, i);
-        else if (i > axis)
-            inner *= PyArray_DIM(y, i);
-    }
+    npy_intp outer, n, inner;
+    axis_split(y, axis, &outer, &n, &inner);
     const void *gd = PyArray_DATA(g), *yd = PyArray_DATA(y);
     void *od = PyArray_DATA((PyArrayObject *)out);
     Py_BEGIN_ALLOW_THREADS
