@@ -1,0 +1,163 @@
+"""Attention heatmaps, in the manner of the PyTorch seq2seq tutorial's ``showAttention``.
+
+matplotlib is an optional extra (``pip install "myatt[plot]"``); it is imported
+when a plot is drawn, never when ``myatt`` is imported.
+"""
+import functools
+import unicodedata
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from . import _interop
+
+__all__ = ["plot_attention"]
+
+# Families with CJK glyphs, tried first when labels need them (Debian: fonts-noto-cjk,
+# fonts-wqy-microhei, fonts-wqy-zenhei; macOS and Windows names after them).
+CJK_FAMILIES = ["Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Source Han Sans SC",
+                "WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Droid Sans Fallback",
+                "AR PL UMing CN", "PingFang SC", "Hiragino Sans GB", "Heiti SC",
+                "Microsoft YaHei", "SimHei", "Arial Unicode MS"]
+
+
+def _import_pyplot():
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise ImportError("myatt.plot_attention needs matplotlib: pip install matplotlib "
+                          "(or pip install \"myatt[plot]\")") from e
+    return plt
+
+
+@functools.lru_cache(maxsize=None)
+def _charmap(path):
+    from matplotlib import ft2font
+
+    try:
+        return frozenset(ft2font.FT2Font(path).get_charmap())
+    except (OSError, RuntimeError, ValueError):
+        return frozenset()
+
+
+def _fallback_family(chars):
+    """The name of an installed font family that has a glyph for each of `chars`, or None.
+
+    Known CJK families first, then every font matplotlib knows, then system fonts it
+    has not listed yet (its font cache may predate a font installed since).
+    """
+    from matplotlib import font_manager
+
+    fm = font_manager.fontManager
+    codes = {ord(c) for c in chars}
+
+    def search(entries):
+        entries = sorted(entries, key=lambda f: (f.name not in CJK_FAMILIES,
+                                                 CJK_FAMILIES.index(f.name)
+                                                 if f.name in CJK_FAMILIES else 0, f.name))
+        for f in entries:
+            if codes <= _charmap(f.fname):
+                return f.name
+        return None
+
+    found = search(fm.ttflist)
+    if found is None:
+        known = {f.fname for f in fm.ttflist}
+        for path in font_manager.findSystemFonts():
+            if path not in known:
+                try:
+                    fm.addfont(path)
+                except Exception:   # an unreadable font file: skip it
+                    continue
+        found = search([f for f in fm.ttflist if f.fname not in known])
+    return found
+
+
+def label_fonts(labels):
+    """The font family list for `labels`: matplotlib's default, plus a fallback family
+    for the characters the default font has no glyph for (CJK, for instance).
+
+    Warns, naming what to install, when no installed font has those glyphs.
+    """
+    import warnings
+
+    from matplotlib import font_manager, rcParams
+
+    text = "".join(str(s) for s in labels)
+    default_path = font_manager.findfont(font_manager.FontProperties())
+    default_cmap = _charmap(default_path)
+    missing = sorted({c for c in text if not c.isspace() and ord(c) not in default_cmap
+                      and unicodedata.category(c)[0] != "C"})
+    family = list(rcParams["font.family"])
+    if family == ["sans-serif"]:
+        family = list(rcParams["font.sans-serif"])
+    if not missing:
+        return family
+    extra = _fallback_family(missing)
+    if extra is None:
+        warnings.warn(f"myatt.plot_attention: no installed font has glyphs for "
+                      f"{''.join(missing[:10])!r}; install one with them (for Chinese, "
+                      f"Debian's fonts-noto-cjk or fonts-wqy-microhei)", UserWarning,
+                      stacklevel=3)
+        return family
+    return family + [extra]
+
+
+def _labels(labels, n, what):
+    if labels is None:
+        return None
+    labels = [str(s) for s in labels]
+    if len(labels) != n:
+        raise ValueError(f"plot_attention(): {what} has {len(labels)} labels for {n} "
+                         f"{'columns' if what == 'x_labels' else 'rows'} of weights")
+    return labels
+
+
+def plot_attention(weights: Any, x_labels: Optional[Sequence[Any]] = None,
+                   y_labels: Optional[Sequence[Any]] = None, ax: Any = None, *,
+                   cmap: str = "bone", colorbar: bool = True,
+                   title: Optional[str] = None) -> Any:
+    """Draw attention weights as a heatmap and return the matplotlib Axes.
+
+    weights: [rows, cols] (e.g. MyAtt's attn_weights [S, value_size1]: one row per query,
+        one column per attended position); NumPy array, torch tensor or array-like.
+        Leading axes of size 1 are dropped; a 1-D vector is drawn as one row.
+    x_labels: one label per column (the attended words), written vertically along the
+        top as in the tutorial; y_labels: one label per row (the queries).
+    ax: an Axes to draw on; default a new figure.
+    Characters the default font lacks (Chinese labels, for instance) are drawn with an
+    installed font that has them; a warning names what to install when none has.
+    Needs matplotlib (``pip install "myatt[plot]"``).
+    """
+    plt = _import_pyplot()
+    w = np.asarray(_interop.to_numpy(weights))
+    if w.dtype.kind not in "biuf":
+        raise TypeError(f"plot_attention(): weights must be real numbers, got {w.dtype}")
+    while w.ndim > 2 and w.shape[0] == 1:
+        w = w[0]
+    if w.ndim == 1:
+        w = w[None, :]
+    if w.ndim != 2:
+        raise ValueError(f"plot_attention(): weights must be 2-D [rows, cols] (leading axes "
+                         f"of size 1 are dropped), got shape {tuple(np.shape(weights))}")
+    rows, cols = w.shape
+    xl = _labels(x_labels, cols, "x_labels")
+    yl = _labels(y_labels, rows, "y_labels")
+
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * cols + 2.5),
+                                        max(3.0, 0.45 * rows + 1.8)))
+    else:
+        fig = ax.figure
+    image = ax.matshow(w.astype(np.float64), cmap=cmap)
+    if colorbar:
+        fig.colorbar(image, ax=ax)
+    ax.set_xticks(range(cols))
+    ax.set_yticks(range(rows))
+    if xl is not None:
+        ax.set_xticklabels(xl, rotation=90, fontfamily=label_fonts(xl))
+    if yl is not None:
+        ax.set_yticklabels(yl, fontfamily=label_fonts(yl))
+    if title is not None:
+        ax.set_title(title, fontfamily=label_fonts([title]))
+    return ax
