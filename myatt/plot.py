@@ -3,9 +3,8 @@
 matplotlib is an optional extra (``pip install "myatt[plot]"``); it is imported
 when a plot is drawn, never when ``myatt`` is imported.
 """
-import functools
 import unicodedata
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, FrozenSet, Optional, Sequence
 
 import numpy as np
 
@@ -30,14 +29,19 @@ def _import_pyplot():
     return plt
 
 
-@functools.lru_cache(maxsize=None)
-def _charmap(path):
-    from matplotlib import ft2font
+_CHARMAPS: Dict[str, FrozenSet[int]] = {}
 
-    try:
-        return frozenset(ft2font.FT2Font(path).get_charmap())
-    except (OSError, RuntimeError, ValueError):
-        return frozenset()
+
+def _charmap(path: str) -> FrozenSet[int]:
+    """The code points a font file has glyphs for (cached)."""
+    if path not in _CHARMAPS:
+        from matplotlib import ft2font
+
+        try:
+            _CHARMAPS[path] = frozenset(ft2font.FT2Font(path).get_charmap())
+        except (OSError, RuntimeError, ValueError):
+            _CHARMAPS[path] = frozenset()
+    return _CHARMAPS[path]
 
 
 def _fallback_family(chars):
@@ -74,33 +78,37 @@ def _fallback_family(chars):
 
 
 def label_fonts(labels):
-    """The font family list for `labels`: matplotlib's default, plus a fallback family
-    for the characters the default font has no glyph for (CJK, for instance).
+    """None when matplotlib's default font has a glyph for every character of `labels`;
+    else [default family, a family with the missing glyphs (CJK, for instance)].
 
     Warns, naming what to install, when no installed font has those glyphs.
     """
     import warnings
 
-    from matplotlib import font_manager, rcParams
+    from matplotlib import font_manager
 
     text = "".join(str(s) for s in labels)
     default_path = font_manager.findfont(font_manager.FontProperties())
     default_cmap = _charmap(default_path)
     missing = sorted({c for c in text if not c.isspace() and ord(c) not in default_cmap
                       and unicodedata.category(c)[0] != "C"})
-    family = list(rcParams["font.family"])
-    if family == ["sans-serif"]:
-        family = list(rcParams["font.sans-serif"])
     if not missing:
-        return family
+        return None
     extra = _fallback_family(missing)
     if extra is None:
         warnings.warn(f"myatt.plot_attention: no installed font has glyphs for "
                       f"{''.join(missing[:10])!r}; install one with them (for Chinese, "
                       f"Debian's fonts-noto-cjk or fonts-wqy-microhei)", UserWarning,
                       stacklevel=3)
-        return family
-    return family + [extra]
+        return None
+    # The default font first (its Latin glyphs), then the one with the rest: matplotlib
+    # >= 3.6 falls back glyph by glyph along the list.
+    return [font_manager.get_font(default_path).family_name, extra]
+
+
+def _font_kw(labels):
+    family = label_fonts(labels)
+    return {} if family is None else {"fontfamily": family}
 
 
 def _labels(labels, n, what):
@@ -155,9 +163,9 @@ def plot_attention(weights: Any, x_labels: Optional[Sequence[Any]] = None,
     ax.set_xticks(range(cols))
     ax.set_yticks(range(rows))
     if xl is not None:
-        ax.set_xticklabels(xl, rotation=90, fontfamily=label_fonts(xl))
+        ax.set_xticklabels(xl, rotation=90, **_font_kw(xl))
     if yl is not None:
-        ax.set_yticklabels(yl, fontfamily=label_fonts(yl))
+        ax.set_yticklabels(yl, **_font_kw(yl))
     if title is not None:
-        ax.set_title(title, fontfamily=label_fonts([title]))
+        ax.set_title(title, **_font_kw([title]))
     return ax
