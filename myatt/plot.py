@@ -123,16 +123,16 @@ def _labels(labels, n, what):
 
 def plot_attention(weights: Any, x_labels: Optional[Sequence[Any]] = None,
                    y_labels: Optional[Sequence[Any]] = None, ax: Any = None, *,
-                   cmap: str = "bone", colorbar: bool = True,
-                   title: Optional[str] = None) -> Any:
+                   cmap: str = "bone", colorbar: bool = True, title: Optional[str] = None,
+                   x_rotation: float = 45) -> Any:
     """Draw attention weights as a heatmap and return the matplotlib Axes.
 
     weights: [rows, cols] (e.g. MyAtt's attn_weights [S, value_size1]: one row per query,
         one column per attended position); NumPy array, torch tensor or array-like.
         Leading axes of size 1 are dropped; a 1-D vector is drawn as one row.
-    x_labels: one label per column (the attended words), written vertically along the
-        top as in the tutorial; y_labels: one label per row (the queries).
-    ax: an Axes to draw on; default a new figure.
+    x_labels: one label per column (the attended words), along the top as in the
+        tutorial, slanted by x_rotation degrees; y_labels: one label per row (the queries).
+    ax: an Axes to draw on; default a new figure. cmap, colorbar, title: as they say.
     Characters the default font lacks (Chinese labels, for instance) are drawn with an
     installed font that has them; a warning names what to install when none has.
     Needs matplotlib (``pip install "myatt[plot]"``).
@@ -163,7 +163,11 @@ def plot_attention(weights: Any, x_labels: Optional[Sequence[Any]] = None,
     ax.set_xticks(range(cols))
     ax.set_yticks(range(rows))
     if xl is not None:
-        ax.set_xticklabels(xl, rotation=90, **_font_kw(xl))
+        # Along the top (matshow's side), slanted so that short words such as "I" stay
+        # legible (the tutorial's 90 degrees turns an "I" into a dash): x_rotation=90 for that.
+        ax.set_xticklabels(xl, rotation=x_rotation, rotation_mode="anchor",
+                           ha="left" if x_rotation else "center",
+                           va="center" if x_rotation else "bottom", **_font_kw(xl))
     if yl is not None:
         ax.set_yticklabels(yl, **_font_kw(yl))
     if title is not None:

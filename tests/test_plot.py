@@ -32,7 +32,7 @@ def test_heatmap_of_weights(rng, tmp_path):
     assert ax.images[0].get_cmap().name == "bone"
     assert tick_texts(ax.get_xticklabels()) == ["I", "am", "here", "<EOS>"]
     assert tick_texts(ax.get_yticklabels()) == ["a", "b", "c"]
-    assert all(t.get_rotation() == 90 for t in ax.get_xticklabels())
+    assert all(t.get_rotation() == 45 for t in ax.get_xticklabels())
     assert len(ax.figure.axes) == 2   # the colour bar
     path = tmp_path / "attention.png"
     ax.figure.savefig(path)
