@@ -44,11 +44,12 @@ def _charmap(path: str) -> FrozenSet[int]:
     return _CHARMAPS[path]
 
 
-def _fallback_family(chars):
+def _fallback_family(chars, exclude=None):
     """The name of an installed font family that has a glyph for each of `chars`, or None.
 
     Known CJK families first, then every font matplotlib knows, then system fonts it
-    has not listed yet (its font cache may predate a font installed since).
+    has not listed yet (its font cache may predate a font installed since). The family
+    `exclude` (the default one, which lacks them) is never the answer.
     """
     from matplotlib import font_manager
 
@@ -60,7 +61,7 @@ def _fallback_family(chars):
                                                  CJK_FAMILIES.index(f.name)
                                                  if f.name in CJK_FAMILIES else 0, f.name))
         for f in entries:
-            if codes <= _charmap(f.fname):
+            if f.name != exclude and codes <= _charmap(f.fname):
                 return f.name
         return None
 
@@ -94,7 +95,8 @@ def label_fonts(labels):
                       and unicodedata.category(c)[0] != "C"})
     if not missing:
         return None
-    extra = _fallback_family(missing)
+    default_family = font_manager.get_font(default_path).family_name
+    extra = _fallback_family(missing, exclude=default_family)
     if extra is None:
         warnings.warn(f"myatt.plot_attention: no installed font has glyphs for "
                       f"{''.join(missing[:10])!r}; install one with them (for Chinese, "
@@ -103,7 +105,7 @@ def label_fonts(labels):
         return None
     # The default font first (its Latin glyphs), then the one with the rest: matplotlib
     # >= 3.6 falls back glyph by glyph along the list.
-    return [font_manager.get_font(default_path).family_name, extra]
+    return [default_family, extra]
 
 
 def _font_kw(labels):

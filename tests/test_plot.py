@@ -85,15 +85,22 @@ def test_fallback_font_for_missing_glyphs(monkeypatch):
     """Characters the default font lacks are drawn with an installed font that has them.
 
     Made deterministic with matplotlib's own fonts: the default font is made to lack
-    'é', which DejaVu Sans Mono (shipped with matplotlib) has.
+    'é', which DejaVu Sans Mono (shipped with matplotlib) has; installed CJK fonts,
+    which have it too, are hidden.
     """
     from matplotlib import font_manager
+
+    monkeypatch.setattr(myatt_plot, "CJK_FAMILIES", [])
+    monkeypatch.setattr(font_manager.fontManager, "ttflist",
+                        [f for f in font_manager.fontManager.ttflist
+                         if ord("\u4e2d") not in myatt_plot._charmap(f.fname)])
+    monkeypatch.setattr(font_manager, "findSystemFonts", lambda *a, **k: [])
 
     default = font_manager.findfont(font_manager.FontProperties())
     real = myatt_plot._charmap(default)
     monkeypatch.setitem(myatt_plot._CHARMAPS, default, real - {ord("é")})
     family = myatt_plot.label_fonts(["café"])
-    assert family is not None and len(family) == 2
+    assert family is not None and len(family) == 2 and family[1] != family[0]
     path = font_manager.findfont(font_manager.FontProperties(family=family[1]))
     assert ord("é") in myatt_plot._charmap(path)
     with warnings.catch_warnings():
@@ -104,6 +111,6 @@ def test_fallback_font_for_missing_glyphs(monkeypatch):
 
 
 def test_warns_when_no_font_has_the_glyphs(monkeypatch):
-    monkeypatch.setattr(myatt_plot, "_fallback_family", lambda chars: None)
+    monkeypatch.setattr(myatt_plot, "_fallback_family", lambda chars, exclude: None)
     with pytest.warns(UserWarning, match="fonts-noto-cjk"):
         myatt.plot_attention(np.ones((1, 1)), x_labels=["\u4e2d"])
