@@ -31,7 +31,8 @@ def run(path, write):
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": HERE}}).execute()
-    missing = [t for t in outputs_text(nb) if "missing from font" in t]
+    missing = [t for t in outputs_text(nb)
+               if "missing from font" in t or "no installed font has glyphs" in t]
     if missing:
         raise SystemExit(f"{path}: glyphs missing from the plot's fonts (install a CJK font, "
                          f"e.g. Debian's fonts-wqy-microhei):\n" + "".join(missing))

@@ -101,7 +101,7 @@ def label_fonts(labels):
         warnings.warn(f"myatt.plot_attention: no installed font has glyphs for "
                       f"{''.join(missing[:10])!r}; install one with them (for Chinese, "
                       f"Debian's fonts-noto-cjk or fonts-wqy-microhei)", UserWarning,
-                      stacklevel=3)
+                      stacklevel=4)
         return None
     # The default font first (its Latin glyphs), then the one with the rest: matplotlib
     # >= 3.6 falls back glyph by glyph along the list.
