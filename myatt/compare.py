@@ -250,7 +250,7 @@ def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[
         module = _myatt_twin(torch_module)
     # Array-likes are converted (the same values for both sides); Python scalars and None
     # (a softmax's dim, a bias of None) are passed to both as they are.
-    is_array = [not isinstance(x, (int, float, bool, str, type(None))) for x in inputs]
+    is_array = [not isinstance(x, (int, float, bool, str, type(None), np.integer)) for x in inputs]
     given = [_interop.to_numpy(x) if a else x for x, a in zip(inputs, is_array)]
     if hasattr(module, "dtype"):
         dtype = np.dtype(module.dtype)
@@ -263,6 +263,12 @@ def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[
         rtol, atol = DEFAULT_TOLERANCES[dtype]
     params = list(torch_module.parameters()) if hasattr(torch_module, "parameters") else []
     device = params[0].device if params else torch.device("cpu")
+    if params and params[0].is_floating_point():
+        torch_dt = str(params[0].dtype)
+        if torch_dt != f"torch.{dtype.name}":
+            raise TypeError(f"compare(): the torch module is {torch_dt} but the myatt side "
+                            f"computes in {dtype.name}: convert one of them first "
+                            f"(module.float() / module.double(), or dtype= for myatt)")
 
     def run_torch(mod, dt):
         with torch.no_grad():

@@ -116,3 +116,15 @@ def test_custom_tolerances(rng):
 def test_no_twin_raises():
     with pytest.raises(TypeError, match="module="):
         myatt.compare(torch.nn.ReLU(), np.ones(3))
+
+
+def test_dtype_mismatch_is_refused(rng):
+    t = seed_module(np.float32)
+    m64 = myatt.MyAtt(*SIZES, dtype=np.float64)
+    with pytest.raises(TypeError, match="torch.float32"):
+        myatt.compare(t, *seed_inputs(rng), module=m64)
+
+
+def test_integer_arguments_pass_through(rng):
+    a = rng.standard_normal((3, 4))
+    assert myatt.compare(torch.softmax, a, np.int64(0), module=myatt.softmax).agree
