@@ -22,7 +22,9 @@ def html(obj):
             stats = ["&ndash;"] * 4
         cells = [f"<code>{_html.escape(name)}</code>", _html.escape(str(list(p.shape))),
                  _html.escape(p.dtype.name), f"{p.size:,}"] + stats
-        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        rows.append("<tr>" + "".join(f'<td style="text-align: left">{c}</td>' if i == 0
+                                     else f"<td>{c}</td>" for i, c in enumerate(cells))
+                    + "</tr>")
     head = ["parameter", "shape", "dtype", "elements", "mean", "std", "min", "max"]
     style = 'style="text-align: right; font-family: monospace"'
     return (
@@ -30,7 +32,7 @@ def html(obj):
         f"<table {style}><thead><tr>"
         + "".join(f"<th>{h}</th>" for h in head)
         + "</tr></thead><tbody>" + "".join(rows)
-        + f'<tr><td colspan="3"><b>total</b></td><td><b>{total:,}</b></td>'
+        + f'<tr><td colspan="3" style="text-align: left"><b>total</b></td><td><b>{total:,}</b></td>'
         '<td colspan="4"></td></tr>'
         "</tbody></table></div>"
     )

@@ -150,8 +150,10 @@ class Comparison:
         rows = self._rows()
         colour = "#1a7f37" if self.agree else "#cf222e"
         head = "".join(f"<th>{_html.escape(c)}</th>" for c in rows[0])
-        body = "".join("<tr>" + "".join(f"<td>{_html.escape(c)}</td>" for c in row) + "</tr>"
-                       for row in rows[1:])
+        body = "".join("<tr>" + "".join(
+            f"<td style='text-align: left'>{_html.escape(c)}</td>" if i == 0
+            else f"<td>{_html.escape(c)}</td>" for i, c in enumerate(row)) + "</tr>"
+            for row in rows[1:])
         header = "<br>".join(_html.escape(line) for line in self._header())
         verdict = _html.escape(self._verdict()).replace("\n", "<br>")
         return (f"<div><div style='font-family: monospace'>{header}</div>"
