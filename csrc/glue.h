@@ -113,4 +113,19 @@ PyObject *state_dict_build(const char *const *keys, PyArrayObject *const *params
 PyObject *state_dict_load(PyObject *d, int strict, const char *const *keys,
                           PyArrayObject *const *params, int n, const char *owner);
 
+/* ---- pickling, copying, from_torch, _repr_html_ (interop.c) --------------- */
+
+/* A new object of `type` from its tp_new(args, kwargs) (kwargs a dict or None),
+ * loaded from state_dict with strict=True.  Leaves myatt's generator as it was:
+ * the constructor's draws are undone.  Unpickling, copy and from_torch. */
+PyObject *object_from_state(PyTypeObject *type, PyObject *args, PyObject *kwargs,
+                            PyObject *state_dict);
+
+/* __reduce__: (type(self)._from_state, (args, kwargs, self.state_dict()),
+ * the instance __dict__ of a subclass or None). */
+PyObject *reduce_object(PyObject *self, PyObject *args, PyObject *kwargs);
+
+/* module.func(arg), `module` a helper module of the package ("myatt._interop"). */
+PyObject *call_package_helper(const char *module, const char *func, PyObject *arg);
+
 #endif

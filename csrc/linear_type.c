@@ -400,19 +400,86 @@ fail:
     return result;
 }
 
+/* ---- pickling, copying, from_torch, _repr_html_ (helpers in interop.c) ---- */
+
+static PyObject *Linear_reduce(LinearObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *args = Py_BuildValue("(nnO)", self->in_features, self->out_features,
+                                   self->bias ? Py_True : Py_False);
+    PyObject *kwargs = Py_BuildValue("{ss}", "dtype",
+                                     self->typenum == NPY_FLOAT ? "float32" : "float64");
+    PyObject *r = args && kwargs ? reduce_object((PyObject *)self, args, kwargs) : NULL;
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
+    return r;
+}
+
+static PyObject *Linear_from_state(PyTypeObject *cls, PyObject *args)
+{
+    PyObject *cargs, *ckwargs, *sd;
+    if (!PyArg_ParseTuple(args, "OOO:_from_state", &cargs, &ckwargs, &sd))
+        return NULL;
+    return object_from_state(cls, cargs, ckwargs, sd);
+}
+
+static PyObject *Linear_from_torch(PyTypeObject *cls, PyObject *module)
+{
+    PyObject *spec = call_package_helper("myatt._interop", "linear_spec", module);
+    if (spec == NULL)
+        return NULL;
+    PyObject *r = NULL, *cargs, *ckwargs, *sd;
+    if (PyArg_ParseTuple(spec, "OOO:from_torch", &cargs, &ckwargs, &sd))
+        r = object_from_state(cls, cargs, ckwargs, sd);
+    Py_DECREF(spec);
+    return r;
+}
+
+static PyObject *Linear_repr_html(LinearObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return call_package_helper("myatt._display", "html", (PyObject *)self);
+}
+
+PyDoc_STRVAR(Linear_reduce_doc,
+"__reduce__($self, /)\n--\n\n"
+"Pickle and copy support: the sizes, the dtype and a copy of the parameters.\n"
+"Unpickling and copy.copy/deepcopy give an independent Linear with equal\n"
+"weights and do not draw from myatt's generator.");
+
+PyDoc_STRVAR(Linear_from_state_doc,
+"_from_state($type, args, kwargs, state_dict, /)\n--\n\n"
+"cls(*args, **kwargs) without drawing from myatt's generator, then\n"
+"load_state_dict(state_dict). What unpickling calls.");
+
+PyDoc_STRVAR(Linear_from_torch_doc,
+"from_torch($type, module, /)\n--\n\n"
+"A Linear holding a copy of the weights of a torch.nn.Linear.\n\n"
+"Sizes and bias from the module; dtype from its weight (torch.float32 or\n"
+"torch.float64, else TypeError). myatt's generator is not drawn from.");
+
+PyDoc_STRVAR(Linear_repr_html_doc,
+"_repr_html_($self, /)\n--\n\n"
+"An HTML table of the layer's parameters, for Jupyter.");
+
+PyDoc_STRVAR(Linear_call_doc,
+"__call__($self, input)\n--\n\n"
+"input[..., in_features] -> [..., out_features], in the layer's dtype.");
+
 /* ---- the type -------------------------------------------------------------- */
 
 PyDoc_STRVAR(Linear_doc,
-"Linear(in_features, out_features, bias=True, *, dtype=numpy.float32)\n"
+"Linear(in_features, out_features, bias=True, *, dtype='float32')\n"
 "--\n\n"
 "y = x @ weight.T + bias, as torch.nn.Linear.\n\n"
 "weight [out_features, in_features] and bias [out_features] (or None) are NumPy\n"
 "arrays sharing the object's memory: `m.weight -= lr * g` updates the layer in\n"
 "place; assigning an array copies it in after checking its shape. The initial\n"
-"values are torch's for the same seed (see myatt.manual_seed).");
+"values are torch's for the same seed (see myatt.manual_seed). dtype is\n"
+"float32 or float64 (anything numpy.dtype() reads as one of them).\n\n"
+"Linear.from_torch(module) copies a torch.nn.Linear; pickle, copy.copy and\n"
+"copy.deepcopy keep the dtype and the weights.");
 
 PyDoc_STRVAR(Linear_forward_doc,
-"forward($self, input, /)\n--\n\n"
+"forward($self, input)\n--\n\n"
 "input[..., in_features] -> [..., out_features], in the layer's dtype.");
 
 PyDoc_STRVAR(Linear_state_dict_doc,
@@ -433,6 +500,14 @@ static PyMethodDef Linear_methods[] = {
     {"state_dict", (PyCFunction)Linear_state_dict, METH_NOARGS, Linear_state_dict_doc},
     {"load_state_dict", (PyCFunction)(void (*)(void))Linear_load_state_dict,
      METH_VARARGS | METH_KEYWORDS, Linear_load_state_dict_doc},
+    {"__call__", (PyCFunction)(void (*)(void))Linear_call,
+     METH_VARARGS | METH_KEYWORDS | METH_COEXIST, Linear_call_doc},
+    {"__reduce__", (PyCFunction)Linear_reduce, METH_NOARGS, Linear_reduce_doc},
+    {"_from_state", (PyCFunction)Linear_from_state, METH_VARARGS | METH_CLASS,
+     Linear_from_state_doc},
+    {"from_torch", (PyCFunction)Linear_from_torch, METH_O | METH_CLASS,
+     Linear_from_torch_doc},
+    {"_repr_html_", (PyCFunction)Linear_repr_html, METH_NOARGS, Linear_repr_html_doc},
     {NULL, NULL, 0, NULL},
 };
 

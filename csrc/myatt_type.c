@@ -401,17 +401,89 @@ static PyObject *MyAtt_repr(MyAttObject *self)
                                 self->typenum == NPY_FLOAT ? "float32" : "float64");
 }
 
+/* ---- pickling, copying, from_torch, _repr_html_ (helpers in interop.c) ---- */
+
+static PyObject *MyAtt_reduce(MyAttObject *self, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *args = Py_BuildValue("(nnnnn)", self->query_size, self->key_size,
+                                   self->value_size1, self->value_size2, self->output_size);
+    PyObject *kwargs = Py_BuildValue("{ss}", "dtype",
+                                     self->typenum == NPY_FLOAT ? "float32" : "float64");
+    PyObject *r = args && kwargs ? reduce_object((PyObject *)self, args, kwargs) : NULL;
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
+    return r;
+}
+
+static PyObject *MyAtt_from_state(PyTypeObject *cls, PyObject *args)
+{
+    PyObject *cargs, *ckwargs, *sd;
+    if (!PyArg_ParseTuple(args, "OOO:_from_state", &cargs, &ckwargs, &sd))
+        return NULL;
+    return object_from_state(cls, cargs, ckwargs, sd);
+}
+
+static PyObject *MyAtt_from_torch(PyTypeObject *cls, PyObject *module)
+{
+    PyObject *spec = call_package_helper("myatt._interop", "myatt_spec", module);
+    if (spec == NULL)
+        return NULL;
+    PyObject *r = NULL, *cargs, *ckwargs, *sd;
+    if (PyArg_ParseTuple(spec, "OOO:from_torch", &cargs, &ckwargs, &sd))
+        r = object_from_state(cls, cargs, ckwargs, sd);
+    Py_DECREF(spec);
+    return r;
+}
+
+static PyObject *MyAtt_repr_html(MyAttObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return call_package_helper("myatt._display", "html", (PyObject *)self);
+}
+
+PyDoc_STRVAR(MyAtt_reduce_doc,
+"__reduce__($self, /)\n--\n\n"
+"Pickle and copy support: the five sizes, the dtype and a copy of the\n"
+"parameters. Unpickling and copy.copy/deepcopy give an independent MyAtt with\n"
+"equal weights and do not draw from myatt's generator.");
+
+PyDoc_STRVAR(MyAtt_from_state_doc,
+"_from_state($type, args, kwargs, state_dict, /)\n--\n\n"
+"cls(*args, **kwargs) without drawing from myatt's generator, then\n"
+"load_state_dict(state_dict). What unpickling calls.");
+
+PyDoc_STRVAR(MyAtt_from_torch_doc,
+"from_torch($type, module, /)\n--\n\n"
+"A MyAtt holding a copy of the weights of the tutorial's torch MyAtt.\n\n"
+"The sizes come from the module's query_size, key_size, value_size1,\n"
+"value_size2 and output_size attributes, the weights from its state_dict()\n"
+"(attn.weight, attn.bias, attn_combine.weight, attn_combine.bias), the dtype\n"
+"from attn.weight (torch.float32 or torch.float64, else TypeError).\n"
+"myatt's generator is not drawn from. See also myatt.compare.");
+
+PyDoc_STRVAR(MyAtt_repr_html_doc,
+"_repr_html_($self, /)\n--\n\n"
+"An HTML table of the sizes and parameters, for Jupyter.");
+
+PyDoc_STRVAR(MyAtt_call_doc,
+"__call__($self, Q, K, V)\n--\n\n"
+"Q [Bq, S, query_size], K [Bk, S, key_size], V [1, value_size1, value_size2]\n"
+"-> (output [1, S, output_size], attn_weights [S, value_size1]).");
+
 /* ---- the type -------------------------------------------------------------- */
 
 PyDoc_STRVAR(MyAtt_doc,
-"MyAtt(query_size, key_size, value_size1, value_size2, output_size, *, dtype=numpy.float32)\n"
+"MyAtt(query_size, key_size, value_size1, value_size2, output_size, *, dtype='float32')\n"
 "--\n\n"
 "The attention module of the tutorial, exact to its PyTorch original:\n\n"
 "    attn_weights = softmax(attn(cat(Q[0], K[0])), dim=-1)       # [S, value_size1]\n"
 "    attn_applied = attn_weights @ V[0]                          # [S, value_size2]\n"
 "    output = attn_combine(cat(Q[0], attn_applied))[None]        # [1, S, output_size]\n\n"
 "attn = Linear(query_size + key_size, value_size1) and\n"
-"attn_combine = Linear(query_size + value_size2, output_size) hold the parameters.");
+"attn_combine = Linear(query_size + value_size2, output_size) hold the parameters.\n"
+"dtype is float32 or float64 (anything numpy.dtype() reads as one of them).\n\n"
+"MyAtt.from_torch(module) copies the tutorial's torch module and\n"
+"myatt.compare(module, Q, K, V) checks the two against each other; pickle,\n"
+"copy.copy and copy.deepcopy keep the dtype and the weights.");
 
 PyDoc_STRVAR(MyAtt_forward_doc,
 "forward($self, Q, K, V)\n--\n\n"
@@ -439,6 +511,14 @@ static PyMethodDef MyAtt_methods[] = {
     {"state_dict", (PyCFunction)MyAtt_state_dict, METH_NOARGS, MyAtt_state_dict_doc},
     {"load_state_dict", (PyCFunction)(void (*)(void))MyAtt_load_state_dict,
      METH_VARARGS | METH_KEYWORDS, MyAtt_load_state_dict_doc},
+    {"__call__", (PyCFunction)(void (*)(void))MyAtt_call,
+     METH_VARARGS | METH_KEYWORDS | METH_COEXIST, MyAtt_call_doc},
+    {"__reduce__", (PyCFunction)MyAtt_reduce, METH_NOARGS, MyAtt_reduce_doc},
+    {"_from_state", (PyCFunction)MyAtt_from_state, METH_VARARGS | METH_CLASS,
+     MyAtt_from_state_doc},
+    {"from_torch", (PyCFunction)MyAtt_from_torch, METH_O | METH_CLASS,
+     MyAtt_from_torch_doc},
+    {"_repr_html_", (PyCFunction)MyAtt_repr_html, METH_NOARGS, MyAtt_repr_html_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -5,10 +5,11 @@
     output, attn_weights = m(Q, K, V)
 
 Kernels: linear, softmax, bmm, and their gradients linear_backward,
-softmax_backward, bmm_backward.  Types: Linear, MyAtt (both with .backward).
-Generator: manual_seed.
+softmax_backward, bmm_backward.  Types: Linear, MyAtt (with .backward, from_torch,
+pickle, copy).  Generator: manual_seed.  Threads: set_num_threads, get_num_threads.
 Optimisers (torch.optim's rules, in NumPy, on the live parameters): SGD, Adam.
-Threads: set_num_threads, get_num_threads.  PyTorch is never needed.
+Validation against torch: compare.  Plots: plot_attention (needs matplotlib).
+PyTorch is never needed, and never imported by ``import myatt``.
 """
 from ._myatt import (
     Linear,
@@ -23,22 +24,27 @@ from ._myatt import (
     softmax,
     softmax_backward,
 )
-
+from .compare import Comparison, ResultComparison, compare
 from .optim import SGD, Adam
+from .plot import plot_attention
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Adam",
+    "Comparison",
     "Linear",
     "MyAtt",
+    "ResultComparison",
     "SGD",
     "bmm",
     "bmm_backward",
+    "compare",
     "get_num_threads",
     "linear",
     "linear_backward",
     "manual_seed",
+    "plot_attention",
     "set_num_threads",
     "softmax",
     "softmax_backward",

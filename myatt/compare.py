@@ -1,0 +1,313 @@
+"""Drop-in validation: run a torch module and its myatt twin on the same inputs.
+
+    >>> report = myatt.compare(torch_module, Q, K, V)
+    >>> print(report)            # a table: max abs/rel error per result, verdict
+    >>> report.agree             # True when every result passes assert_close
+    >>> report.assert_close()    # raise AssertionError (with the table) otherwise
+
+torch is imported when ``compare`` is called, never when ``myatt`` is imported.
+"""
+import copy as _copy
+import html as _html
+from dataclasses import dataclass, field
+from typing import Any, List, Optional, Tuple
+
+import numpy as np
+
+from . import _interop
+
+__all__ = ["compare", "Comparison", "ResultComparison", "DEFAULT_TOLERANCES"]
+
+# torch.testing.assert_close defaults: dtype -> (rtol, atol)
+DEFAULT_TOLERANCES = {np.dtype(np.float32): (1.3e-6, 1e-5), np.dtype(np.float64): (1e-7, 1e-7)}
+
+
+@dataclass
+class ResultComparison:
+    """How one result (e.g. ``output`` or ``attn_weights``) of myatt and torch compare."""
+
+    name: str
+    shape: Tuple[int, ...]            #: myatt's shape
+    torch_shape: Tuple[int, ...]      #: torch's shape
+    dtype: str                        #: myatt's dtype ("float32" or "float64")
+    torch_dtype: str                  #: torch's dtype, as torch names it
+    rtol: float
+    atol: float
+    max_abs_err: float = float("nan")   #: max |myatt - torch| (NaN-vs-NaN counts as 0)
+    max_rel_err: float = float("nan")   #: max |myatt - torch| / |torch| (inf where torch is 0)
+    mismatched: int = 0               #: elements outside atol + rtol * |torch|
+    worst_index: Optional[Tuple[int, ...]] = None   #: where |myatt - torch| is largest
+    myatt_value: float = float("nan")   #: myatt's value at worst_index
+    torch_value: float = float("nan")   #: torch's value at worst_index
+    agree: bool = False               #: torch.testing.assert_close passes
+    message: str = ""                 #: assert_close's message when it fails
+    err64_myatt: Optional[float] = None   #: max |myatt - torch in float64| (float32 only)
+    err64_torch: Optional[float] = None   #: max |torch - torch in float64| (float32 only)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape)) if self.shape == self.torch_shape else 0
+
+    def summary(self) -> str:
+        """One line: where they differ most, or that they agree."""
+        if self.shape != self.torch_shape:
+            return f"{self.name}: shapes differ: myatt {self.shape}, torch {self.torch_shape}"
+        if self.agree:
+            return f"{self.name}: agrees (max abs err {self.max_abs_err:.3g})"
+        s = (f"{self.name}: {self.mismatched} of {self.size} elements outside "
+             f"rtol={self.rtol:g}, atol={self.atol:g}")
+        if self.worst_index is not None:
+            s += (f"; worst at {self.worst_index}: myatt {self.myatt_value!r}, "
+                  f"torch {self.torch_value!r}")
+        if self.err64_myatt is not None and self.err64_torch is not None:
+            better = "no larger" if self.err64_myatt <= self.err64_torch else "LARGER"
+            s += (f"; against float64 myatt's error ({self.err64_myatt:.3g}) is {better} "
+                  f"than torch's ({self.err64_torch:.3g})")
+        return s
+
+
+@dataclass
+class Comparison:
+    """The report of :func:`compare`: one :class:`ResultComparison` per result.
+
+    ``bool(report)`` and ``report.agree`` say whether every result agrees at
+    ``torch.testing.assert_close`` tolerances; ``print(report)`` shows a table.
+    """
+
+    torch_module: str
+    module: str
+    inputs: List[Tuple[str, Tuple[int, ...]]]
+    dtype: str
+    results: List[ResultComparison] = field(default_factory=list)
+
+    @property
+    def agree(self) -> bool:
+        return bool(self.results) and all(r.agree for r in self.results)
+
+    def __bool__(self) -> bool:
+        return self.agree
+
+    def __getitem__(self, name: str) -> ResultComparison:
+        for r in self.results:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def assert_close(self) -> None:
+        """Raise AssertionError, with the report, unless every result agrees."""
+        if not self.agree:
+            raise AssertionError("myatt and torch differ\n" + str(self))
+
+    def _rows(self):
+        head = ["result", "shape", "max abs err", "max rel err", "outside tol", "agree"]
+        with64 = any(r.err64_myatt is not None for r in self.results)
+        if with64:
+            head[5:5] = ["myatt vs f64", "torch vs f64"]
+        rows = [head]
+        for r in self.results:
+            same = r.shape == r.torch_shape
+            row = [r.name, str(r.shape) if same else f"{r.shape} vs {r.torch_shape}",
+                   f"{r.max_abs_err:.3g}" if same else "-",
+                   f"{r.max_rel_err:.3g}" if same else "-",
+                   f"{r.mismatched}/{r.size}" if same else "-",
+                   "yes" if r.agree else "NO"]
+            if with64:
+                row[5:5] = [f"{r.err64_myatt:.3g}" if r.err64_myatt is not None else "-",
+                            f"{r.err64_torch:.3g}" if r.err64_torch is not None else "-"]
+            rows.append(row)
+        return rows
+
+    def _header(self):
+        inputs = ", ".join(f"{n} {s}" for n, s in self.inputs)
+        rtol, atol = DEFAULT_TOLERANCES.get(np.dtype(self.dtype), (None, None))
+        tol = {(r.rtol, r.atol) for r in self.results}
+        tol_s = ", ".join(f"rtol={a:g}, atol={b:g}" for a, b in sorted(tol))
+        default = tol == {(rtol, atol)}
+        return [f"myatt.compare: torch {self.torch_module} vs myatt {self.module}",
+                f"inputs: {inputs or '(none)'} as {self.dtype}",
+                f"tolerance: {tol_s}" + (" (assert_close defaults)" if default else "")]
+
+    def _verdict(self):
+        if self.agree:
+            return (f"AGREE: all {len(self.results)} result(s) match torch at "
+                    f"assert_close tolerances.")
+        lines = ["DIFFER: " + "; ".join(r.name for r in self.results if not r.agree)
+                 + " outside tolerance."]
+        lines += ["  " + r.summary() for r in self.results if not r.agree]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        rows = self._rows()
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        table = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                           for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+                 for row in rows]
+        return "\n".join(self._header() + [""] + table + ["", self._verdict()])
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        rows = self._rows()
+        colour = "#1a7f37" if self.agree else "#cf222e"
+        head = "".join(f"<th>{_html.escape(c)}</th>" for c in rows[0])
+        body = "".join("<tr>" + "".join(
+            f"<td style='text-align: left'>{_html.escape(c)}</td>" if i == 0
+            else f"<td>{_html.escape(c)}</td>" for i, c in enumerate(row)) + "</tr>"
+            for row in rows[1:])
+        header = "<br>".join(_html.escape(line) for line in self._header())
+        verdict = _html.escape(self._verdict()).replace("\n", "<br>")
+        return (f"<div><div style='font-family: monospace'>{header}</div>"
+                f"<table style='font-family: monospace; text-align: right'>"
+                f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+                f"<div style='color: {colour}; font-weight: bold'>{verdict}</div></div>")
+
+
+def _result_names(torch_module, n):
+    if all(hasattr(torch_module, a) for a in _interop.MYATT_SIZES) and n == 2:
+        return ["output", "attn_weights"]
+    if n == 1:
+        return ["output"]
+    return [f"result[{i}]" for i in range(n)]
+
+
+def _as_tuple(x):
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def _myatt_twin(torch_module):
+    from . import Linear, MyAtt
+
+    if all(hasattr(torch_module, a) for a in _interop.MYATT_SIZES):
+        return MyAtt.from_torch(torch_module)
+    if hasattr(torch_module, "in_features") and hasattr(torch_module, "out_features"):
+        return Linear.from_torch(torch_module)
+    raise TypeError(f"compare(): no myatt twin for {type(torch_module).__name__} (the "
+                    f"tutorial's MyAtt and torch.nn.Linear have one); pass module=")
+
+
+def _describe(module):
+    if hasattr(module, "dtype") or not hasattr(module, "__name__"):
+        return repr(module)
+    prefix = "myatt." if str(getattr(module, "__module__", "")).startswith("myatt") else ""
+    return prefix + module.__name__
+
+
+def _compare_one(name, ours, theirs, rtol, atol, torch):
+    ours_t = torch.from_numpy(np.ascontiguousarray(ours))
+    theirs = theirs.detach().cpu()
+    r = ResultComparison(name=name, shape=tuple(ours.shape), torch_shape=tuple(theirs.shape),
+                         dtype=ours.dtype.name, torch_dtype=str(theirs.dtype).replace("torch.", ""),
+                         rtol=rtol, atol=atol)
+    try:
+        torch.testing.assert_close(ours_t, theirs, rtol=rtol, atol=atol)
+        r.agree = True
+    except AssertionError as e:
+        r.message = str(e)
+    if r.shape != r.torch_shape:
+        return r
+    a = ours.astype(np.float64)
+    b = theirs.to(torch.float64).numpy()
+    with np.errstate(all="ignore"):
+        diff = np.abs(a - b)
+        diff[(a == b) | (np.isnan(a) & np.isnan(b))] = 0.0      # equal infs, NaN vs NaN
+        diff[np.isnan(a) != np.isnan(b)] = np.inf
+        rel = np.where(diff == 0, 0.0, diff / np.abs(b))
+        r.mismatched = int(np.count_nonzero(~(diff <= atol + rtol * np.abs(b))))
+    if a.size:
+        r.max_abs_err = float(diff.max())
+        r.max_rel_err = float(rel.max())
+        worst = np.unravel_index(int(np.argmax(diff)), diff.shape)
+        r.worst_index = tuple(int(i) for i in worst)
+        r.myatt_value = ours[worst].item()
+        r.torch_value = theirs.numpy()[worst].item()
+    else:
+        r.max_abs_err = r.max_rel_err = 0.0
+    return r
+
+
+def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[float] = None,
+            atol: Optional[float] = None, float64_reference: bool = True) -> Comparison:
+    """Run `torch_module` and its myatt twin on the same inputs and report how they differ.
+
+    torch_module: the tutorial's torch ``MyAtt``, a ``torch.nn.Linear``, or any torch
+        callable when ``module`` is given.
+    inputs: the call's arguments (NumPy arrays, torch tensors or array-likes), e.g. Q, K, V.
+        Both sides get the same values, converted to the myatt module's dtype.
+    module: the myatt side; default ``MyAtt.from_torch(torch_module)`` (or
+        ``Linear.from_torch``), i.e. the same weights. Pass your own ``myatt.MyAtt`` to check
+        it against a torch model, or a function such as ``myatt.softmax``.
+    rtol, atol: tolerances (both or neither); default assert_close's for the dtype.
+    float64_reference: for float32, also run torch in float64 on the same weights and
+        inputs, and report each side's error against it (the spec's rule for long
+        float32 reductions, where two correct kernels may differ beyond tolerance).
+
+    Returns a :class:`Comparison`: ``print`` it for a table, ``.agree`` / ``bool`` for the
+    verdict, ``.assert_close()`` to raise, ``["output"]`` for one result's numbers.
+    """
+    import torch
+
+    if (rtol is None) != (atol is None):
+        raise ValueError("compare(): give both rtol and atol, or neither")
+    if module is None:
+        module = _myatt_twin(torch_module)
+    # Array-likes are converted (the same values for both sides); Python scalars and None
+    # (a softmax's dim, a bias of None) are passed to both as they are.
+    is_array = [not isinstance(x, (int, float, bool, str, type(None), np.integer)) for x in inputs]
+    given = [_interop.to_numpy(x) if a else x for x, a in zip(inputs, is_array)]
+    if hasattr(module, "dtype"):
+        dtype = np.dtype(module.dtype)
+    else:
+        dtype = np.dtype(np.float64 if any(a and np.asarray(x).dtype == np.float64
+                                           for x, a in zip(given, is_array)) else np.float32)
+    args = [np.array(x, dtype=dtype, order="C") if a else x for x, a in zip(given, is_array)]
+    arrays = [x for x, a in zip(args, is_array) if a]
+    if rtol is None:
+        rtol, atol = DEFAULT_TOLERANCES[dtype]
+    params = list(torch_module.parameters()) if hasattr(torch_module, "parameters") else []
+    device = params[0].device if params else torch.device("cpu")
+    if params and params[0].is_floating_point():
+        torch_dt = str(params[0].dtype)
+        if torch_dt != f"torch.{dtype.name}":
+            raise TypeError(f"compare(): the torch module is {torch_dt} but the myatt side "
+                            f"computes in {dtype.name}: convert one of them first "
+                            f"(module.float() / module.double(), or dtype= for myatt)")
+
+    def run_torch(mod, dt):
+        with torch.no_grad():
+            return _as_tuple(mod(*(torch.from_numpy(x.astype(dt)).to(device) if a else x
+                                   for x, a in zip(args, is_array))))
+
+    theirs = run_torch(torch_module, dtype)
+    ours = _as_tuple(module(*args))
+    if len(ours) != len(theirs):
+        raise ValueError(f"compare(): myatt returned {len(ours)} result(s), torch {len(theirs)}")
+    names = _result_names(torch_module, len(ours))
+    input_names = (["Q", "K", "V"] if names == ["output", "attn_weights"] and len(arrays) == 3
+                   else [f"input[{i}]" for i in range(len(arrays))])
+    torch_name = (type(torch_module).__name__ if hasattr(torch_module, "forward")
+                  else getattr(torch_module, "__name__", type(torch_module).__name__))
+    report = Comparison(torch_module=torch_name, module=_describe(module),
+                        inputs=[(n, tuple(a.shape)) for n, a in zip(input_names, arrays)],
+                        dtype=dtype.name)
+    report.results = [_compare_one(n, np.asarray(o), t, rtol, atol, torch)
+                      for n, o, t in zip(names, ours, theirs)]
+
+    if float64_reference and dtype == np.float32:
+        ref_module = torch_module
+        if isinstance(torch_module, torch.nn.Module):
+            ref_module = _copy.deepcopy(torch_module).to(torch.float64)
+        try:
+            refs = run_torch(ref_module, np.float64)
+        except (RuntimeError, TypeError):   # a callable that does not take float64
+            refs = None
+        if refs is not None and len(refs) == len(ours):
+            for r, o, t, ref in zip(report.results, ours, theirs, refs):
+                if r.shape != r.torch_shape or tuple(ref.shape) != r.shape:
+                    continue
+                ref64 = ref.detach().cpu().numpy()
+                with np.errstate(all="ignore"):
+                    em = np.abs(np.asarray(o, np.float64) - ref64)
+                    et = np.abs(t.detach().cpu().to(torch.float64).numpy() - ref64)
+                r.err64_myatt = float(np.nanmax(em)) if em.size else 0.0
+                r.err64_torch = float(np.nanmax(et)) if et.size else 0.0
+    return report

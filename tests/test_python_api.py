@@ -1,0 +1,275 @@
+"""Issue 6: signatures for help()/inspect/Jupyter, pickle and copy, from_torch, _repr_html_."""
+import copy
+import inspect
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import myatt
+import oracle
+from oracle import assert_matches, run, torch_dtype
+
+SIZES = (3, 4, 5, 6, 7)   # query_size, key_size, value_size1, value_size2, output_size
+
+
+def params(obj):
+    return [(p.name, p.kind.name, p.default) for p in inspect.signature(obj).parameters.values()]
+
+
+def assert_same_weights(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert list(sa) == list(sb)
+    for k in sa:
+        np.testing.assert_array_equal(sa[k], sb[k], strict=True)
+
+
+def torch_seed_module(dtype, sizes=SIZES, seed=5):
+    torch.manual_seed(seed)
+    return oracle.MyAtt(*sizes).to(torch_dtype(dtype))
+
+
+# --------------------------------------------------------------------------- #
+# Signatures: inspect.signature works everywhere (help(), Jupyter's ? and completion)
+# --------------------------------------------------------------------------- #
+E = inspect.Parameter.empty
+
+
+def test_type_signatures():
+    assert params(myatt.Linear) == [
+        ("in_features", "POSITIONAL_OR_KEYWORD", E), ("out_features", "POSITIONAL_OR_KEYWORD", E),
+        ("bias", "POSITIONAL_OR_KEYWORD", True), ("dtype", "KEYWORD_ONLY", "float32")]
+    assert params(myatt.MyAtt) == [
+        (n, "POSITIONAL_OR_KEYWORD", E) for n in
+        ("query_size", "key_size", "value_size1", "value_size2", "output_size")
+    ] + [("dtype", "KEYWORD_ONLY", "float32")]
+
+
+def test_signature_defaults_are_what_the_constructor_does():
+    """The text signature's default dtype is the constructor's real default."""
+    for t, args in ((myatt.Linear, (2, 3)), (myatt.MyAtt, SIZES)):
+        default = inspect.signature(t).parameters["dtype"].default
+        assert t(*args).dtype == np.dtype(default) == np.float32
+        bound = inspect.signature(t).bind(*args, dtype="float64")   # binds like a call
+        assert t(*bound.args, **bound.kwargs).dtype == np.float64
+
+
+def test_call_signatures_on_instances():
+    """inspect.signature(m) (Jupyter's `m?`) shows the call's own arguments."""
+    assert params(myatt.Linear(2, 3)) == [("input", "POSITIONAL_OR_KEYWORD", E)]
+    assert params(myatt.MyAtt(*SIZES)) == [(n, "POSITIONAL_OR_KEYWORD", E) for n in "QKV"]
+
+
+@pytest.mark.parametrize("name", sorted(set(myatt.__all__) - {"Comparison", "ResultComparison"}))
+def test_every_public_function_has_a_signature_and_doc(name):
+    obj = getattr(myatt, name)
+    inspect.signature(obj)
+    assert inspect.getdoc(obj)
+
+
+@pytest.mark.parametrize("cls", [myatt.Linear, myatt.MyAtt])
+def test_every_method_has_a_signature_and_doc(cls):
+    names = [n for n in dir(cls) if not n.startswith("__") or n in ("__call__", "__reduce__")]
+    for n in names:
+        attr = getattr(cls, n)
+        if callable(attr):
+            inspect.signature(attr)
+        assert inspect.getdoc(attr), n
+
+
+def test_keyword_arguments_match_the_signatures(rng):
+    lin = myatt.Linear(3, 2)
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    np.testing.assert_array_equal(lin(input=x), lin.forward(input=x))
+    m = myatt.MyAtt(*SIZES)
+    Q, K, V = (rng.standard_normal(s) for s in ((1, 2, 3), (1, 2, 4), (1, 5, 6)))
+    a, b = m(Q=Q, K=K, V=V), m.forward(Q=Q, K=K, V=V)
+    for x1, x2 in zip(a, b):
+        np.testing.assert_array_equal(x1, x2)
+
+
+def test_help_renders():
+    import pydoc
+
+    text = pydoc.render_doc(myatt.MyAtt, renderer=pydoc.plaintext)
+    assert "from_torch" in text and "dtype='float32'" in text
+
+
+# --------------------------------------------------------------------------- #
+# repr and _repr_html_
+# --------------------------------------------------------------------------- #
+def test_repr_html_tables(dtype):
+    m = myatt.MyAtt(*SIZES, dtype=dtype)
+    h = m._repr_html_()
+    assert h.startswith("<div>") and "<table" in h and repr(m) in h
+    for key, p in m.state_dict().items():
+        assert f"<code>{key}</code>" in h and str(list(p.shape)) in h
+    total = sum(p.size for p in m.state_dict().values())
+    assert f"{total:,}" in h
+    lin = myatt.Linear(3, 2, bias=False)
+    assert "<code>weight</code>" in lin._repr_html_() and "<code>bias</code>" not in lin._repr_html_()
+    assert "<table" in myatt.MyAtt(0, 0, 0, 0, 0)._repr_html_()   # empty parameters
+
+
+# --------------------------------------------------------------------------- #
+# pickle, copy.copy, copy.deepcopy
+# --------------------------------------------------------------------------- #
+def copies(obj):
+    yield "copy", copy.copy(obj)
+    yield "deepcopy", copy.deepcopy(obj)
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        yield f"pickle{protocol}", pickle.loads(pickle.dumps(obj, protocol=protocol))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_copies(rng, dtype, bias):
+    lin = myatt.Linear(5, 3, bias=bias, dtype=dtype)
+    x = rng.standard_normal((4, 5))
+    for how, c in copies(lin):
+        assert type(c) is myatt.Linear, how
+        assert repr(c) == repr(lin) and c.dtype == dtype
+        assert_same_weights(c, lin)
+        np.testing.assert_array_equal(c(x), lin(x))
+        c.weight += 1.0   # independent of the original
+        assert not np.array_equal(c.weight, lin.weight)
+
+
+def test_myatt_copies(rng, dtype):
+    m = myatt.MyAtt(*SIZES, dtype=dtype)
+    Q, K, V = (rng.standard_normal(s) for s in ((1, 2, 3), (1, 2, 4), (1, 5, 6)))
+    for how, c in copies(m):
+        assert type(c) is myatt.MyAtt, how
+        assert repr(c) == repr(m)
+        assert_same_weights(c, m)
+        for a, b in zip(c(Q, K, V), m(Q, K, V)):
+            np.testing.assert_array_equal(a, b)
+        assert c.attn is not m.attn and c.attn.dtype == dtype
+        c.attn.bias[:] = 0   # the copy's sub-modules are live and its own
+        assert np.all(c.state_dict()["attn.bias"] == 0) and np.any(m.attn.bias != 0)
+
+
+def test_copies_of_empty_modules():
+    for obj in (myatt.MyAtt(0, 0, 0, 0, 0), myatt.Linear(0, 0)):
+        for how, c in copies(obj):
+            assert repr(c) == repr(obj), how
+
+
+def test_copies_do_not_draw_from_the_generator():
+    """Unpickling, copying and from_torch leave myatt's generator where it was."""
+    myatt.manual_seed(11)
+    first = myatt.MyAtt(*SIZES)
+    second = myatt.MyAtt(*SIZES)   # the weights the next constructor gives
+    myatt.manual_seed(11)
+    again = myatt.MyAtt(*SIZES)
+    list(copies(again))
+    myatt.MyAtt.from_torch(torch_seed_module(np.float32))
+    myatt.Linear.from_torch(torch.nn.Linear(3, 4))
+    assert_same_weights(again, first)
+    assert_same_weights(myatt.MyAtt(*SIZES), second)
+
+
+class LinearSub(myatt.Linear):
+    pass
+
+
+def test_subclass_copies_keep_type_and_attributes():
+    s = LinearSub(3, 2, dtype=np.float64)
+    s.note = "kept"
+    for how, c in copies(s):
+        assert type(c) is LinearSub and c.note == "kept", how
+        assert_same_weights(c, s)
+
+
+def test_deepcopy_memo_keeps_identity():
+    m = myatt.MyAtt(*SIZES)
+    a, b = copy.deepcopy([m, m])
+    assert a is b and a is not m
+
+
+# --------------------------------------------------------------------------- #
+# from_torch
+# --------------------------------------------------------------------------- #
+def test_myatt_from_torch(rng, dtype):
+    t = torch_seed_module(dtype)
+    m = myatt.MyAtt.from_torch(t)
+    assert type(m) is myatt.MyAtt and m.dtype == dtype
+    assert (m.query_size, m.key_size, m.value_size1, m.value_size2, m.output_size) == SIZES
+    for k, v in t.state_dict().items():
+        np.testing.assert_array_equal(m.state_dict()[k], v.numpy(), strict=True)
+    Q, K, V = (rng.standard_normal(s).astype(dtype) for s in ((1, 2, 3), (1, 2, 4), (1, 5, 6)))
+    out, w = m(Q, K, V)
+    t_out, t_w = run(t, Q, K, V, dtype=dtype)
+    assert_matches(out, t_out)
+    assert_matches(w, t_w)
+
+
+def test_from_torch_copies(dtype):
+    """The weights are copied: changing either side afterwards leaves the other alone."""
+    t = torch_seed_module(dtype)
+    m = myatt.MyAtt.from_torch(t)
+    before = t.attn.weight.detach().clone()
+    m.attn.weight += 1
+    torch.testing.assert_close(t.attn.weight.detach(), before)
+    with torch.no_grad():
+        t.attn_combine.bias.zero_()
+    assert np.any(m.attn_combine.bias != 0)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_from_torch(rng, dtype, bias):
+    torch.manual_seed(3)
+    t = torch.nn.Linear(6, 4, bias=bias, dtype=torch_dtype(dtype))
+    lin = myatt.Linear.from_torch(t)
+    assert (lin.in_features, lin.out_features, lin.dtype) == (6, 4, dtype)
+    assert (lin.bias is None) == (not bias)
+    x = rng.standard_normal((3, 6)).astype(dtype)
+    assert_matches(lin(x), run(t, x, dtype=dtype))
+
+
+def test_from_torch_subclass():
+    lin = LinearSub.from_torch(torch.nn.Linear(2, 3))
+    assert type(lin) is LinearSub
+
+
+@pytest.mark.parametrize("tdtype", [torch.float16, torch.bfloat16])
+def test_from_torch_other_dtypes_raise(tdtype):
+    with pytest.raises(TypeError, match="float32 or float64"):
+        myatt.Linear.from_torch(torch.nn.Linear(2, 3).to(tdtype))
+    with pytest.raises(TypeError, match="float32 or float64"):
+        myatt.MyAtt.from_torch(oracle.MyAtt(*SIZES).to(tdtype))
+
+
+def test_from_torch_wrong_modules_raise():
+    with pytest.raises(TypeError, match="torch.nn.Linear"):
+        myatt.Linear.from_torch(torch.nn.ReLU())
+    with pytest.raises(TypeError, match="query_size"):
+        myatt.MyAtt.from_torch(torch.nn.Linear(2, 3))
+    with pytest.raises(TypeError):
+        myatt.MyAtt.from_torch(np.zeros(3))
+    t = oracle.MyAtt(*SIZES)
+    t.query_size = 4   # attributes that do not fit the weights
+    with pytest.raises(ValueError, match="shape"):
+        myatt.MyAtt.from_torch(t)
+    t = oracle.MyAtt(*SIZES)
+    t.attn_combine.double()
+    with pytest.raises(TypeError, match="different dtypes"):
+        myatt.MyAtt.from_torch(t)
+
+
+def test_from_torch_extra_parameters_are_refused():
+    t = oracle.MyAtt(*SIZES)
+    t.extra = torch.nn.Parameter(torch.zeros(2))
+    with pytest.raises(KeyError, match="extra"):
+        myatt.MyAtt.from_torch(t)
+
+
+def test_import_imports_neither_torch_nor_matplotlib():
+    code = ("import sys, myatt; m = myatt.MyAtt(2, 2, 2, 2, 2); m._repr_html_(); "
+            "import pickle; pickle.loads(pickle.dumps(m)); "
+            "print(sorted(k for k in ('torch', 'matplotlib') if k in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
