@@ -277,7 +277,7 @@ static PyObject *myatt_get_num_threads(PyObject *module, PyObject *Py_UNUSED(ign
 
 PyDoc_STRVAR(softmax_kernel_doc,
 "_softmax_kernel($module, /)\n--\n\n"
-"Private: the float32 softmax path in use, 'portable', 'avx2' or 'avx512'\n"
+"Private: the softmax path in use, 'portable', 'avx2' or 'avx512'\n"
 "(the best the CPU runs, or a lower one asked for by MYATT_KERNEL).");
 
 static PyObject *myatt_softmax_kernel(PyObject *module, PyObject *Py_UNUSED(ignored))

@@ -1,9 +1,9 @@
 /* softmax along the middle axis of a contiguous [outer, n, inner] array.
  *
  * The portable path (softmax_tmpl.h, once per dtype) uses libm's expf / exp,
- * correctly rounded to within an ulp; it is the reference.  float32 has vector
- * paths in softmax_avx2.c and softmax_avx512.c (softmax_simd_tmpl.h), picked
- * here at run time.
+ * correctly rounded to within an ulp; it is the reference.  The vector paths
+ * are in softmax_avx2.c and softmax_avx512.c (softmax_simd_tmpl.h), picked here
+ * at run time.
  *
  * TODO(cpu.h): softmax_isa() is a stop-gap detection of its own; once
  * csrc/kernels/cpu.c lands, replace its body with the shared dispatch. */
@@ -93,5 +93,17 @@ void softmax_forward_f32(float *out, const float *inp, int64_t outer, int64_t n,
 
 void softmax_forward_f64(double *out, const double *inp, int64_t outer, int64_t n, int64_t inner)
 {
+#ifdef MYATT_SOFTMAX_X86
+    switch (softmax_isa()) {
+    case SOFTMAX_AVX512:
+        softmax_forward_f64_avx512(out, inp, outer, n, inner);
+        return;
+    case SOFTMAX_AVX2:
+        softmax_forward_f64_avx2(out, inp, outer, n, inner);
+        return;
+    default:
+        break;
+    }
+#endif
     softmax_forward_f64_portable(out, inp, outer, n, inner);
 }

@@ -14,8 +14,8 @@
 void softmax_forward_f32(float *out, const float *inp, int64_t outer, int64_t n, int64_t inner);
 void softmax_forward_f64(double *out, const double *inp, int64_t outer, int64_t n, int64_t inner);
 
-/* The float32 path in use: "portable", "avx2" or "avx512" (MYATT_KERNEL picks a
- * lower one; float64 is always portable). */
+/* The path in use: "portable", "avx2" or "avx512" (MYATT_KERNEL may pick a
+ * lower one). */
 const char *softmax_kernel_name(void);
 
 #endif

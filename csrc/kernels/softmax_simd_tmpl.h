@@ -1,10 +1,11 @@
-/* float32 softmax on one vector ISA, written once: included by softmax_avx2.c
- * and softmax_avx512.c with these defined (no include guard on purpose):
+/* softmax on one vector ISA, written once: included by softmax_avx2.c and
+ * softmax_avx512.c once per dtype with these defined (no include guard on purpose):
  *
+ *   T              float or double
  *   FN             static inline function attributes (always_inline + target)
  *   API            attributes of the exported functions (target)
- *   ISA(name)      name##_avx2 or name##_avx512
- *   VF, VMASK      the float vector type and its lane-mask type; VLEN lanes
+ *   ISA(name)      name##_f32_avx2, name##_f64_avx512, ...
+ *   VF, VMASK      the vector type of T and its lane-mask type; VLEN lanes
  *   V_SET1(x) V_LOADU(p) V_STOREU(p, v) V_ADD V_SUB V_MUL V_MAX(a, b)
  *                  V_MAX keeps b when a is NaN (x86 max semantics; see below)
  *   V_MASK_FIRST(k)       the first k lanes (0 <= k <= VLEN)
@@ -22,32 +23,32 @@
  * inf - inf = NaN the same way, as in torch.  x - max very negative (or -inf)
  * gives exactly 0 (V_EXP clamps its argument), never garbage.
  *
- * Sums: float vector accumulators over blocks of a few hundred elements, each
- * block's sum added into a double: the sum of a 10^5-long row is then as
- * accurate as a float can hold it. */
+ * Sums: T vector accumulators over blocks of a few hundred elements, each
+ * block's sum added into a double: the float32 sum of a 10^5-long row is then
+ * as accurate as a float can hold it (float64: blocked, like a pairwise sum). */
 
 #include <math.h>
 #include <stdint.h>
 
 /* ---- the vector exp alone, over an array (for benchmarks/exp_ulp.c) ---- */
 
-API void ISA(softmax_exp_f32)(float *out, const float *inp, int64_t n)
+API void ISA(softmax_exp)(T *out, const T *inp, int64_t n)
 {
     int64_t j = 0;
     for (; j + VLEN <= n; j += VLEN)
         V_STOREU(out + j, V_EXP(V_LOADU(inp + j)));
     if (j < n) {
         const VMASK m = V_MASK_FIRST((int)(n - j));
-        V_STORE_MASK(out + j, m, V_EXP(V_LOAD_OR(m, inp + j, V_SET1(0.0f))));
+        V_STORE_MASK(out + j, m, V_EXP(V_LOAD_OR(m, inp + j, V_SET1((T)0))));
     }
 }
 
 /* ---- last axis: each row inp[r, 0:n] ---- */
 
 /* lanes of v added in double */
-FN double ISA(lanes_sum_f64)(VF v)
+FN double ISA(lanes_sum)(VF v)
 {
-    float a[VLEN];
+    T a[VLEN];
     V_STOREU(a, v);
     double s = 0;
     for (int l = 0; l < VLEN; l++)
@@ -55,11 +56,11 @@ FN double ISA(lanes_sum_f64)(VF v)
     return s;
 }
 
-/* Row block length of the sum: a multiple of 4 * VLEN; each float lane sums at
+/* Row block length of the sum: a multiple of 4 * VLEN; each lane sums at
  * most 1024 / (4 * VLEN) <= 32 terms before the block goes into the double. */
 #define ROW_BLOCK 1024
 
-FN void ISA(softmax_row)(float *out_r, const float *inp_r, int64_t n)
+FN void ISA(softmax_row)(T *out_r, const T *inp_r, int64_t n)
 {
     /* 1. max */
     const VF neg_inf = V_SET1(-INFINITY);
@@ -76,9 +77,9 @@ FN void ISA(softmax_row)(float *out_r, const float *inp_r, int64_t n)
     if (j < n)
         m1 = V_MAX(V_LOAD_OR(V_MASK_FIRST((int)(n - j)), inp_r + j, neg_inf), m1);
     m0 = V_MAX(V_MAX(m0, m1), V_MAX(m2, m3));
-    float lanes[VLEN];
+    T lanes[VLEN];
     V_STOREU(lanes, m0);
-    float max = lanes[0];
+    T max = lanes[0];
     for (int l = 1; l < VLEN; l++)
         if (lanes[l] > max || isnan(lanes[l]))
             max = lanes[l];
@@ -86,7 +87,7 @@ FN void ISA(softmax_row)(float *out_r, const float *inp_r, int64_t n)
 
     /* 2. out = exp(x - max), summed */
     double total = 0;
-    const VF zero = V_SET1(0.0f);
+    const VF zero = V_SET1((T)0);
     j = 0;
     while (j + 4 * VLEN <= n) {
         const int64_t end = j + ROW_BLOCK <= n ? j + ROW_BLOCK : n;
@@ -105,7 +106,7 @@ FN void ISA(softmax_row)(float *out_r, const float *inp_r, int64_t n)
             s2 = V_ADD(s2, e2);
             s3 = V_ADD(s3, e3);
         }
-        total += ISA(lanes_sum_f64)(V_ADD(V_ADD(s0, s1), V_ADD(s2, s3)));
+        total += ISA(lanes_sum)(V_ADD(V_ADD(s0, s1), V_ADD(s2, s3)));
     }
     {
         VF s0 = zero;
@@ -120,11 +121,11 @@ FN void ISA(softmax_row)(float *out_r, const float *inp_r, int64_t n)
             V_STORE_MASK(out_r + j, m, e);
             s0 = V_ADD(s0, V_ZERO_OUTSIDE(m, e));
         }
-        total += ISA(lanes_sum_f64)(s0);
+        total += ISA(lanes_sum)(s0);
     }
 
-    /* 3. multiply by the reciprocal of the (float) sum, as torch does */
-    const VF inv = V_SET1(1.0f / (float)total);
+    /* 3. multiply by the reciprocal of the (T) sum, as torch does */
+    const VF inv = V_SET1((T)1 / (T)total);
     j = 0;
     for (; j + VLEN <= n; j += VLEN)
         V_STOREU(out_r + j, V_MUL(V_LOADU(out_r + j), inv));
@@ -137,7 +138,7 @@ FN void ISA(softmax_row)(float *out_r, const float *inp_r, int64_t n)
 
 /* ---- middle axis: columns of each plane inp[o] of shape [n, inner] ---- */
 
-/* Rows summed in float before the column sums go into double. */
+/* Rows summed in T before the column sums go into double. */
 #define COL_BLOCK 64
 #define COL_NV 4   /* vectors of columns handled together */
 
@@ -145,11 +146,11 @@ FN void ISA(softmax_row)(float *out_r, const float *inp_r, int64_t n)
  * lanes of `last` when `masked`), down all n rows: the three passes with the
  * per-column max and sums in registers.  nv and masked are constants at every
  * call, so the loops over v unroll. */
-FN void ISA(softmax_cols_chunk)(float *out_o, const float *inp_o, int64_t n, int64_t inner,
+FN void ISA(softmax_cols_chunk)(T *out_o, const T *inp_o, int64_t n, int64_t inner,
                                 int nv, int masked, VMASK last)
 {
     const VF neg_inf = V_SET1(-INFINITY);
-    const VF zero = V_SET1(0.0f);
+    const VF zero = V_SET1((T)0);
 #define LANES_ARE_MASKED(v) (masked && (v) == nv - 1)
 
     /* 1. column max */
@@ -157,7 +158,7 @@ FN void ISA(softmax_cols_chunk)(float *out_o, const float *inp_o, int64_t n, int
     for (int v = 0; v < nv; v++)
         mx[v] = neg_inf;
     for (int64_t j = 0; j < n; j++) {
-        const float *row = inp_o + j * inner;   /* [nv * VLEN] */
+        const T *row = inp_o + j * inner;   /* [nv * VLEN] */
         for (int v = 0; v < nv; v++) {
             const VF x = LANES_ARE_MASKED(v) ? V_LOAD_OR(last, row + v * VLEN, neg_inf)
                                              : V_LOADU(row + v * VLEN);
@@ -165,7 +166,7 @@ FN void ISA(softmax_cols_chunk)(float *out_o, const float *inp_o, int64_t n, int
         }
     }
 
-    /* 2. out = exp(x - max), column sums (float per block, then double) */
+    /* 2. out = exp(x - max), column sums (T per block, then double) */
     double dsum[COL_NV * VLEN];
     for (int l = 0; l < nv * VLEN; l++)
         dsum[l] = 0;
@@ -175,8 +176,8 @@ FN void ISA(softmax_cols_chunk)(float *out_o, const float *inp_o, int64_t n, int
         for (int v = 0; v < nv; v++)
             s[v] = zero;
         for (int64_t j = j0; j < j1; j++) {
-            const float *row = inp_o + j * inner;
-            float *orow = out_o + j * inner;
+            const T *row = inp_o + j * inner;
+            T *orow = out_o + j * inner;
             for (int v = 0; v < nv; v++) {
                 if (LANES_ARE_MASKED(v)) {
                     const VF e = V_EXP(V_SUB(V_LOAD_OR(last, row + v * VLEN, mx[v]), mx[v]));
@@ -190,23 +191,23 @@ FN void ISA(softmax_cols_chunk)(float *out_o, const float *inp_o, int64_t n, int
             }
         }
         for (int v = 0; v < nv; v++) {
-            float a[VLEN];
+            T a[VLEN];
             V_STOREU(a, s[v]);
             for (int l = 0; l < VLEN; l++)
                 dsum[v * VLEN + l] += a[l];
         }
     }
 
-    /* 3. multiply by the reciprocals of the (float) sums */
+    /* 3. multiply by the reciprocals of the (T) sums */
     VF inv[COL_NV];
     for (int v = 0; v < nv; v++) {
-        float a[VLEN];
+        T a[VLEN];
         for (int l = 0; l < VLEN; l++)
-            a[l] = 1.0f / (float)dsum[v * VLEN + l];
+            a[l] = (T)1 / (T)dsum[v * VLEN + l];
         inv[v] = V_LOADU(a);
     }
     for (int64_t j = 0; j < n; j++) {
-        float *orow = out_o + j * inner;
+        T *orow = out_o + j * inner;
         for (int v = 0; v < nv; v++) {
             if (LANES_ARE_MASKED(v))
                 V_STORE_MASK(orow + v * VLEN, last,
@@ -218,7 +219,7 @@ FN void ISA(softmax_cols_chunk)(float *out_o, const float *inp_o, int64_t n, int
 #undef LANES_ARE_MASKED
 }
 
-API void ISA(softmax_forward_f32)(float *out, const float *inp, int64_t outer, int64_t n,
+API void ISA(softmax_forward)(T *out, const T *inp, int64_t outer, int64_t n,
                                   int64_t inner)
 {
     if (outer <= 0 || n <= 0 || inner <= 0)
@@ -230,8 +231,8 @@ API void ISA(softmax_forward_f32)(float *out, const float *inp, int64_t outer, i
     }
     const VMASK all = V_MASK_FIRST(VLEN);
     for (int64_t o = 0; o < outer; o++) {
-        const float *inp_o = inp + o * n * inner;   /* [n, inner] */
-        float *out_o = out + o * n * inner;         /* [n, inner], may be inp_o */
+        const T *inp_o = inp + o * n * inner;   /* [n, inner] */
+        T *out_o = out + o * n * inner;         /* [n, inner], may be inp_o */
         int64_t i = 0;
         for (; i + COL_NV * VLEN <= inner; i += COL_NV * VLEN)
             ISA(softmax_cols_chunk)(out_o + i, inp_o + i, n, inner, COL_NV, 0, all);
