@@ -84,6 +84,16 @@ def test_every_tail_length_middle_axis(rng, dtype):
         assert_matches(out, expected)
 
 
+def test_narrow_planes(rng, dtype):
+    """1 < inner < vector width: the plane is read flat (the column pattern repeats every
+    `inner` vectors); slice lengths from 1 to past one summation block."""
+    for inner in range(2, 17):
+        for n in (1, 2, 5, 333, 2000):
+            x = (4.0 * rng.standard_normal((2, n, inner))).astype(dtype)
+            out, expected = softmax_both(x, 1, dtype)
+            assert_matches(out, expected)
+
+
 SPECIALS = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf}
 
 

@@ -219,6 +219,99 @@ FN void ISA(softmax_cols_chunk)(T *out_o, const T *inp_o, int64_t n, int64_t inn
 #undef LANES_ARE_MASKED
 }
 
+/* Narrow planes, 1 < inner < VLEN: the plane [n, inner] read flat with full
+ * vectors.  Vector t of the plane (elements t*VLEN ...) has lane l in column
+ * (t*VLEN + l) % inner, a pattern that repeats every `inner` vectors: pattern
+ * p = t % inner keeps its own max / sum accumulator, and the per-column max and
+ * 1/sum are spread back into `inner` pattern vectors.  (Column by column with
+ * masked vectors would use only inner of the VLEN lanes.) */
+#define FLAT_BLOCK 64   /* vectors per pattern summed in T before going into double */
+
+FN void ISA(softmax_plane_narrow)(T *out_o, const T *inp_o, int64_t n, int64_t inner)
+{
+    const int np = (int)inner;            /* patterns, < VLEN */
+    const int64_t len = n * inner;        /* [len] flat */
+    const int64_t full = len / VLEN * VLEN;
+    const VMASK tail = V_MASK_FIRST((int)(len - full));
+    const VF neg_inf = V_SET1(-INFINITY);
+    const VF zero = V_SET1((T)0);
+    VF acc[VLEN];
+    T a[VLEN];
+
+    /* 1. max per pattern, then per column */
+    for (int p = 0; p < np; p++)
+        acc[p] = neg_inf;
+    int p = 0;
+    for (int64_t f = 0; f < full; f += VLEN) {
+        acc[p] = V_MAX(V_LOADU(inp_o + f), acc[p]);
+        p = p + 1 == np ? 0 : p + 1;
+    }
+    if (full < len)
+        acc[p] = V_MAX(V_LOAD_OR(tail, inp_o + full, neg_inf), acc[p]);
+    T colmax[VLEN];
+    for (int c = 0; c < np; c++)
+        colmax[c] = -INFINITY;
+    for (int q = 0; q < np; q++) {
+        V_STOREU(a, acc[q]);
+        for (int l = 0; l < VLEN; l++) {
+            const int c = (q * VLEN + l) % np;
+            if (a[l] > colmax[c] || isnan(a[l]))
+                colmax[c] = a[l];
+        }
+    }
+    VF pat[VLEN];   /* pattern vectors of the column max, later of 1 / sum */
+    for (int q = 0; q < np; q++) {
+        for (int l = 0; l < VLEN; l++)
+            a[l] = colmax[(q * VLEN + l) % np];
+        pat[q] = V_LOADU(a);
+    }
+
+    /* 2. out = exp(x - max); sums per pattern (T per block, then double) */
+    double colsum[VLEN];
+    for (int c = 0; c < np; c++)
+        colsum[c] = 0;
+    int64_t f = 0;
+    p = 0;
+    while (f < len) {
+        const int64_t end = full - f > FLAT_BLOCK * VLEN * inner ? f + FLAT_BLOCK * VLEN * inner
+                                                                 : full;
+        for (int q = 0; q < np; q++)
+            acc[q] = zero;
+        for (; f < end; f += VLEN) {
+            const VF e = V_EXP(V_SUB(V_LOADU(inp_o + f), pat[p]));
+            V_STOREU(out_o + f, e);
+            acc[p] = V_ADD(acc[p], e);
+            p = p + 1 == np ? 0 : p + 1;
+        }
+        if (f == full && full < len) {
+            const VF e = V_EXP(V_SUB(V_LOAD_OR(tail, inp_o + full, pat[p]), pat[p]));
+            V_STORE_MASK(out_o + full, tail, e);
+            acc[p] = V_ADD(acc[p], V_ZERO_OUTSIDE(tail, e));
+            f = len;
+        }
+        for (int q = 0; q < np; q++) {
+            V_STOREU(a, acc[q]);
+            for (int l = 0; l < VLEN; l++)
+                colsum[(q * VLEN + l) % np] += a[l];
+        }
+    }
+
+    /* 3. multiply by the reciprocals of the (T) column sums */
+    for (int q = 0; q < np; q++) {
+        for (int l = 0; l < VLEN; l++)
+            a[l] = (T)1 / (T)colsum[(q * VLEN + l) % np];
+        pat[q] = V_LOADU(a);
+    }
+    p = 0;
+    for (f = 0; f < full; f += VLEN) {
+        V_STOREU(out_o + f, V_MUL(V_LOADU(out_o + f), pat[p]));
+        p = p + 1 == np ? 0 : p + 1;
+    }
+    if (full < len)
+        V_STORE_MASK(out_o + full, tail, V_MUL(V_LOAD_OR(tail, out_o + full, zero), pat[p]));
+}
+#undef FLAT_BLOCK
+
 API void ISA(softmax_forward)(T *out, const T *inp, int64_t outer, int64_t n,
                                   int64_t inner)
 {
@@ -227,6 +320,11 @@ API void ISA(softmax_forward)(T *out, const T *inp, int64_t outer, int64_t n,
     if (inner == 1) {
         for (int64_t r = 0; r < outer; r++)
             ISA(softmax_row)(out + r * n, inp + r * n, n);
+        return;
+    }
+    if (inner < VLEN) {
+        for (int64_t o = 0; o < outer; o++)
+            ISA(softmax_plane_narrow)(out + o * n * inner, inp + o * n * inner, n, inner);
         return;
     }
     const VMASK all = V_MASK_FIRST(VLEN);
