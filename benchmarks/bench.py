@@ -208,12 +208,8 @@ def level_ops(level, dtype, rng):
     S, sizes = LEVELS[level]
     q, k, v1, v2, o = sizes
     m = myatt.MyAtt(*sizes, dtype=dtype)
-    tm = TorchMyAtt(*sizes)
-    tm.load_state_dict({key: torch.from_numpy(np.asarray(val, dtype=np.float32))
-                        for key, val in m.state_dict().items()})
-    if dtype == np.float64:
-        tm = tm.double()
-        tm.load_state_dict({key: torch.from_numpy(np.asarray(val)) for key, val in m.state_dict().items()})
+    tm = TorchMyAtt(*sizes).to(torch.float64 if dtype == np.float64 else torch.float32)
+    tm.load_state_dict({key: torch.from_numpy(val) for key, val in m.state_dict().items()})
     tm.eval()
     nm = NumpyMyAtt(m.state_dict(), dtype)
 
