@@ -490,6 +490,16 @@ static PyObject *myatt_get_num_threads(PyObject *module, PyObject *Py_UNUSED(ign
     return PyLong_FromLong(mk_get_num_threads());
 }
 
+PyDoc_STRVAR(softmax_kernel_doc,
+"_softmax_kernel($module, /)\n--\n\n"
+"Private: the softmax path in use, 'portable', 'avx2' or 'avx512'\n"
+"(the best the CPU runs, or a lower one asked for by MYATT_KERNEL).");
+
+static PyObject *myatt_softmax_kernel(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return PyUnicode_FromString(softmax_kernel_name());
+}
+
 /* ---- the module ------------------------------------------------------------ */
 
 static PyMethodDef myatt_methods[] = {
@@ -507,6 +517,7 @@ static PyMethodDef myatt_methods[] = {
     {"manual_seed", myatt_manual_seed, METH_O, manual_seed_doc},
     {"set_num_threads", myatt_set_num_threads, METH_O, set_num_threads_doc},
     {"get_num_threads", myatt_get_num_threads, METH_NOARGS, get_num_threads_doc},
+    {"_softmax_kernel", myatt_softmax_kernel, METH_NOARGS, softmax_kernel_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -5,7 +5,7 @@
  * (the axis is the middle one; inner == 1 is the last-axis case). out and inp
  * are both contiguous and may be the same buffer (in place).  NaN anywhere in a
  * slice makes the whole slice NaN, and a slice of -inf only is NaN, as in torch.
- * Any size may be 0. */
+ * Any size may be 0.  Work is single-threaded. */
 #ifndef MYATT_KERNELS_SOFTMAX_H
 #define MYATT_KERNELS_SOFTMAX_H
 
@@ -25,5 +25,9 @@ void softmax_backward_f32(float *grad_inp, const float *grad_out, const float *o
                           int64_t outer, int64_t n, int64_t inner);
 void softmax_backward_f64(double *grad_inp, const double *grad_out, const double *out,
                           int64_t outer, int64_t n, int64_t inner);
+
+/* The path in use: "portable", "avx2" or "avx512" (MYATT_KERNEL may pick a
+ * lower one). */
+const char *softmax_kernel_name(void);
 
 #endif

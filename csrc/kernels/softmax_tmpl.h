@@ -1,6 +1,6 @@
 /* softmax, written once for both dtypes: included by softmax.c with
  *   T          the element type (float or double)
- *   SUF(name)  name##_f32 or name##_f64
+ *   SUF(name)  name##_f32_portable or name##_f64_portable
  *   EXP        expf or exp (libm)
  * defined.  No include guard on purpose.  Contract: softmax.h. */
 
@@ -71,7 +71,8 @@ static void SUF(softmax_rows)(T *out, const T *inp, int64_t rows, int64_t n)
 static void SUF(softmax_cols)(T *out, const T *inp, int64_t outer, int64_t n, int64_t inner)
 {
     T max[SOFTMAX_COLS];
-    T sum[SOFTMAX_COLS];
+    double sum[SOFTMAX_COLS];   /* in double: a float32 column 10^5 long still sums accurately */
+    T inv[SOFTMAX_COLS];
     for (int64_t o = 0; o < outer; o++) {
         const T *inp_o = inp + o * n * inner;   /* [n, inner] */
         T *out_o = out + o * n * inner;         /* [n, inner], may be inp_o */
@@ -101,13 +102,13 @@ static void SUF(softmax_cols)(T *out, const T *inp, int64_t outer, int64_t n, in
                 }
             }
 
-            /* 3. multiply by the reciprocal of the sum */
+            /* 3. multiply by the reciprocal of the (T) sum */
             for (int64_t i = 0; i < ib; i++)
-                sum[i] = (T)1 / sum[i];
+                inv[i] = (T)1 / (T)sum[i];
             for (int64_t j = 0; j < n; j++) {
                 T *out_row = out_o + j * inner + i0;
                 for (int64_t i = 0; i < ib; i++)
-                    out_row[i] *= sum[i];
+                    out_row[i] *= inv[i];
             }
         }
     }

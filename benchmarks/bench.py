@@ -1,0 +1,410 @@
+#!/usr/bin/env python3
+"""myatt against PyTorch and plain NumPy, side by side, in one run.
+
+    python benchmarks/bench.py            # full run (a few minutes)
+    python benchmarks/bench.py --quick    # seconds: seed and mid sizes only
+
+Measures the module forward and each kernel alone (linear, softmax, bmm), float32
+and float64, at the seed's shape, at mid and at large sizes, at 1 thread and at all
+cores, plus a float32 GEMM alone; prints one table with median times, the ratios
+myatt/torch and myatt/NumPy, GFLOP/s and the share of the machine's FMA peak,
+which it measures first with benchmarks/peak.c (compiled here with `cc`).
+
+Needs torch (same weights, torch.no_grad(), torch.set_num_threads). threadpoolctl
+(optional) reports numpy's BLAS and sets its thread count; matplotlib (optional)
+draws --plot. For fair NumPy figures, run with OPENBLAS_CORETYPE and
+OPENBLAS_L2_SIZE unset (see the README).
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+
+try:
+    import myatt  # noqa: E402
+except ImportError:   # run from a checkout built in place (setup.py build_ext --inplace)
+    sys.path.insert(0, ROOT)
+    import myatt  # noqa: E402
+
+from numpy_myatt import NumpyMyAtt  # noqa: E402
+from numpy_myatt import bmm as np_bmm  # noqa: E402
+from numpy_myatt import linear as np_linear  # noqa: E402
+from numpy_myatt import softmax as np_softmax  # noqa: E402
+
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError:
+    sys.exit("bench.py needs PyTorch to compare against: pip install torch "
+             "(or the repo's test extra: pip install -e '.[test]')")
+
+try:
+    from threadpoolctl import threadpool_info, threadpool_limits
+except ImportError:
+    threadpool_info = threadpool_limits = None
+
+
+# --------------------------------------------------------------------------- #
+# The torch module: the tutorial's MyAtt (tests/oracle.py holds it verbatim)
+# --------------------------------------------------------------------------- #
+class TorchMyAtt(nn.Module):
+    def __init__(self, query_size, key_size, value_size1, value_size2, output_size):
+        super().__init__()
+        self.attn = nn.Linear(query_size + key_size, value_size1)
+        self.attn_combine = nn.Linear(query_size + value_size2, output_size)
+
+    def forward(self, Q, K, V):
+        attn_weights = F.softmax(self.attn(torch.cat((Q[0], K[0]), dim=-1)), dim=-1)
+        attn_applied = torch.bmm(attn_weights.unsqueeze(0), V)
+        output = torch.cat((Q[0], attn_applied[0]), dim=-1)
+        output = self.attn_combine(output).unsqueeze(0)
+        return output, attn_weights
+
+
+# --------------------------------------------------------------------------- #
+# Machine facts
+# --------------------------------------------------------------------------- #
+def cpu_model():
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def git_commit():
+    try:
+        rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+        if rev.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return rev.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def numpy_blas():
+    """A line naming numpy's BLAS, its kernel (core type) and thread count."""
+    if threadpool_info is not None:
+        infos = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+        if infos:
+            return "; ".join(f"{i.get('internal_api')} {i.get('version')} core={i.get('architecture')} "
+                             f"threads={i.get('num_threads')} ({os.path.basename(i.get('filepath', ''))})"
+                             for i in infos)
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        text = f"{blas.get('name')} {blas.get('version')}"
+        if blas.get("openblas configuration"):
+            text += f" [{blas['openblas configuration']}]"
+        return text + " (install threadpoolctl for the kernel in use and thread control)"
+    except Exception:   # older numpy: no dict config
+        return "unknown (install threadpoolctl)"
+
+
+def measure_peak():
+    """{'avx512': GFLOP/s, 'avx2': GFLOP/s} of one core, float32 FMA; {} without a compiler."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None or platform.machine() not in ("x86_64", "AMD64", "i686"):
+        return {}
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = os.path.join(tmp, "peak")
+        build = subprocess.run([cc, "-O2", "-o", exe, os.path.join(HERE, "peak.c")],
+                               capture_output=True, text=True)
+        if build.returncode != 0:
+            print(f"note: could not build peak.c ({build.stderr.strip()[:200]})")
+            return {}
+        out = subprocess.run([exe], capture_output=True, text=True, timeout=120).stdout
+    peak = {}
+    for line in out.splitlines():
+        isa, value = line.split()
+        peak[isa] = float(value)
+    return peak
+
+
+# --------------------------------------------------------------------------- #
+# Timing
+# --------------------------------------------------------------------------- #
+class Timing:
+    def __init__(self, min_total, min_reps, min_sample):
+        self.min_total = min_total     # seconds of timed calls per measurement, at least
+        self.min_reps = min_reps       # samples per measurement, at least
+        self.min_sample = min_sample   # seconds per sample (fast calls are batched)
+
+    def __call__(self, fn):
+        """Median seconds per call over samples of batched calls."""
+        fn()                                   # warm-up (allocations, caches, thread pools)
+        t0 = time.perf_counter()
+        fn()
+        one = time.perf_counter() - t0
+        per = max(1, int(self.min_sample / max(one, 1e-7)))
+        samples = []
+        start = time.perf_counter()
+        while len(samples) < self.min_reps or time.perf_counter() - start < self.min_total:
+            t0 = time.perf_counter()
+            for _ in range(per):
+                fn()
+            samples.append((time.perf_counter() - t0) / per)
+        return statistics.median(samples)
+
+
+class Threads:
+    """myatt, torch and (with threadpoolctl) numpy's BLAS at n threads."""
+
+    def __init__(self, n):
+        self.n = n
+        self.limits = None
+
+    def __enter__(self):
+        myatt.set_num_threads(self.n)
+        torch.set_num_threads(self.n)
+        if threadpool_limits is not None:
+            self.limits = threadpool_limits(limits=self.n)
+        return self
+
+    def __exit__(self, *exc):
+        if self.limits is not None:
+            self.limits.restore_original_limits()
+
+
+# --------------------------------------------------------------------------- #
+# Cases
+# --------------------------------------------------------------------------- #
+LEVELS = {
+    # name: (S, (query_size, key_size, value_size1, value_size2, output_size))
+    "seed": (1, (32, 32, 32, 64, 32)),
+    "mid": (128, (256, 256, 256, 256, 256)),
+    "large": (1024, (1024, 1024, 1024, 1024, 1024)),
+}
+
+
+def level_ops(level, dtype, rng):
+    """[(op, flops or None, elements, myatt_fn, torch_fn, numpy_fn, check)] for one size level."""
+    S, sizes = LEVELS[level]
+    q, k, v1, v2, o = sizes
+    m = myatt.MyAtt(*sizes, dtype=dtype)
+    tm = TorchMyAtt(*sizes).to(torch.float64 if dtype == np.float64 else torch.float32)
+    tm.load_state_dict({key: torch.from_numpy(val) for key, val in m.state_dict().items()})
+    tm.eval()
+    nm = NumpyMyAtt(m.state_dict(), dtype)
+
+    Q = rng.standard_normal((1, S, q)).astype(dtype)
+    K = rng.standard_normal((1, S, k)).astype(dtype)
+    V = rng.standard_normal((1, v1, v2)).astype(dtype)
+    tQ, tK, tV = (torch.from_numpy(a) for a in (Q, K, V))
+
+    w1, b1 = m.attn.weight, m.attn.bias
+    tw1, tb1 = torch.from_numpy(w1), torch.from_numpy(b1)
+    x1 = np.ascontiguousarray(np.concatenate((Q[0], K[0]), axis=-1))   # [S, q + k]
+    tx1 = torch.from_numpy(x1)
+    scores = np.ascontiguousarray(np_linear(x1, w1, b1))               # [S, v1]
+    tscores = torch.from_numpy(scores)
+    aw = np.ascontiguousarray(np_softmax(scores)[None])                # [1, S, v1]
+    taw = torch.from_numpy(aw)
+
+    flops_lin1 = 2 * S * (q + k) * v1
+    flops_bmm = 2 * S * v1 * v2
+    flops_lin2 = 2 * S * (q + v2) * o
+    return [
+        ("module", flops_lin1 + flops_bmm + flops_lin2, None,
+         lambda: m(Q, K, V), lambda: tm(tQ, tK, tV), lambda: nm(Q, K, V)),
+        ("linear", flops_lin1, None,
+         lambda: myatt.linear(x1, w1, b1), lambda: F.linear(tx1, tw1, tb1),
+         lambda: np_linear(x1, w1, b1)),
+        ("softmax", None, S * v1,
+         lambda: myatt.softmax(scores, -1), lambda: torch.softmax(tscores, -1),
+         lambda: np_softmax(scores, -1)),
+        ("bmm", flops_bmm, None,
+         lambda: myatt.bmm(aw, V), lambda: torch.bmm(taw, tV), lambda: np_bmm(aw, V)),
+    ]
+
+
+def first(result):
+    return result[0] if isinstance(result, tuple) else result
+
+
+def max_diff(a, b):
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b.detach().numpy() if isinstance(b, torch.Tensor) else b, dtype=np.float64)
+    return float(np.max(np.abs(a - b))) if a.size else 0.0
+
+
+# --------------------------------------------------------------------------- #
+# Table
+# --------------------------------------------------------------------------- #
+def fmt_time(s):
+    if s < 1e-3:
+        return f"{s * 1e6:8.1f} us"
+    if s < 1:
+        return f"{s * 1e3:8.2f} ms"
+    return f"{s:8.3f} s "
+
+
+HEADER = (f"{'case':<28}{'thr':>4} {'myatt':>11} {'torch':>11} {'numpy':>11} "
+          f"{'/torch':>7} {'/numpy':>7} {'myatt rate':>16} {'%peak':>6} {'|myatt-torch|':>14}")
+
+
+def row_text(r):
+    rate = "-"
+    if r["gflops"] is not None:
+        rate = f"{r['gflops']:.2f} GFLOP/s"
+    elif r["gelems"] is not None:
+        rate = f"{r['gelems']:.3f} Gelem/s"
+    share = f"{100 * r['share']:.1f}" if r["share"] is not None else "-"
+    return (f"{r['case']:<28}{r['threads']:>4} {fmt_time(r['myatt'])} {fmt_time(r['torch'])} "
+            f"{fmt_time(r['numpy'])} {r['myatt'] / r['torch']:7.2f} {r['myatt'] / r['numpy']:7.2f} "
+            f"{rate:>16} {share:>6} {r['diff']:14.2e}")
+
+
+def run(args):
+    quick = args.quick
+    timing = Timing(min_total=0.05 if quick else 0.5, min_reps=3, min_sample=0.002 if quick else 0.01)
+    ncores = cores()
+    thread_counts = sorted({1, ncores})
+    levels = ["seed", "mid"] if quick else ["seed", "mid", "large"]
+    gemm_n = 1024 if quick else 2048
+
+    # ---- header: machine, versions, BLAS ----
+    print(f"machine: {cpu_model()}, {ncores} cores available ({os.cpu_count()} online), "
+          f"{platform.system()} {platform.machine()}")
+    print(f"date:    {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}   "
+          f"commit: {git_commit()}   load average: "
+          + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(f"python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}, "
+          f"myatt {getattr(myatt, '__version__', '?')} ({os.path.dirname(myatt.__file__)})")
+    kernel = getattr(myatt._myatt, "_softmax_kernel", lambda: "?")()
+    print(f"myatt softmax path: {kernel} (MYATT_KERNEL={os.environ.get('MYATT_KERNEL', 'unset')})")
+    print(f"numpy BLAS: {numpy_blas()}")
+    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                "MKL_NUM_THREADS"):
+        if var in os.environ:
+            print(f"  note: {var}={os.environ[var]} is set"
+                  + (" (slows numpy's OpenBLAS: unset it for fair numpy figures)"
+                     if var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") else ""))
+    if threadpool_limits is None:
+        print("  note: threadpoolctl missing: numpy's BLAS threads are not set per row")
+
+    peak = measure_peak()
+    peak_core = max(peak.values()) if peak else None
+    if peak:
+        print("float32 FMA peak of one core (benchmarks/peak.c): "
+              + ", ".join(f"{isa} {g:.1f} GFLOP/s" for isa, g in peak.items())
+              + f"; %peak uses {peak_core:.1f} x threads (float64: half)")
+    else:
+        print("float32 FMA peak: not measured (no C compiler or not x86-64)")
+    print("times: median per call; /torch and /numpy = myatt time / their time (< 1: myatt faster)")
+    print()
+    print(HEADER)
+    print("-" * len(HEADER))
+
+    rows = []
+    rng = np.random.default_rng(0)
+    myatt.manual_seed(0)
+
+    def add(case, threads, flops, elems, dtype, fns, results):
+        tm_, tt_, tn_ = (timing(f) for f in fns)
+        share = None
+        gflops = flops / tm_ / 1e9 if flops else None
+        if gflops is not None and peak_core:
+            share = gflops / (peak_core * threads * (0.5 if dtype == np.float64 else 1.0))
+        r = dict(case=case, threads=threads, myatt=tm_, torch=tt_, numpy=tn_, gflops=gflops,
+                 gelems=elems / tm_ / 1e9 if elems else None, share=share,
+                 diff=max_diff(first(results[0]), first(results[1])))
+        rows.append(r)
+        print(row_text(r), flush=True)
+
+    with torch.no_grad():
+        for level in levels:
+            S, sizes = LEVELS[level]
+            print(f"[{level}] S={S}, MyAtt{sizes}; Q,K [1,{S},{sizes[0]}],[1,{S},{sizes[1]}], "
+                  f"V [1,{sizes[2]},{sizes[3]}]")
+            for dtype in (np.float32, np.float64):
+                ops = level_ops(level, dtype, rng)
+                for n in thread_counts:
+                    with Threads(n):
+                        for op, flops, elems, fm, ft, fn in ops:
+                            add(f"{level} {op} {np.dtype(dtype).name}", n, flops, elems, dtype,
+                                (fm, ft, fn), (fm(), ft(), fn()))
+        # ---- GEMM alone ----
+        a = rng.standard_normal((1, gemm_n, gemm_n)).astype(np.float32)
+        b = rng.standard_normal((1, gemm_n, gemm_n)).astype(np.float32)
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+        print(f"[gemm] bmm [1,{gemm_n},{gemm_n}] @ [1,{gemm_n},{gemm_n}] float32")
+        with Threads(1):
+            fns = (lambda: myatt.bmm(a, b), lambda: torch.bmm(ta, tb), lambda: a @ b)
+            add(f"gemm {gemm_n}^3 float32", 1, 2 * gemm_n ** 3, None, np.float32, fns,
+                (fns[0](), fns[1]()))
+    print("-" * len(HEADER))
+    print("|myatt-torch|: max abs difference of the outputs (a sanity check, not a test); "
+          "rate: GFLOP/s for linear/bmm/module (softmax: elements/s); %peak: of the "
+          "measured FMA peak x threads")
+    return dict(peak=peak, rows=rows, quick=quick, machine=cpu_model(), cores=ncores,
+                commit=git_commit(), date=datetime.datetime.now(datetime.timezone.utc).isoformat())
+
+
+def plot(result, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("note: --plot needs matplotlib (pip install matplotlib); no plot drawn")
+        return
+    rows = result["rows"]
+    labels = [f"{r['case']} t{r['threads']}" for r in rows]
+    y = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(9, 0.22 * len(rows) + 1.5))
+    ax.barh(y - 0.2, [r["myatt"] / r["torch"] for r in rows], 0.4, label="myatt / torch")
+    ax.barh(y + 0.2, [r["myatt"] / r["numpy"] for r in rows], 0.4, label="myatt / numpy")
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("time ratio (< 1: myatt faster)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot written to {path}")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="a short run (seconds): seed and mid sizes")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--plot", metavar="PATH", help="also draw the ratios (needs matplotlib)")
+    args = p.parse_args(argv)
+    result = run(args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    if args.plot:
+        plot(result, args.plot)
+
+
+if __name__ == "__main__":
+    main()

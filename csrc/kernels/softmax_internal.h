@@ -1,0 +1,41 @@
+/* Inside the softmax family: the implementations that softmax.c dispatches to.
+ * Every path has the contract of softmax.h; the portable one (libm exp) is the
+ * reference the vector paths are tested against (tests/test_softmax_paths.py).
+ *
+ * Vector paths (AVX2, AVX-512): float32 and float64, with a vectorised exp
+ * (softmax_exp_coef.h) whose max error, measured by benchmarks/exp_ulp.c, is
+ * 0.988 ulp for float32 (every float) and under 1 ulp for float64 (dense sweep). */
+#ifndef MYATT_KERNELS_SOFTMAX_INTERNAL_H
+#define MYATT_KERNELS_SOFTMAX_INTERNAL_H
+
+#include <stdint.h>
+
+enum softmax_isa { SOFTMAX_PORTABLE = 0, SOFTMAX_AVX2 = 1, SOFTMAX_AVX512 = 2 };
+
+/* The path in use: the best the CPU runs, or the one MYATT_KERNEL asks for
+ * (portable | avx2 | avx512; a request the CPU cannot run falls back to the
+ * best lower one).  Decided once, at the first call. */
+enum softmax_isa softmax_isa(void);
+
+void softmax_forward_f32_portable(float *out, const float *inp, int64_t outer, int64_t n, int64_t inner);
+void softmax_forward_f64_portable(double *out, const double *inp, int64_t outer, int64_t n, int64_t inner);
+void softmax_backward_f32_portable(float *grad_inp, const float *grad_out, const float *out,
+                                   int64_t outer, int64_t n, int64_t inner);
+void softmax_backward_f64_portable(double *grad_inp, const double *grad_out, const double *out,
+                                   int64_t outer, int64_t n, int64_t inner);
+
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
+#define MYATT_SOFTMAX_X86 1
+void softmax_forward_f32_avx2(float *out, const float *inp, int64_t outer, int64_t n, int64_t inner);
+void softmax_forward_f32_avx512(float *out, const float *inp, int64_t outer, int64_t n, int64_t inner);
+void softmax_forward_f64_avx2(double *out, const double *inp, int64_t outer, int64_t n, int64_t inner);
+void softmax_forward_f64_avx512(double *out, const double *inp, int64_t outer, int64_t n, int64_t inner);
+
+/* out[i] = exp(inp[i]) with the vector exp of each path (for the ulp sweep) */
+void softmax_exp_f32_avx2(float *out, const float *inp, int64_t n);
+void softmax_exp_f32_avx512(float *out, const float *inp, int64_t n);
+void softmax_exp_f64_avx2(double *out, const double *inp, int64_t n);
+void softmax_exp_f64_avx512(double *out, const double *inp, int64_t n);
+#endif
+
+#endif
