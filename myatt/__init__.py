@@ -5,13 +5,14 @@
     output, attn_weights = m(Q, K, V)
 
 Kernels: linear, softmax, bmm.  Types: Linear, MyAtt.  Generator: manual_seed.
-Threads: set_num_threads, get_num_threads.  PyTorch is never needed.
+Threads: set_num_threads, get_num_threads.  Instruction set: kernel_path.  PyTorch is never needed.
 """
 from ._myatt import (
     Linear,
     MyAtt,
     bmm,
     get_num_threads,
+    kernel_path,
     linear,
     manual_seed,
     set_num_threads,
@@ -25,6 +26,7 @@ __all__ = [
     "MyAtt",
     "bmm",
     "get_num_threads",
+    "kernel_path",
     "linear",
     "manual_seed",
     "set_num_threads",

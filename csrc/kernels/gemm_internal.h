@@ -57,6 +57,20 @@ typedef void (*gemm_kernel_f32_fn)(int64_t kc, const float *a_panel, const float
 typedef void (*gemm_kernel_f64_fn)(int64_t kc, const double *a_panel, const double *b_panel,
                                    double *c, int64_t rs_c, int64_t cs_c, int accumulate);
 
+/* The direct (unpacked) loop of a path, for small products:
+ *   c[m, n] = (c_holds_value ? c : 0) + a[m, k] @ b[k, n]
+ * with k cut into blocks of kc, each summed from zero in increasing p with the
+ * path's own multiply-add (mul + add for "portable", FMA for the SIMD paths)
+ * and then added onto c: the same bits as the packed path of that kernel. */
+typedef void (*gemm_small_f32_fn)(float *c, int64_t rs_c, int64_t cs_c,
+                                  const float *a, int64_t rs_a, int64_t cs_a,
+                                  const float *b, int64_t rs_b, int64_t cs_b,
+                                  int64_t m, int64_t n, int64_t k, int64_t kc, int c_holds_value);
+typedef void (*gemm_small_f64_fn)(double *c, int64_t rs_c, int64_t cs_c,
+                                  const double *a, int64_t rs_a, int64_t cs_a,
+                                  const double *b, int64_t rs_b, int64_t cs_b,
+                                  int64_t m, int64_t n, int64_t k, int64_t kc, int c_holds_value);
+
 /* One micro-kernel and the cache blocking that suits it.
  * Invariants: 1 <= mr <= GEMM_MAX_MR, 1 <= nr <= GEMM_MAX_NR,
  * mc % mr == 0, nc % nr == 0, kc >= 1. */
@@ -65,6 +79,7 @@ typedef struct {
     int mr, nr;                /* micro-tile: mr rows of A by nr columns of B */
     int64_t mc, kc, nc;        /* block sizes: A block mc x kc (L2), B block kc x nc (L3) */
     gemm_kernel_f32_fn kernel;
+    gemm_small_f32_fn small;   /* the direct loop with the same arithmetic */
 } gemm_microkernel_f32;
 
 typedef struct {
@@ -72,11 +87,18 @@ typedef struct {
     int mr, nr;
     int64_t mc, kc, nc;
     gemm_kernel_f64_fn kernel;
+    gemm_small_f64_fn small;
 } gemm_microkernel_f64;
 
-/* The micro-kernel gemm_f32 / gemm_f64 use; the one place a kernel is chosen
- * (today always the portable one; CPU detection and an environment override
- * go here).  Never NULL. */
+/* The SIMD paths, each defined in its own file (gemm_avx2.c, gemm_avx512.c)
+ * that is compiled for its ISA through target attributes.  Only x86-64. */
+#if defined(__x86_64__) || defined(__i386__)
+extern const gemm_microkernel_f32 gemm_microkernel_f32_avx2, gemm_microkernel_f32_avx512;
+extern const gemm_microkernel_f64 gemm_microkernel_f64_avx2, gemm_microkernel_f64_avx512;
+#endif
+
+/* The micro-kernel gemm_f32 / gemm_f64 use: the entry of the path cpu.h chose
+ * (mk_cpu_isa: detection + MYATT_KERNEL).  Never NULL. */
 const gemm_microkernel_f32 *gemm_select_f32(void);
 const gemm_microkernel_f64 *gemm_select_f64(void);
 

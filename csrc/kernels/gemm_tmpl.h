@@ -31,51 +31,6 @@ static void SUF(gemm_init_zero)(T *c, int64_t rs_c, int64_t cs_c, int64_t m, int
     }
 }
 
-/* Small products, no packing.  For each row of c, GEMM_SMALL_NB columns at a
- * time: GEMM_SMALL_NB independent dot products advance together over p (so
- * the adds pipeline instead of waiting on one chain).  k is cut into the same
- * kc blocks as in the packed path, each summed from zero in increasing p and
- * then added onto c, so this gives the same bits as the portable micro-kernel.
- *   c_holds_value: products are added onto c (else the first block overwrites). */
-static void SUF(gemm_small)(T *c, int64_t rs_c, int64_t cs_c,
-                            const T *a, int64_t rs_a, int64_t cs_a,
-                            const T *b, int64_t rs_b, int64_t cs_b,
-                            int64_t m, int64_t n, int64_t k, int64_t kc, int c_holds_value)
-{
-    T c_val[GEMM_SMALL_NB];   /* C[i, j0:j0+nb] being built */
-    T acc[GEMM_SMALL_NB];     /* one kc block of the dot products */
-    for (int64_t i = 0; i < m; i++) {
-        const T *a_row = a + i * rs_a;                 /* A[i, :] */
-        T *c_row = c + i * rs_c;                       /* C[i, :] */
-        for (int64_t j0 = 0; j0 < n; j0 += GEMM_SMALL_NB) {
-            const int64_t nb = gemm_min(GEMM_SMALL_NB, n - j0);
-            const T *b_blk = b + j0 * cs_b;            /* B[:, j0:j0+nb] */
-            T *c_blk = c_row + j0 * cs_c;              /* C[i, j0:j0+nb] */
-            for (int64_t pc = 0; pc < k; pc += kc) {
-                const int64_t p_end = pc + gemm_min(kc, k - pc);
-                for (int64_t j = 0; j < nb; j++)
-                    acc[j] = 0;
-                for (int64_t p = pc; p < p_end; p++) {
-                    const T a_ip = a_row[p * cs_a];
-                    const T *b_p = b_blk + p * rs_b;   /* B[p, j0:j0+nb] */
-                    for (int64_t j = 0; j < nb; j++)
-                        acc[j] += a_ip * b_p[j * cs_b];
-                }
-                for (int64_t j = 0; j < nb; j++) {
-                    if (pc > 0)
-                        c_val[j] = c_val[j] + acc[j];
-                    else if (c_holds_value)
-                        c_val[j] = c_blk[j * cs_c] + acc[j];
-                    else
-                        c_val[j] = acc[j];
-                }
-            }
-            for (int64_t j = 0; j < nb; j++)
-                c_blk[j * cs_c] = c_val[j];
-        }
-    }
-}
-
 /* Pack the block A[0:mc, 0:kc] (a points at its [0, 0]) into MR x KC panels:
  *   a_pack[q * panel_len + p * mr + i] = A[q * mr + i, p]
  * with rows past mc zero, so the micro-kernel always sees full panels.
@@ -165,8 +120,8 @@ int SUF(gemm_run)(const SUF(gemm_microkernel) *uk,
      *    a B with contiguous rows, where the direct loop runs along those rows
      *    and full tiles would mostly multiply zero padding. */
     if (gemm_use_direct(m, n, k, uk->mr, cs_b)) {
-        SUF(gemm_small)(c, rs_c, cs_c, a, rs_a, cs_a, b, rs_b, cs_b, m, n, k,
-                        uk->kc, c_holds_value);
+        uk->small(c, rs_c, cs_c, a, rs_a, cs_a, b, rs_b, cs_b, m, n, k,
+                  uk->kc, c_holds_value);
         return 0;
     }
 

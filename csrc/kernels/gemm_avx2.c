@@ -1,0 +1,137 @@
+/* AVX2 + FMA micro-kernels and direct loops for gemm (see gemm_internal.h for
+ * the contract).  Compiled for AVX2 by the pragma below whatever the build
+ * flags; only called when cpu.c found AVX2 and FMA usable.
+ *
+ * Tiles use the 16 ymm registers: 12 accumulators, 2 for the B row, 1 for the
+ * broadcast A element.
+ *   f32 6 x 16: per p, B[p, 0:16] is two ymm, each A[i, p] multiplies both.
+ *   f64 6 x 8:  the same with 4 doubles per ymm.
+ * Same arithmetic as the AVX-512 kernels (per output: kc blocks summed from
+ * zero by FMA in increasing p, then added onto c), hence the same bits.
+ *
+ * Block sizes: A block mc x 64 in L2 (f32 240 x 64, f64 120 x 64: 60 KiB),
+ * B panel 64 x nr in L1 (4 KiB), B block 64 x nc (1 MiB). */
+#if defined(__x86_64__) || defined(__i386__)
+
+#pragma GCC target("avx2,fma")
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "gemm_internal.h"
+
+/* c[6, 16] = (accumulate ? c : 0) + a_panel[kc][6]^T @ b_panel[kc][16] */
+static void gemm_f32_avx2_kernel_6x16(int64_t kc, const float *a_panel, const float *b_panel,
+                                      float *c, int64_t rs_c, int64_t cs_c, int accumulate)
+{
+    enum { MR = 6, NR = 16 };
+    __m256 acc0[MR], acc1[MR];   /* C[i, 0:8], C[i, 8:16] */
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++)
+        acc0[i] = acc1[i] = _mm256_setzero_ps();
+    for (int64_t p = 0; p < kc; p++) {
+        const float *a_p = a_panel + p * MR;   /* A[0:6, p] */
+        const float *b_p = b_panel + p * NR;   /* B[p, 0:16] */
+        const __m256 b0 = _mm256_load_ps(b_p), b1 = _mm256_load_ps(b_p + 8);
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            const __m256 a_ip = _mm256_broadcast_ss(a_p + i);
+            acc0[i] = _mm256_fmadd_ps(a_ip, b0, acc0[i]);
+            acc1[i] = _mm256_fmadd_ps(a_ip, b1, acc1[i]);
+        }
+    }
+    if (cs_c == 1) {
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            float *c_row = c + i * rs_c;
+            if (accumulate) {
+                acc0[i] = _mm256_add_ps(_mm256_loadu_ps(c_row), acc0[i]);
+                acc1[i] = _mm256_add_ps(_mm256_loadu_ps(c_row + 8), acc1[i]);
+            }
+            _mm256_storeu_ps(c_row, acc0[i]);
+            _mm256_storeu_ps(c_row + 8, acc1[i]);
+        }
+        return;
+    }
+    _Alignas(64) float tile[MR * NR];   /* [6, 16] */
+    for (int i = 0; i < MR; i++) {
+        _mm256_store_ps(tile + i * NR, acc0[i]);
+        _mm256_store_ps(tile + i * NR + 8, acc1[i]);
+    }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) {
+            float *c_ij = c + i * rs_c + j * cs_c;
+            *c_ij = accumulate ? *c_ij + tile[i * NR + j] : tile[i * NR + j];
+        }
+}
+
+/* c[6, 8] = (accumulate ? c : 0) + a_panel[kc][6]^T @ b_panel[kc][8] */
+static void gemm_f64_avx2_kernel_6x8(int64_t kc, const double *a_panel, const double *b_panel,
+                                     double *c, int64_t rs_c, int64_t cs_c, int accumulate)
+{
+    enum { MR = 6, NR = 8 };
+    __m256d acc0[MR], acc1[MR];   /* C[i, 0:4], C[i, 4:8] */
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++)
+        acc0[i] = acc1[i] = _mm256_setzero_pd();
+    for (int64_t p = 0; p < kc; p++) {
+        const double *a_p = a_panel + p * MR;   /* A[0:6, p] */
+        const double *b_p = b_panel + p * NR;   /* B[p, 0:8] */
+        const __m256d b0 = _mm256_load_pd(b_p), b1 = _mm256_load_pd(b_p + 4);
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            const __m256d a_ip = _mm256_broadcast_sd(a_p + i);
+            acc0[i] = _mm256_fmadd_pd(a_ip, b0, acc0[i]);
+            acc1[i] = _mm256_fmadd_pd(a_ip, b1, acc1[i]);
+        }
+    }
+    if (cs_c == 1) {
+#pragma GCC unroll 6
+        for (int i = 0; i < MR; i++) {
+            double *c_row = c + i * rs_c;
+            if (accumulate) {
+                acc0[i] = _mm256_add_pd(_mm256_loadu_pd(c_row), acc0[i]);
+                acc1[i] = _mm256_add_pd(_mm256_loadu_pd(c_row + 4), acc1[i]);
+            }
+            _mm256_storeu_pd(c_row, acc0[i]);
+            _mm256_storeu_pd(c_row + 4, acc1[i]);
+        }
+        return;
+    }
+    _Alignas(64) double tile[MR * NR];   /* [6, 8] */
+    for (int i = 0; i < MR; i++) {
+        _mm256_store_pd(tile + i * NR, acc0[i]);
+        _mm256_store_pd(tile + i * NR + 4, acc1[i]);
+    }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) {
+            double *c_ij = c + i * rs_c + j * cs_c;
+            *c_ij = accumulate ? *c_ij + tile[i * NR + j] : tile[i * NR + j];
+        }
+}
+
+/* The direct loops, with FMA (vectorised over GEMM_SMALL_NB columns). */
+#define T float
+#define GEMM_MADD(s, x, y) __builtin_fmaf((x), (y), (s))
+#define GEMM_SMALL_NAME gemm_f32_avx2_small
+#include "gemm_small_tmpl.h"
+#undef T
+#undef GEMM_MADD
+#undef GEMM_SMALL_NAME
+#define T double
+#define GEMM_MADD(s, x, y) __builtin_fma((x), (y), (s))
+#define GEMM_SMALL_NAME gemm_f64_avx2_small
+#include "gemm_small_tmpl.h"
+#undef T
+#undef GEMM_MADD
+#undef GEMM_SMALL_NAME
+
+const gemm_microkernel_f32 gemm_microkernel_f32_avx2 = {
+    "avx2", 6, 16, 240, 64, 4096, gemm_f32_avx2_kernel_6x16, gemm_f32_avx2_small,
+};
+
+const gemm_microkernel_f64 gemm_microkernel_f64_avx2 = {
+    "avx2", 6, 8, 120, 64, 2048, gemm_f64_avx2_kernel_6x8, gemm_f64_avx2_small,
+};
+
+#endif
