@@ -9,11 +9,13 @@
  * stride and zero-pads edges; only the micro-kernel is ISA-specific. */
 #include "gemm.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "alloc.h"
 #include "cpu.h"
+#include "threads.h"
 #include "gemm_internal.h"
 
 static inline int64_t gemm_min(int64_t x, int64_t y) { return x < y ? x : y; }

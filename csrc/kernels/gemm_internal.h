@@ -49,6 +49,15 @@
  * portable kernel, so the choice is about speed only. */
 #define GEMM_SMALL_WORK 2048.0
 
+/* Most bytes one thread's packed B block may take (see gemm_packed in
+ * gemm_tmpl.h): about an L2 and a half, so it stays in L2/L3 while every MC
+ * block of rows streams over it. */
+#define GEMM_B_PACK_BYTES (2 << 20)
+
+/* Fewest multiply-adds (m * n * k) per thread for gemm to use threads: below
+ * about 1 M (2 MFLOP, ~50 us on one core) waking a thread does not pay. */
+#define GEMM_THREAD_MIN_WORK (1024.0 * 1024.0)
+
 /* Columns of c the direct loop computes side by side (independent sums). */
 #define GEMM_SMALL_NB 16
 

@@ -92,6 +92,148 @@ static void SUF(gemm_edge_tile)(const SUF(gemm_microkernel) *uk, int64_t kc,
     }
 }
 
+/* The packed path on one thread: c[m, n] = (c_holds_value ? c : 0) + a @ b.
+ *
+ * Loop order (C-stationary): for each NC block of columns and each super-block
+ * of k, all of B[k-block, NC block] is packed first (KC x NR panels per KC
+ * block); then for each MC block of rows, the KC blocks run innermost, so the
+ * mc x nc block of c stays in L2 while every KC block is added onto it.  (With
+ * kc fixed at 64 by the summation contract, the usual Goto order would stream
+ * all of c through memory once per 64 terms: 2.5x slower at 1024^3.)  The
+ * packed B is bounded by GEMM_B_PACK_BYTES: nc shrinks first, then k is cut
+ * into super-blocks (each output's KC blocks are still added in order). */
+static int SUF(gemm_packed)(const SUF(gemm_microkernel) *uk,
+                            T *c, int64_t rs_c, int64_t cs_c,
+                            const T *a, int64_t rs_a, int64_t cs_a,
+                            const T *b, int64_t rs_b, int64_t cs_b,
+                            int64_t m, int64_t n, int64_t k, int c_holds_value)
+{
+    /* 1. Block sizes and workspaces:
+     *    a_pack [mc / mr panels][a_panel_max],
+     *    b_pack [kk / kc blocks][nc / nr panels][b_panel_max]. */
+    const int mr = uk->mr, nr = uk->nr;
+    const int64_t kc = uk->kc;
+    const int64_t align = GEMM_PANEL_ALIGN / (int64_t)sizeof(T);   /* elements */
+    const int64_t kc_max = gemm_min(kc, k);
+    const int64_t mc = gemm_min(uk->mc, gemm_round_up(m, mr));
+    const int64_t budget = GEMM_B_PACK_BYTES / (int64_t)sizeof(T);  /* elements of b_pack */
+    int64_t nc = gemm_min(uk->nc, gemm_round_up(n, nr));
+    int64_t kk = gemm_round_up(k, kc);                               /* k super-block */
+    if (kk * nc > budget) {
+        const int64_t nc_min = gemm_min(nc, 4 * (int64_t)nr);
+        nc = budget / kk / nr * nr;
+        nc = nc < nc_min ? nc_min : nc;
+        if (kk * nc > budget) {
+            kk = budget / nc / kc * kc;
+            kk = kk < kc ? kc : kk;
+        }
+    }
+    const int64_t a_panel_max = gemm_round_up(kc_max * mr, align);
+    const int64_t b_panel_max = gemm_round_up(kc_max * nr, align);
+    const int64_t b_kblock = (nc / nr) * b_panel_max;               /* one KC block of b_pack */
+    T *a_pack = mk_alloc(mk_bytes((size_t)((mc / mr) * a_panel_max), sizeof(T)));
+    T *b_pack = mk_alloc(mk_bytes((size_t)(gemm_min(kk, gemm_round_up(k, kc)) / kc * b_kblock),
+                                  sizeof(T)));
+    if (a_pack == NULL || b_pack == NULL) {
+        mk_free(a_pack);
+        mk_free(b_pack);
+        return -1;
+    }
+
+    /* 2. The loop nest. */
+    for (int64_t jc = 0; jc < n; jc += nc) {                      /* NC columns of B and C */
+        const int64_t nc_blk = gemm_min(nc, n - jc);
+        for (int64_t kq = 0; kq < k; kq += kk) {                  /* super-block of k */
+            const int64_t kq_end = gemm_min(kq + kk, k);
+
+            /* B[kq:kq_end, jc:jc+nc_blk] -> b_pack, one KC block after another */
+            for (int64_t pc = kq; pc < kq_end; pc += kc) {
+                const int64_t kc_blk = gemm_min(kc, k - pc);
+                SUF(gemm_pack_b)(b_pack + (pc - kq) / kc * b_kblock,
+                                 b + pc * rs_b + jc * cs_b, rs_b, cs_b,
+                                 kc_blk, nc_blk, nr, gemm_round_up(kc_blk * nr, align));
+            }
+
+            for (int64_t ic = 0; ic < m; ic += mc) {              /* MC rows of A and C */
+                const int64_t mc_blk = gemm_min(mc, m - ic);
+                for (int64_t pc = kq; pc < kq_end; pc += kc) {    /* KC rows of B, in order */
+                    const int64_t kc_blk = gemm_min(kc, k - pc);
+                    const int64_t a_panel_len = gemm_round_up(kc_blk * mr, align);
+                    const int64_t b_panel_len = gemm_round_up(kc_blk * nr, align);
+                    const T *b_blk = b_pack + (pc - kq) / kc * b_kblock;
+                    /* later KC blocks add onto what the first one wrote */
+                    const int accumulate_blk = c_holds_value || pc > 0;
+
+                    /* A[ic:ic+mc_blk, pc:pc+kc_blk] -> a_pack */
+                    SUF(gemm_pack_a)(a_pack, a + ic * rs_a + pc * cs_a, rs_a, cs_a,
+                                     mc_blk, kc_blk, mr, a_panel_len);
+
+                    for (int64_t jr = 0; jr < nc_blk; jr += nr) {          /* NR columns */
+                        const T *b_panel = b_blk + (jr / nr) * b_panel_len;
+                        const int64_t n_r = gemm_min(nr, nc_blk - jr);
+                        for (int64_t ir = 0; ir < mc_blk; ir += mr) {      /* MR rows */
+                            const T *a_panel = a_pack + (ir / mr) * a_panel_len;
+                            const int64_t m_r = gemm_min(mr, mc_blk - ir);
+                            T *c_tile = c + (ic + ir) * rs_c + (jc + jr) * cs_c;
+                            if (m_r == mr && n_r == nr)
+                                uk->kernel(kc_blk, a_panel, b_panel, c_tile, rs_c, cs_c,
+                                           accumulate_blk);
+                            else
+                                SUF(gemm_edge_tile)(uk, kc_blk, a_panel, b_panel, c_tile,
+                                                    rs_c, cs_c, m_r, n_r, accumulate_blk);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    mk_free(a_pack);
+    mk_free(b_pack);
+    return 0;
+}
+
+/* One thread's share of a parallel gemm: a band of columns (split_n) or of
+ * rows of c, cut at multiples of nr or mr.  Every element of c is computed by
+ * exactly one task, in the same order as on one thread. */
+typedef struct {
+    const SUF(gemm_microkernel) *uk;
+    T *c;
+    int64_t rs_c, cs_c;
+    const T *a;
+    int64_t rs_a, cs_a;
+    const T *b;
+    int64_t rs_b, cs_b;
+    int64_t m, n, k;
+    int c_holds_value;
+    int split_n;          /* 1: bands of columns, 0: bands of rows */
+    int64_t band;         /* columns or rows per task */
+    atomic_int failed;    /* a task could not allocate its workspace */
+} SUF(gemm_job);
+
+static void SUF(gemm_task)(void *arg, int task)
+{
+    SUF(gemm_job) *job = arg;
+    const int64_t start = task * job->band;
+    const int64_t size = job->split_n ? job->n : job->m;
+    if (start >= size)
+        return;
+    const int64_t len = gemm_min(job->band, size - start);
+    int rc;
+    if (job->split_n)   /* C[:, start:start+len] = A @ B[:, start:start+len] */
+        rc = SUF(gemm_packed)(job->uk, job->c + start * job->cs_c, job->rs_c, job->cs_c,
+                              job->a, job->rs_a, job->cs_a,
+                              job->b + start * job->cs_b, job->rs_b, job->cs_b,
+                              job->m, len, job->k, job->c_holds_value);
+    else                /* C[start:start+len, :] = A[start:start+len, :] @ B */
+        rc = SUF(gemm_packed)(job->uk, job->c + start * job->rs_c, job->rs_c, job->cs_c,
+                              job->a + start * job->rs_a, job->rs_a, job->cs_a,
+                              job->b, job->rs_b, job->cs_b,
+                              len, job->n, job->k, job->c_holds_value);
+    if (rc != 0)
+        atomic_store(&job->failed, 1);
+}
+
 int SUF(gemm_run)(const SUF(gemm_microkernel) *uk,
                   T *c, int64_t rs_c, int64_t cs_c,
                   const T *a, int64_t rs_a, int64_t cs_a,
@@ -125,66 +267,29 @@ int SUF(gemm_run)(const SUF(gemm_microkernel) *uk,
         return 0;
     }
 
-    /* 3. Workspaces, sized for the largest block this product needs:
-     *    a_pack [mc_max / mr panels][a_panel_max], b_pack [nc_max / nr panels][b_panel_max]. */
-    const int mr = uk->mr, nr = uk->nr;
-    const int64_t align = GEMM_PANEL_ALIGN / (int64_t)sizeof(T);   /* elements */
-    const int64_t kc_max = gemm_min(uk->kc, k);
-    const int64_t mc_max = gemm_min(uk->mc, gemm_round_up(m, mr));
-    const int64_t nc_max = gemm_min(uk->nc, gemm_round_up(n, nr));
-    const int64_t a_panel_max = gemm_round_up(kc_max * mr, align);
-    const int64_t b_panel_max = gemm_round_up(kc_max * nr, align);
-    T *a_pack = mk_alloc(mk_bytes((size_t)((mc_max / mr) * a_panel_max), sizeof(T)));
-    T *b_pack = mk_alloc(mk_bytes((size_t)((nc_max / nr) * b_panel_max), sizeof(T)));
-    if (a_pack == NULL || b_pack == NULL) {
-        mk_free(a_pack);
-        mk_free(b_pack);
-        return -1;
-    }
-
-    /* 4. The Goto loop nest (BLIS loops 5..1). */
-    for (int64_t jc = 0; jc < n; jc += uk->nc) {               /* NC columns of B and C */
-        const int64_t nc_blk = gemm_min(uk->nc, n - jc);
-        for (int64_t pc = 0; pc < k; pc += uk->kc) {           /* KC rows of B */
-            const int64_t kc_blk = gemm_min(uk->kc, k - pc);
-            const int64_t a_panel_len = gemm_round_up(kc_blk * mr, align);
-            const int64_t b_panel_len = gemm_round_up(kc_blk * nr, align);
-            /* later KC blocks add onto what the first one wrote */
-            const int accumulate_blk = c_holds_value || pc > 0;
-
-            /* B[pc:pc+kc_blk, jc:jc+nc_blk] -> b_pack */
-            SUF(gemm_pack_b)(b_pack, b + pc * rs_b + jc * cs_b, rs_b, cs_b,
-                             kc_blk, nc_blk, nr, b_panel_len);
-
-            for (int64_t ic = 0; ic < m; ic += uk->mc) {       /* MC rows of A and C */
-                const int64_t mc_blk = gemm_min(uk->mc, m - ic);
-
-                /* A[ic:ic+mc_blk, pc:pc+kc_blk] -> a_pack */
-                SUF(gemm_pack_a)(a_pack, a + ic * rs_a + pc * cs_a, rs_a, cs_a,
-                                 mc_blk, kc_blk, mr, a_panel_len);
-
-                for (int64_t jr = 0; jr < nc_blk; jr += nr) {  /* NR columns */
-                    const T *b_panel = b_pack + (jr / nr) * b_panel_len;
-                    const int64_t n_r = gemm_min(nr, nc_blk - jr);
-                    for (int64_t ir = 0; ir < mc_blk; ir += mr) {   /* MR rows */
-                        const T *a_panel = a_pack + (ir / mr) * a_panel_len;
-                        const int64_t m_r = gemm_min(mr, mc_blk - ir);
-                        T *c_tile = c + (ic + ir) * rs_c + (jc + jr) * cs_c;   /* C[ic+ir, jc+jr] */
-                        if (m_r == mr && n_r == nr)
-                            uk->kernel(kc_blk, a_panel, b_panel, c_tile, rs_c, cs_c,
-                                       accumulate_blk);
-                        else
-                            SUF(gemm_edge_tile)(uk, kc_blk, a_panel, b_panel, c_tile,
-                                                rs_c, cs_c, m_r, n_r, accumulate_blk);
-                    }
-                }
-            }
-        }
-    }
-
-    mk_free(a_pack);
-    mk_free(b_pack);
-    return 0;
+    /* 3. Threads, when the product is big enough to pay for waking them: bands
+     *    of c (never of k), the longer dimension, whole tiles per band. */
+    const double work = (double)m * (double)n * (double)k;   /* multiply-adds */
+    int nthreads = mk_get_num_threads();
+    if (work < GEMM_THREAD_MIN_WORK * nthreads)
+        nthreads = (int)(work / GEMM_THREAD_MIN_WORK);
+    const int split_n = n >= m;
+    const int64_t unit = split_n ? uk->nr : uk->mr;
+    const int64_t units = ((split_n ? n : m) + unit - 1) / unit;
+    if (nthreads > units)
+        nthreads = (int)units;
+    if (nthreads <= 1)
+        return SUF(gemm_packed)(uk, c, rs_c, cs_c, a, rs_a, cs_a, b, rs_b, cs_b,
+                                m, n, k, c_holds_value);
+    SUF(gemm_job) job = {
+        .uk = uk, .c = c, .rs_c = rs_c, .cs_c = cs_c, .a = a, .rs_a = rs_a, .cs_a = cs_a,
+        .b = b, .rs_b = rs_b, .cs_b = cs_b, .m = m, .n = n, .k = k,
+        .c_holds_value = c_holds_value, .split_n = split_n,
+        .band = (units + nthreads - 1) / nthreads * unit,
+    };
+    atomic_init(&job.failed, 0);
+    mk_parallel_run(nthreads, SUF(gemm_task), &job);
+    return atomic_load(&job.failed) ? -1 : 0;
 }
 
 int SUF(gemm)(T *c, int64_t rs_c, int64_t cs_c,
