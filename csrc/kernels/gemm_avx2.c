@@ -9,8 +9,8 @@
  * Same arithmetic as the AVX-512 kernels (per output: kc blocks summed from
  * zero by FMA in increasing p, then added onto c), hence the same bits.
  *
- * Block sizes: A block mc x 64 in L2 (f32 240 x 64, f64 120 x 64: 60 KiB),
- * B panel 64 x nr in L1 (4 KiB), B block 64 x nc (1 MiB). */
+ * Block sizes: A block mc x 64 (f32 240 x 64, f64 120 x 64: 60 KiB), B panel
+ * 64 x nr in L1 (4 KiB), the block of c mc x 512 (480 KiB) kept in L2. */
 #if defined(__x86_64__) || defined(__i386__)
 
 #pragma GCC target("avx2,fma")
@@ -54,6 +54,7 @@ static void gemm_f32_avx2_kernel_6x16(int64_t kc, const float *a_panel, const fl
         return;
     }
     _Alignas(64) float tile[MR * NR];   /* [6, 16] */
+#pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {
         _mm256_store_ps(tile + i * NR, acc0[i]);
         _mm256_store_ps(tile + i * NR + 8, acc1[i]);
@@ -99,6 +100,7 @@ static void gemm_f64_avx2_kernel_6x8(int64_t kc, const double *a_panel, const do
         return;
     }
     _Alignas(64) double tile[MR * NR];   /* [6, 8] */
+#pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {
         _mm256_store_pd(tile + i * NR, acc0[i]);
         _mm256_store_pd(tile + i * NR + 4, acc1[i]);
@@ -127,11 +129,11 @@ static void gemm_f64_avx2_kernel_6x8(int64_t kc, const double *a_panel, const do
 #undef GEMM_SMALL_NAME
 
 const gemm_microkernel_f32 gemm_microkernel_f32_avx2 = {
-    "avx2", 6, 16, 240, 64, 4096, gemm_f32_avx2_kernel_6x16, gemm_f32_avx2_small,
+    "avx2", 6, 16, 240, 64, 512, gemm_f32_avx2_kernel_6x16, gemm_f32_avx2_small,
 };
 
 const gemm_microkernel_f64 gemm_microkernel_f64_avx2 = {
-    "avx2", 6, 8, 120, 64, 2048, gemm_f64_avx2_kernel_6x8, gemm_f64_avx2_small,
+    "avx2", 6, 8, 120, 64, 512, gemm_f64_avx2_kernel_6x8, gemm_f64_avx2_small,
 };
 
 #endif

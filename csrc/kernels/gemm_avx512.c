@@ -13,9 +13,11 @@
  * same bits.
  *
  * Block sizes (Zen 4 / Skylake-SP class: 32-48 KiB L1d, 1-2 MiB L2):
- *   f32: A block 240 x 64 (60 KiB) in L2, B panel 64 x 32 (8 KiB) in L1,
- *        B block 64 x 4096 (1 MiB).
- *   f64: A block 120 x 64 (60 KiB), B panel 64 x 16 (8 KiB), B block 64 x 2048. */
+ *   f32: A block 240 x 64 (60 KiB) and B panel 64 x 32 (8 KiB) near L1, the
+ *        block of c 240 x 512 (480 KiB) kept in L2 over all KC blocks.
+ *   f64: A block 120 x 64 (60 KiB), B panel 64 x 16 (8 KiB), c 120 x 512.
+ * (nc = 512 rather than 4096: with the c block in L2, 1024^3 f32 ran ~15 %
+ * faster, measured in CPU time against torch on a loaded 2-core Zen 4.) */
 #if defined(__x86_64__) || defined(__i386__)
 
 #pragma GCC target("avx512f,avx512vl,fma")
@@ -59,6 +61,7 @@ static void gemm_f32_avx512_kernel_12x32(int64_t kc, const float *a_panel, const
         return;
     }
     _Alignas(64) float tile[MR * NR];   /* [12, 32] */
+#pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {
         _mm512_store_ps(tile + i * NR, acc0[i]);
         _mm512_store_ps(tile + i * NR + 16, acc1[i]);
@@ -104,6 +107,7 @@ static void gemm_f64_avx512_kernel_12x16(int64_t kc, const double *a_panel, cons
         return;
     }
     _Alignas(64) double tile[MR * NR];   /* [12, 16] */
+#pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {
         _mm512_store_pd(tile + i * NR, acc0[i]);
         _mm512_store_pd(tile + i * NR + 8, acc1[i]);
@@ -132,11 +136,11 @@ static void gemm_f64_avx512_kernel_12x16(int64_t kc, const double *a_panel, cons
 #undef GEMM_SMALL_NAME
 
 const gemm_microkernel_f32 gemm_microkernel_f32_avx512 = {
-    "avx512", 12, 32, 240, 64, 4096, gemm_f32_avx512_kernel_12x32, gemm_f32_avx512_small,
+    "avx512", 12, 32, 240, 64, 512, gemm_f32_avx512_kernel_12x32, gemm_f32_avx512_small,
 };
 
 const gemm_microkernel_f64 gemm_microkernel_f64_avx512 = {
-    "avx512", 12, 16, 120, 64, 2048, gemm_f64_avx512_kernel_12x16, gemm_f64_avx512_small,
+    "avx512", 12, 16, 120, 64, 512, gemm_f64_avx512_kernel_12x16, gemm_f64_avx512_small,
 };
 
 #endif

@@ -50,9 +50,11 @@
 #define GEMM_SMALL_WORK 2048.0
 
 /* Most bytes one thread's packed B block may take (see gemm_packed in
- * gemm_tmpl.h): about an L2 and a half, so it stays in L2/L3 while every MC
- * block of rows streams over it. */
-#define GEMM_B_PACK_BYTES (2 << 20)
+ * gemm_tmpl.h).  It lives in L3 while every MC block of rows streams over it;
+ * when k is so long that kc x NC does not fit, NC shrinks, so A is re-packed
+ * more often (measured at 2048^3 f64: 2 MiB ran 25 % slower than 8 MiB, A
+ * then coming from memory 16 times instead of 4). */
+#define GEMM_B_PACK_BYTES (8 << 20)
 
 /* Fewest multiply-adds (m * n * k) per thread for gemm to use threads: below
  * about 1 M (2 MFLOP, ~50 us on one core) waking a thread does not pay. */

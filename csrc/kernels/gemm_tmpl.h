@@ -43,6 +43,12 @@ static void SUF(gemm_pack_a)(T *a_pack, const T *a, int64_t rs_a, int64_t cs_a,
         const int64_t m_r = gemm_min(mr, mc - ir);
         for (int64_t i = 0; i < m_r; i++) {
             const T *a_row = a + (ir + i) * rs_a;    /* A[ir + i, 0:kc] */
+            /* Rows of A are read kc elements at a time, too short for the
+             * hardware prefetcher: ask for the next KC block of this row now
+             * (a hint only; past the end of A it is harmless). */
+            if (cs_a == 1)
+                for (int64_t p = 0; p < kc; p += GEMM_PANEL_ALIGN / (int64_t)sizeof(T))
+                    __builtin_prefetch(a_row + kc + p);
             for (int64_t p = 0; p < kc; p++)
                 panel[p * mr + i] = a_row[p * cs_a];
         }
