@@ -118,7 +118,9 @@ def test_zero_sizes(dtype, m, n, k):
     check_linear(a, np.ascontiguousarray(b.T), np.arange(n, dtype=dtype))
 
 
-@pytest.mark.parametrize("m,n,k", [(1, 32, 64), (2, 16, 64), (1, 200, 300), (3, 1000, 64)])
+@pytest.mark.parametrize("m,n,k", [(1, 32, 64), (2, 16, 64), (1, 200, 300), (3, 1000, 64),
+                                   (1, 7, 9), (2, 13, 70), (1, 31, 66), (3, 9, 75), (1, 17, 120),
+                                   (1, 1, 2048), (4, 33, 15), (1, 64, 32), (1, 70, 29)])
 def test_small_direct_loop(rng, dtype, m, n, k):
     """The seed's shape (1 x 64 @ 64 x 32) and the other products that skip packing."""
     x = scaled(rng, (m, k), dtype, k)
@@ -136,6 +138,18 @@ def test_rows_do_not_depend_on_their_neighbours(rng, dtype):
     for i in [0, 1, 11, 12, 13, 57, 99]:
         alone = myatt.bmm(a[None, i:i + 1], b[None])[0]
         np.testing.assert_array_equal(alone[0], whole[i])
+
+
+@pytest.mark.parametrize("n,k", [(32, 64), (30, 60), (17, 120), (9, 200), (64, 31)])
+def test_linear_rows_do_not_depend_on_their_neighbours(rng, dtype, n, k):
+    """The same for linear (B = weight^T, read through swapped strides): one row
+    alone takes the direct loop (n * k <= 2048), 50 rows the packed panels."""
+    x = scaled(rng, (50, k), dtype, k)
+    w = scaled(rng, (n, k), dtype, k)
+    bias = scaled(rng, (n,), dtype, k)
+    whole = myatt.linear(x, w, bias)
+    for i in [0, 3, 12, 49]:
+        np.testing.assert_array_equal(myatt.linear(x[i], w, bias), whole[i])
 
 
 # --------------------------------------------------------------------------- #

@@ -90,15 +90,19 @@ static void gemm_f64_portable_kernel_4x4(int64_t kc, const double *a_panel, cons
 /* The portable direct loops: mul then add, as the portable micro-kernels. */
 #define GEMM_MADD(s, x, y) ((s) + (x) * (y))
 #define T float
+#define GEMM_SMALL_COLS 16
 #define GEMM_SMALL_NAME gemm_f32_portable_small
 #include "gemm_small_tmpl.h"
 #undef T
 #undef GEMM_SMALL_NAME
+#undef GEMM_SMALL_COLS
 #define T double
+#define GEMM_SMALL_COLS 16
 #define GEMM_SMALL_NAME gemm_f64_portable_small
 #include "gemm_small_tmpl.h"
 #undef T
 #undef GEMM_SMALL_NAME
+#undef GEMM_SMALL_COLS
 #undef GEMM_MADD
 
 /* ---------------------------------------------------------------------------

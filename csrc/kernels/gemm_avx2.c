@@ -18,6 +18,7 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "gemm_copy_avx.h"
 #include "gemm_internal.h"
 
 /* c[6, 16] = (accumulate ? c : 0) + a_panel[kc][6]^T @ b_panel[kc][16] */
@@ -112,21 +113,29 @@ static void gemm_f64_avx2_kernel_6x8(int64_t kc, const double *a_panel, const do
         }
 }
 
-/* The direct loops, with FMA (vectorised over GEMM_SMALL_NB columns). */
+/* The direct loops, with FMA (vectorised over up to four vector registers of columns). */
 #define T float
 #define GEMM_MADD(s, x, y) __builtin_fmaf((x), (y), (s))
+#define GEMM_SMALL_COPY_T gemm_copy_t_f32
+#define GEMM_SMALL_COLS 32
 #define GEMM_SMALL_NAME gemm_f32_avx2_small
 #include "gemm_small_tmpl.h"
 #undef T
 #undef GEMM_MADD
+#undef GEMM_SMALL_COPY_T
 #undef GEMM_SMALL_NAME
+#undef GEMM_SMALL_COLS
 #define T double
 #define GEMM_MADD(s, x, y) __builtin_fma((x), (y), (s))
+#define GEMM_SMALL_COPY_T gemm_copy_t_f64
+#define GEMM_SMALL_COLS 16
 #define GEMM_SMALL_NAME gemm_f64_avx2_small
 #include "gemm_small_tmpl.h"
 #undef T
 #undef GEMM_MADD
+#undef GEMM_SMALL_COPY_T
 #undef GEMM_SMALL_NAME
+#undef GEMM_SMALL_COLS
 
 const gemm_microkernel_f32 gemm_microkernel_f32_avx2 = {
     "avx2", 6, 16, 240, 64, 512, gemm_f32_avx2_kernel_6x16, gemm_f32_avx2_small,

@@ -25,6 +25,7 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "gemm_copy_avx.h"
 #include "gemm_internal.h"
 
 /* c[12, 32] = (accumulate ? c : 0) + a_panel[kc][12]^T @ b_panel[kc][32] */
@@ -119,21 +120,29 @@ static void gemm_f64_avx512_kernel_12x16(int64_t kc, const double *a_panel, cons
         }
 }
 
-/* The direct loops, with FMA (vectorised over GEMM_SMALL_NB columns). */
+/* The direct loops, with FMA (vectorised over up to four vector registers of columns). */
 #define T float
 #define GEMM_MADD(s, x, y) __builtin_fmaf((x), (y), (s))
+#define GEMM_SMALL_COPY_T gemm_copy_t_f32
+#define GEMM_SMALL_COLS 64
 #define GEMM_SMALL_NAME gemm_f32_avx512_small
 #include "gemm_small_tmpl.h"
 #undef T
 #undef GEMM_MADD
+#undef GEMM_SMALL_COPY_T
 #undef GEMM_SMALL_NAME
+#undef GEMM_SMALL_COLS
 #define T double
 #define GEMM_MADD(s, x, y) __builtin_fma((x), (y), (s))
+#define GEMM_SMALL_COPY_T gemm_copy_t_f64
+#define GEMM_SMALL_COLS 32
 #define GEMM_SMALL_NAME gemm_f64_avx512_small
 #include "gemm_small_tmpl.h"
 #undef T
 #undef GEMM_MADD
+#undef GEMM_SMALL_COPY_T
 #undef GEMM_SMALL_NAME
+#undef GEMM_SMALL_COLS
 
 const gemm_microkernel_f32 gemm_microkernel_f32_avx512 = {
     "avx512", 12, 32, 240, 64, 512, gemm_f32_avx512_kernel_12x32, gemm_f32_avx512_small,

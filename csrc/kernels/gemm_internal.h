@@ -60,8 +60,6 @@
  * about 1 M (2 MFLOP, ~50 us on one core) waking a thread does not pay. */
 #define GEMM_THREAD_MIN_WORK (1024.0 * 1024.0)
 
-/* Columns of c the direct loop computes side by side (independent sums). */
-#define GEMM_SMALL_NB 16
 
 typedef void (*gemm_kernel_f32_fn)(int64_t kc, const float *a_panel, const float *b_panel,
                                    float *c, int64_t rs_c, int64_t cs_c, int accumulate);
