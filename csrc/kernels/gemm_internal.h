@@ -36,7 +36,7 @@
 
 /* Largest micro-tile any kernel may use (the edge tile lives on the stack). */
 #define GEMM_MAX_MR 32
-#define GEMM_MAX_NR 32
+#define GEMM_MAX_NR 48
 
 /* Packed panels start on this boundary (bytes); mk_alloc gives the same. */
 #define GEMM_PANEL_ALIGN 64
