@@ -3,10 +3,13 @@
  *
  *   c[m, n] = (accumulate ? c : 0) + a[m, k] @ b[k, n] (+ bias[n])
  *
- * Structure (BLIS): for each NC block of columns, for each KC block of k, pack
- * B into KC x NR panels; for each MC block of rows, pack A into MR x KC panels;
- * then run the MR x NR micro-kernel over the block.  Packing absorbs every
- * stride and zero-pads edges; only the micro-kernel is ISA-specific. */
+ * Structure (BLIS, C-stationary; see gemm_packed in gemm_tmpl.h): for each NC
+ * block of columns, pack B into KC x NR panels (every KC block of a k range);
+ * for each MC block of rows, for each KC block, pack A into MR x KC panels and
+ * run the MR x NR micro-kernel over the block.  Packing absorbs every stride
+ * and zero-pads edges; only the micro-kernel (and the direct loop for small
+ * products) is ISA-specific: gemm_avx2.c, gemm_avx512.c, chosen in cpu.c.
+ * Large products are split into bands of c over the thread pool (threads.h). */
 #include "gemm.h"
 
 #include <stdatomic.h>

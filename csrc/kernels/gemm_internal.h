@@ -1,10 +1,11 @@
 /* GEMM internals: the micro-kernel interface that ISA-specific files plug into.
  *
- * gemm.c holds the whole BLIS/Goto loop nest (NC, KC, MC blocks, packing of A
- * and B, edge tiles); only the MR x NR micro-kernel below changes per CPU.
- * Adding a CPU = writing one function with the signature below (in its own
- * file, e.g. gemm_avx2.c), adding one entry to the table in gemm.c and one
- * branch to gemm_select_f32 / gemm_select_f64.
+ * gemm.c / gemm_tmpl.h hold the whole BLIS/Goto loop nest (NC, KC, MC blocks,
+ * packing of A and B, edge tiles, threads); only the MR x NR micro-kernel below
+ * and the direct loop for small products change per CPU.  Adding a CPU =
+ * one file (like gemm_avx2.c) with the kernel and its gemm_microkernel_f32/f64
+ * entries (the direct loop comes from gemm_small_tmpl.h), one mk_isa value
+ * and its detection in cpu.c, and one case in gemm_select_f32 / _f64.
  *
  * Micro-kernel contract (T = float or double):
  *
