@@ -213,6 +213,7 @@ typedef struct {
     int64_t m, n, k;
     int c_holds_value;
     int split_n;          /* 1: bands of columns, 0: bands of rows */
+    int direct;           /* each band runs the direct loop (uk->small), not packed panels */
     int64_t band;         /* columns or rows per task */
     atomic_int failed;    /* a task could not allocate its workspace */
 } SUF(gemm_job);
@@ -225,8 +226,13 @@ static void SUF(gemm_task)(void *arg, int task)
     if (start >= size)
         return;
     const int64_t len = gemm_min(job->band, size - start);
-    int rc;
-    if (job->split_n)   /* C[:, start:start+len] = A @ B[:, start:start+len] */
+    int rc = 0;
+    if (job->direct)    /* the same, without packing (bands of columns) */
+        job->uk->small(job->c + start * job->cs_c, job->rs_c, job->cs_c,
+                       job->a, job->rs_a, job->cs_a,
+                       job->b + start * job->cs_b, job->rs_b, job->cs_b,
+                       job->m, len, job->k, job->uk->kc, job->c_holds_value);
+    else if (job->split_n)   /* C[:, start:start+len] = A @ B[:, start:start+len] */
         rc = SUF(gemm_packed)(job->uk, job->c + start * job->cs_c, job->rs_c, job->cs_c,
                               job->a, job->rs_a, job->cs_a,
                               job->b + start * job->cs_b, job->rs_b, job->cs_b,
@@ -264,33 +270,37 @@ int SUF(gemm_run)(const SUF(gemm_microkernel) *uk,
         return 0;
     }
 
-    /* 2. Small products, where packing would dominate, and a few rows against
-     *    a B with contiguous rows, where the direct loop runs along those rows
-     *    and full tiles would mostly multiply zero padding. */
-    if (gemm_use_direct(m, n, k, uk->mr, cs_b)) {
-        uk->small(c, rs_c, cs_c, a, rs_a, cs_a, b, rs_b, cs_b, m, n, k,
-                  uk->kc, c_holds_value);
-        return 0;
-    }
-
-    /* 3. Threads, when the product is big enough to pay for waking them: bands
-     *    of c (never of k), the longer dimension, whole tiles per band. */
+    /* 2. Threads, when the product is big enough to pay for waking them: bands
+     *    of c (never of k), whole tiles per band. */
     const double work = (double)m * (double)n * (double)k;   /* multiply-adds */
     int nthreads = mk_get_num_threads();
     if (work < GEMM_THREAD_MIN_WORK * nthreads)
         nthreads = (int)(work / GEMM_THREAD_MIN_WORK);
-    const int split_n = n >= m;
-    const int64_t unit = split_n ? uk->nr : uk->mr;
+
+    /* 3. Small products, where packing would dominate, and a few rows against
+     *    a B with contiguous rows, where the direct loop runs along those rows
+     *    and full tiles would mostly multiply zero padding.  (Every column of
+     *    the direct loop is computed alone, so bands of columns of any width
+     *    give the same bits.) */
+    const int direct = gemm_use_direct(m, n, k, uk->mr, cs_b);
+    const int split_n = direct || n >= m;     /* else the longer dimension */
+    const int64_t unit = direct ? 64 : split_n ? uk->nr : uk->mr;
     const int64_t units = ((split_n ? n : m) + unit - 1) / unit;
     if (nthreads > units)
         nthreads = (int)units;
-    if (nthreads <= 1)
+    if (nthreads <= 1) {
+        if (direct) {
+            uk->small(c, rs_c, cs_c, a, rs_a, cs_a, b, rs_b, cs_b, m, n, k,
+                      uk->kc, c_holds_value);
+            return 0;
+        }
         return SUF(gemm_packed)(uk, c, rs_c, cs_c, a, rs_a, cs_a, b, rs_b, cs_b,
                                 m, n, k, c_holds_value);
+    }
     SUF(gemm_job) job = {
         .uk = uk, .c = c, .rs_c = rs_c, .cs_c = cs_c, .a = a, .rs_a = rs_a, .cs_a = cs_a,
         .b = b, .rs_b = rs_b, .cs_b = cs_b, .m = m, .n = n, .k = k,
-        .c_holds_value = c_holds_value, .split_n = split_n,
+        .c_holds_value = c_holds_value, .split_n = split_n, .direct = direct,
         .band = (units + nthreads - 1) / nthreads * unit,
     };
     atomic_init(&job.failed, 0);
