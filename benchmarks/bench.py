@@ -297,7 +297,7 @@ def run(args):
           + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     print(f"python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}, "
           f"myatt {getattr(myatt, '__version__', '?')} ({os.path.dirname(myatt.__file__)})")
-    kernel = getattr(myatt._myatt, "_softmax_kernel", lambda: "?")()
+    kernel = myatt.kernel_path()
     print(f"myatt softmax path: {kernel} (MYATT_KERNEL={os.environ.get('MYATT_KERNEL', 'unset')})")
     print(f"numpy BLAS: {numpy_blas()}")
     for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",

@@ -6,6 +6,7 @@
 
 #include "kernels/alloc.h"
 #include "kernels/bmm.h"
+#include "kernels/cpu.h"
 #include "kernels/softmax.h"
 #include "kernels/threads.h"
 
@@ -490,14 +491,16 @@ static PyObject *myatt_get_num_threads(PyObject *module, PyObject *Py_UNUSED(ign
     return PyLong_FromLong(mk_get_num_threads());
 }
 
-PyDoc_STRVAR(softmax_kernel_doc,
-"_softmax_kernel($module, /)\n--\n\n"
-"Private: the softmax path in use, 'portable', 'avx2' or 'avx512'\n"
-"(the best the CPU runs, or a lower one asked for by MYATT_KERNEL).");
+PyDoc_STRVAR(kernel_path_doc,
+"kernel_path($module, /)\n--\n\n"
+"The instruction-set path of the kernels: 'avx512', 'avx2' or 'portable'.\n\n"
+"The best one this CPU supports, unless the environment variable MYATT_KERNEL\n"
+"(read once, at import) asks for another: a path the CPU cannot run falls back\n"
+"to the best supported one, with a RuntimeWarning at import.");
 
-static PyObject *myatt_softmax_kernel(PyObject *module, PyObject *Py_UNUSED(ignored))
+static PyObject *myatt_kernel_path(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
-    return PyUnicode_FromString(softmax_kernel_name());
+    return PyUnicode_FromString(mk_isa_name(mk_cpu_isa()));
 }
 
 /* ---- the module ------------------------------------------------------------ */
@@ -517,7 +520,7 @@ static PyMethodDef myatt_methods[] = {
     {"manual_seed", myatt_manual_seed, METH_O, manual_seed_doc},
     {"set_num_threads", myatt_set_num_threads, METH_O, set_num_threads_doc},
     {"get_num_threads", myatt_get_num_threads, METH_NOARGS, get_num_threads_doc},
-    {"_softmax_kernel", myatt_softmax_kernel, METH_NOARGS, softmax_kernel_doc},
+    {"kernel_path", myatt_kernel_path, METH_NOARGS, kernel_path_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -540,6 +543,10 @@ static int myatt_exec(PyObject *module)
     /* Kernel workspaces through Python's raw allocator, so tracemalloc sees them. */
     mk_set_allocator(PyMem_RawMalloc, PyMem_RawFree);
     mt19937_seed(&st->rng, entropy_seed());
+    /* Decide the kernel path now (MYATT_KERNEL) and say so if the request was not followed. */
+    const char *note = mk_cpu_note();
+    if (note != NULL && PyErr_WarnEx(PyExc_RuntimeWarning, note, 1) < 0)
+        return -1;
 
     PyObject *exceptions = PyImport_ImportModule("numpy.exceptions");
     if (exceptions == NULL) {   /* NumPy < 1.25 */

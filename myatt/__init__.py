@@ -7,7 +7,7 @@
 Kernels: linear, softmax, bmm, and their gradients linear_backward,
 softmax_backward, bmm_backward.  Types: Linear, MyAtt (with .backward, from_torch,
 pickle, copy).  Generator: manual_seed.  Threads: set_num_threads, get_num_threads.
-Optimisers (torch.optim's rules, in NumPy, on the live parameters): SGD, Adam.
+Instruction set in use: kernel_path.  Optimisers (torch.optim's rules, in NumPy, on the live parameters): SGD, Adam.
 Validation against torch: compare.  Plots: plot_attention (needs matplotlib).
 PyTorch is never needed, and never imported by ``import myatt``.
 """
@@ -17,6 +17,7 @@ from ._myatt import (
     bmm,
     bmm_backward,
     get_num_threads,
+    kernel_path,
     linear,
     linear_backward,
     manual_seed,
@@ -41,6 +42,7 @@ __all__ = [
     "bmm_backward",
     "compare",
     "get_num_threads",
+    "kernel_path",
     "linear",
     "linear_backward",
     "manual_seed",

@@ -30,7 +30,7 @@ def cpu_flags():
 
 def test_requested_path_in_use():
     """MYATT_KERNEL picks the float32 path whenever the CPU can run it."""
-    kernel = myatt._myatt._softmax_kernel()
+    kernel = myatt.kernel_path()
     assert kernel in PATHS
     want = os.environ.get("MYATT_KERNEL")
     if want in PATHS and (want == "portable" or CPU_FLAG[want] in cpu_flags()):

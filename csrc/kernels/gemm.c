@@ -3,16 +3,22 @@
  *
  *   c[m, n] = (accumulate ? c : 0) + a[m, k] @ b[k, n] (+ bias[n])
  *
- * Structure (BLIS): for each NC block of columns, for each KC block of k, pack
- * B into KC x NR panels; for each MC block of rows, pack A into MR x KC panels;
- * then run the MR x NR micro-kernel over the block.  Packing absorbs every
- * stride and zero-pads edges; only the micro-kernel is ISA-specific. */
+ * Structure (BLIS, C-stationary; see gemm_packed in gemm_tmpl.h): for each NC
+ * block of columns, pack B into KC x NR panels (every KC block of a k range);
+ * for each MC block of rows, for each KC block, pack A into MR x KC panels and
+ * run the MR x NR micro-kernel over the block.  Packing absorbs every stride
+ * and zero-pads edges; only the micro-kernel (and the direct loop for small
+ * products) is ISA-specific: gemm_avx2.c, gemm_avx512.c, chosen in cpu.c.
+ * Large products are split into bands of c over the thread pool (threads.h). */
 #include "gemm.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "alloc.h"
+#include "cpu.h"
+#include "threads.h"
 #include "gemm_internal.h"
 
 static inline int64_t gemm_min(int64_t x, int64_t y) { return x < y ? x : y; }
@@ -84,6 +90,24 @@ static void gemm_f64_portable_kernel_4x4(int64_t kc, const double *a_panel, cons
     }
 }
 
+/* The portable direct loops: mul then add, as the portable micro-kernels. */
+#define GEMM_MADD(s, x, y) ((s) + (x) * (y))
+#define T float
+#define GEMM_SMALL_COLS 16
+#define GEMM_SMALL_NAME gemm_f32_portable_small
+#include "gemm_small_tmpl.h"
+#undef T
+#undef GEMM_SMALL_NAME
+#undef GEMM_SMALL_COLS
+#define T double
+#define GEMM_SMALL_COLS 16
+#define GEMM_SMALL_NAME gemm_f64_portable_small
+#include "gemm_small_tmpl.h"
+#undef T
+#undef GEMM_SMALL_NAME
+#undef GEMM_SMALL_COLS
+#undef GEMM_MADD
+
 /* ---------------------------------------------------------------------------
  * The micro-kernel table and the one place a kernel is chosen.
  *
@@ -101,24 +125,36 @@ static void gemm_f64_portable_kernel_4x4(int64_t kc, const double *a_panel, cons
  *            B block 64 x 2048 (1 MiB).
  * ------------------------------------------------------------------------- */
 
-static const gemm_microkernel_f32 gemm_microkernels_f32[] = {
-    /* name        mr nr   mc  kc    nc   kernel */
-    { "portable",  4, 8,  256, 64, 4096, gemm_f32_portable_kernel_4x8 },
+static const gemm_microkernel_f32 gemm_microkernel_f32_portable = {
+    /* name        mr nr   mc  kc    nc   kernel                        small */
+    "portable",    4, 8,  256, 64, 4096, gemm_f32_portable_kernel_4x8, gemm_f32_portable_small,
 };
 
-static const gemm_microkernel_f64 gemm_microkernels_f64[] = {
-    { "portable",  4, 4,  128, 64, 2048, gemm_f64_portable_kernel_4x4 },
+static const gemm_microkernel_f64 gemm_microkernel_f64_portable = {
+    "portable",    4, 4,  128, 64, 2048, gemm_f64_portable_kernel_4x4, gemm_f64_portable_small,
 };
 
+/* The path mk_cpu_isa() chose (CPU detection + MYATT_KERNEL, decided once). */
 const gemm_microkernel_f32 *gemm_select_f32(void)
 {
-    /* TODO(simd): CPU detection + environment override; return the best entry. */
-    return &gemm_microkernels_f32[0];
+    switch (mk_cpu_isa()) {
+#if defined(__x86_64__) || defined(__i386__)
+    case MK_ISA_AVX512: return &gemm_microkernel_f32_avx512;
+    case MK_ISA_AVX2: return &gemm_microkernel_f32_avx2;
+#endif
+    default: return &gemm_microkernel_f32_portable;
+    }
 }
 
 const gemm_microkernel_f64 *gemm_select_f64(void)
 {
-    return &gemm_microkernels_f64[0];
+    switch (mk_cpu_isa()) {
+#if defined(__x86_64__) || defined(__i386__)
+    case MK_ISA_AVX512: return &gemm_microkernel_f64_avx512;
+    case MK_ISA_AVX2: return &gemm_microkernel_f64_avx2;
+#endif
+    default: return &gemm_microkernel_f64_portable;
+    }
 }
 
 /* ---------------------------------------------------------------------------

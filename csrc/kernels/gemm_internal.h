@@ -1,10 +1,11 @@
 /* GEMM internals: the micro-kernel interface that ISA-specific files plug into.
  *
- * gemm.c holds the whole BLIS/Goto loop nest (NC, KC, MC blocks, packing of A
- * and B, edge tiles); only the MR x NR micro-kernel below changes per CPU.
- * Adding a CPU = writing one function with the signature below (in its own
- * file, e.g. gemm_avx2.c), adding one entry to the table in gemm.c and one
- * branch to gemm_select_f32 / gemm_select_f64.
+ * gemm.c / gemm_tmpl.h hold the whole BLIS/Goto loop nest (NC, KC, MC blocks,
+ * packing of A and B, edge tiles, threads); only the MR x NR micro-kernel below
+ * and the direct loop for small products change per CPU.  Adding a CPU =
+ * one file (like gemm_avx2.c) with the kernel and its gemm_microkernel_f32/f64
+ * entries (the direct loop comes from gemm_small_tmpl.h), one mk_isa value
+ * and its detection in cpu.c, and one case in gemm_select_f32 / _f64.
  *
  * Micro-kernel contract (T = float or double):
  *
@@ -36,7 +37,7 @@
 
 /* Largest micro-tile any kernel may use (the edge tile lives on the stack). */
 #define GEMM_MAX_MR 32
-#define GEMM_MAX_NR 32
+#define GEMM_MAX_NR 48
 
 /* Packed panels start on this boundary (bytes); mk_alloc gives the same. */
 #define GEMM_PANEL_ALIGN 64
@@ -49,13 +50,36 @@
  * portable kernel, so the choice is about speed only. */
 #define GEMM_SMALL_WORK 2048.0
 
-/* Columns of c the direct loop computes side by side (independent sums). */
-#define GEMM_SMALL_NB 16
+/* Most bytes one thread's packed B block may take (see gemm_packed in
+ * gemm_tmpl.h).  It lives in L3 while every MC block of rows streams over it;
+ * when k is so long that kc x NC does not fit, NC shrinks, so A is re-packed
+ * more often (measured at 2048^3 f64: 2 MiB ran 25 % slower than 8 MiB, A
+ * then coming from memory 16 times instead of 4). */
+#define GEMM_B_PACK_BYTES (8 << 20)
+
+/* Fewest multiply-adds (m * n * k) per thread for gemm to use threads: below
+ * about 1 M (2 MFLOP, ~50 us on one core) waking a thread does not pay. */
+#define GEMM_THREAD_MIN_WORK (1024.0 * 1024.0)
+
 
 typedef void (*gemm_kernel_f32_fn)(int64_t kc, const float *a_panel, const float *b_panel,
                                    float *c, int64_t rs_c, int64_t cs_c, int accumulate);
 typedef void (*gemm_kernel_f64_fn)(int64_t kc, const double *a_panel, const double *b_panel,
                                    double *c, int64_t rs_c, int64_t cs_c, int accumulate);
+
+/* The direct (unpacked) loop of a path, for small products:
+ *   c[m, n] = (c_holds_value ? c : 0) + a[m, k] @ b[k, n]
+ * with k cut into blocks of kc, each summed from zero in increasing p with the
+ * path's own multiply-add (mul + add for "portable", FMA for the SIMD paths)
+ * and then added onto c: the same bits as the packed path of that kernel. */
+typedef void (*gemm_small_f32_fn)(float *c, int64_t rs_c, int64_t cs_c,
+                                  const float *a, int64_t rs_a, int64_t cs_a,
+                                  const float *b, int64_t rs_b, int64_t cs_b,
+                                  int64_t m, int64_t n, int64_t k, int64_t kc, int c_holds_value);
+typedef void (*gemm_small_f64_fn)(double *c, int64_t rs_c, int64_t cs_c,
+                                  const double *a, int64_t rs_a, int64_t cs_a,
+                                  const double *b, int64_t rs_b, int64_t cs_b,
+                                  int64_t m, int64_t n, int64_t k, int64_t kc, int c_holds_value);
 
 /* One micro-kernel and the cache blocking that suits it.
  * Invariants: 1 <= mr <= GEMM_MAX_MR, 1 <= nr <= GEMM_MAX_NR,
@@ -65,6 +89,7 @@ typedef struct {
     int mr, nr;                /* micro-tile: mr rows of A by nr columns of B */
     int64_t mc, kc, nc;        /* block sizes: A block mc x kc (L2), B block kc x nc (L3) */
     gemm_kernel_f32_fn kernel;
+    gemm_small_f32_fn small;   /* the direct loop with the same arithmetic */
 } gemm_microkernel_f32;
 
 typedef struct {
@@ -72,11 +97,18 @@ typedef struct {
     int mr, nr;
     int64_t mc, kc, nc;
     gemm_kernel_f64_fn kernel;
+    gemm_small_f64_fn small;
 } gemm_microkernel_f64;
 
-/* The micro-kernel gemm_f32 / gemm_f64 use; the one place a kernel is chosen
- * (today always the portable one; CPU detection and an environment override
- * go here).  Never NULL. */
+/* The SIMD paths, each defined in its own file (gemm_avx2.c, gemm_avx512.c)
+ * that is compiled for its ISA through target attributes.  Only x86-64. */
+#if defined(__x86_64__) || defined(__i386__)
+extern const gemm_microkernel_f32 gemm_microkernel_f32_avx2, gemm_microkernel_f32_avx512;
+extern const gemm_microkernel_f64 gemm_microkernel_f64_avx2, gemm_microkernel_f64_avx512;
+#endif
+
+/* The micro-kernel gemm_f32 / gemm_f64 use: the entry of the path cpu.h chose
+ * (mk_cpu_isa: detection + MYATT_KERNEL).  Never NULL. */
 const gemm_microkernel_f32 *gemm_select_f32(void);
 const gemm_microkernel_f64 *gemm_select_f64(void);
 

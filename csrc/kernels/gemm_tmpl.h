@@ -31,51 +31,6 @@ static void SUF(gemm_init_zero)(T *c, int64_t rs_c, int64_t cs_c, int64_t m, int
     }
 }
 
-/* Small products, no packing.  For each row of c, GEMM_SMALL_NB columns at a
- * time: GEMM_SMALL_NB independent dot products advance together over p (so
- * the adds pipeline instead of waiting on one chain).  k is cut into the same
- * kc blocks as in the packed path, each summed from zero in increasing p and
- * then added onto c, so this gives the same bits as the portable micro-kernel.
- *   c_holds_value: products are added onto c (else the first block overwrites). */
-static void SUF(gemm_small)(T *c, int64_t rs_c, int64_t cs_c,
-                            const T *a, int64_t rs_a, int64_t cs_a,
-                            const T *b, int64_t rs_b, int64_t cs_b,
-                            int64_t m, int64_t n, int64_t k, int64_t kc, int c_holds_value)
-{
-    T c_val[GEMM_SMALL_NB];   /* C[i, j0:j0+nb] being built */
-    T acc[GEMM_SMALL_NB];     /* one kc block of the dot products */
-    for (int64_t i = 0; i < m; i++) {
-        const T *a_row = a + i * rs_a;                 /* A[i, :] */
-        T *c_row = c + i * rs_c;                       /* C[i, :] */
-        for (int64_t j0 = 0; j0 < n; j0 += GEMM_SMALL_NB) {
-            const int64_t nb = gemm_min(GEMM_SMALL_NB, n - j0);
-            const T *b_blk = b + j0 * cs_b;            /* B[:, j0:j0+nb] */
-            T *c_blk = c_row + j0 * cs_c;              /* C[i, j0:j0+nb] */
-            for (int64_t pc = 0; pc < k; pc += kc) {
-                const int64_t p_end = pc + gemm_min(kc, k - pc);
-                for (int64_t j = 0; j < nb; j++)
-                    acc[j] = 0;
-                for (int64_t p = pc; p < p_end; p++) {
-                    const T a_ip = a_row[p * cs_a];
-                    const T *b_p = b_blk + p * rs_b;   /* B[p, j0:j0+nb] */
-                    for (int64_t j = 0; j < nb; j++)
-                        acc[j] += a_ip * b_p[j * cs_b];
-                }
-                for (int64_t j = 0; j < nb; j++) {
-                    if (pc > 0)
-                        c_val[j] = c_val[j] + acc[j];
-                    else if (c_holds_value)
-                        c_val[j] = c_blk[j * cs_c] + acc[j];
-                    else
-                        c_val[j] = acc[j];
-                }
-            }
-            for (int64_t j = 0; j < nb; j++)
-                c_blk[j * cs_c] = c_val[j];
-        }
-    }
-}
-
 /* Pack the block A[0:mc, 0:kc] (a points at its [0, 0]) into MR x KC panels:
  *   a_pack[q * panel_len + p * mr + i] = A[q * mr + i, p]
  * with rows past mc zero, so the micro-kernel always sees full panels.
@@ -88,6 +43,12 @@ static void SUF(gemm_pack_a)(T *a_pack, const T *a, int64_t rs_a, int64_t cs_a,
         const int64_t m_r = gemm_min(mr, mc - ir);
         for (int64_t i = 0; i < m_r; i++) {
             const T *a_row = a + (ir + i) * rs_a;    /* A[ir + i, 0:kc] */
+            /* Rows of A are read kc elements at a time, too short for the
+             * hardware prefetcher: ask for the next KC block of this row now
+             * (a hint only; past the end of A it is harmless). */
+            if (cs_a == 1)
+                for (int64_t p = 0; p < kc; p += GEMM_PANEL_ALIGN / (int64_t)sizeof(T))
+                    __builtin_prefetch(a_row + kc + p);
             for (int64_t p = 0; p < kc; p++)
                 panel[p * mr + i] = a_row[p * cs_a];
         }
@@ -137,6 +98,154 @@ static void SUF(gemm_edge_tile)(const SUF(gemm_microkernel) *uk, int64_t kc,
     }
 }
 
+/* The packed path on one thread: c[m, n] = (c_holds_value ? c : 0) + a @ b.
+ *
+ * Loop order (C-stationary): for each NC block of columns and each super-block
+ * of k, all of B[k-block, NC block] is packed first (KC x NR panels per KC
+ * block); then for each MC block of rows, the KC blocks run innermost, so the
+ * mc x nc block of c stays in L2 while every KC block is added onto it.  (With
+ * kc fixed at 64 by the summation contract, the usual Goto order would stream
+ * all of c through memory once per 64 terms: 2.5x slower at 1024^3.)  The
+ * packed B is bounded by GEMM_B_PACK_BYTES: nc shrinks first, then k is cut
+ * into super-blocks (each output's KC blocks are still added in order). */
+static int SUF(gemm_packed)(const SUF(gemm_microkernel) *uk,
+                            T *c, int64_t rs_c, int64_t cs_c,
+                            const T *a, int64_t rs_a, int64_t cs_a,
+                            const T *b, int64_t rs_b, int64_t cs_b,
+                            int64_t m, int64_t n, int64_t k, int c_holds_value)
+{
+    /* 1. Block sizes and workspaces:
+     *    a_pack [mc / mr panels][a_panel_max],
+     *    b_pack [kk / kc blocks][nc / nr panels][b_panel_max]. */
+    const int mr = uk->mr, nr = uk->nr;
+    const int64_t kc = uk->kc;
+    const int64_t align = GEMM_PANEL_ALIGN / (int64_t)sizeof(T);   /* elements */
+    const int64_t kc_max = gemm_min(kc, k);
+    const int64_t mc = gemm_min(uk->mc, gemm_round_up(m, mr));
+    const int64_t budget = GEMM_B_PACK_BYTES / (int64_t)sizeof(T);  /* elements of b_pack */
+    int64_t nc = gemm_min(uk->nc, gemm_round_up(n, nr));
+    int64_t kk = gemm_round_up(k, kc);                               /* k super-block */
+    if (kk * nc > budget) {
+        const int64_t nc_min = gemm_min(nc, 4 * (int64_t)nr);
+        nc = budget / kk / nr * nr;
+        nc = nc < nc_min ? nc_min : nc;
+        if (kk * nc > budget) {
+            kk = budget / nc / kc * kc;
+            kk = kk < kc ? kc : kk;
+        }
+    }
+    const int64_t a_panel_max = gemm_round_up(kc_max * mr, align);
+    const int64_t b_panel_max = gemm_round_up(kc_max * nr, align);
+    const int64_t b_kblock = (nc / nr) * b_panel_max;               /* one KC block of b_pack */
+    T *a_pack = mk_alloc(mk_bytes((size_t)((mc / mr) * a_panel_max), sizeof(T)));
+    T *b_pack = mk_alloc(mk_bytes((size_t)(gemm_min(kk, gemm_round_up(k, kc)) / kc * b_kblock),
+                                  sizeof(T)));
+    if (a_pack == NULL || b_pack == NULL) {
+        mk_free(a_pack);
+        mk_free(b_pack);
+        return -1;
+    }
+
+    /* 2. The loop nest. */
+    for (int64_t jc = 0; jc < n; jc += nc) {                      /* NC columns of B and C */
+        const int64_t nc_blk = gemm_min(nc, n - jc);
+        for (int64_t kq = 0; kq < k; kq += kk) {                  /* super-block of k */
+            const int64_t kq_end = gemm_min(kq + kk, k);
+
+            /* B[kq:kq_end, jc:jc+nc_blk] -> b_pack, one KC block after another */
+            for (int64_t pc = kq; pc < kq_end; pc += kc) {
+                const int64_t kc_blk = gemm_min(kc, k - pc);
+                SUF(gemm_pack_b)(b_pack + (pc - kq) / kc * b_kblock,
+                                 b + pc * rs_b + jc * cs_b, rs_b, cs_b,
+                                 kc_blk, nc_blk, nr, gemm_round_up(kc_blk * nr, align));
+            }
+
+            for (int64_t ic = 0; ic < m; ic += mc) {              /* MC rows of A and C */
+                const int64_t mc_blk = gemm_min(mc, m - ic);
+                for (int64_t pc = kq; pc < kq_end; pc += kc) {    /* KC rows of B, in order */
+                    const int64_t kc_blk = gemm_min(kc, k - pc);
+                    const int64_t a_panel_len = gemm_round_up(kc_blk * mr, align);
+                    const int64_t b_panel_len = gemm_round_up(kc_blk * nr, align);
+                    const T *b_blk = b_pack + (pc - kq) / kc * b_kblock;
+                    /* later KC blocks add onto what the first one wrote */
+                    const int accumulate_blk = c_holds_value || pc > 0;
+
+                    /* A[ic:ic+mc_blk, pc:pc+kc_blk] -> a_pack */
+                    SUF(gemm_pack_a)(a_pack, a + ic * rs_a + pc * cs_a, rs_a, cs_a,
+                                     mc_blk, kc_blk, mr, a_panel_len);
+
+                    for (int64_t jr = 0; jr < nc_blk; jr += nr) {          /* NR columns */
+                        const T *b_panel = b_blk + (jr / nr) * b_panel_len;
+                        const int64_t n_r = gemm_min(nr, nc_blk - jr);
+                        for (int64_t ir = 0; ir < mc_blk; ir += mr) {      /* MR rows */
+                            const T *a_panel = a_pack + (ir / mr) * a_panel_len;
+                            const int64_t m_r = gemm_min(mr, mc_blk - ir);
+                            T *c_tile = c + (ic + ir) * rs_c + (jc + jr) * cs_c;
+                            if (m_r == mr && n_r == nr)
+                                uk->kernel(kc_blk, a_panel, b_panel, c_tile, rs_c, cs_c,
+                                           accumulate_blk);
+                            else
+                                SUF(gemm_edge_tile)(uk, kc_blk, a_panel, b_panel, c_tile,
+                                                    rs_c, cs_c, m_r, n_r, accumulate_blk);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    mk_free(a_pack);
+    mk_free(b_pack);
+    return 0;
+}
+
+/* One thread's share of a parallel gemm: a band of columns (split_n) or of
+ * rows of c, cut at multiples of nr or mr.  Every element of c is computed by
+ * exactly one task, in the same order as on one thread. */
+typedef struct {
+    const SUF(gemm_microkernel) *uk;
+    T *c;
+    int64_t rs_c, cs_c;
+    const T *a;
+    int64_t rs_a, cs_a;
+    const T *b;
+    int64_t rs_b, cs_b;
+    int64_t m, n, k;
+    int c_holds_value;
+    int split_n;          /* 1: bands of columns, 0: bands of rows */
+    int direct;           /* each band runs the direct loop (uk->small), not packed panels */
+    int64_t band;         /* columns or rows per task */
+    atomic_int failed;    /* a task could not allocate its workspace */
+} SUF(gemm_job);
+
+static void SUF(gemm_task)(void *arg, int task)
+{
+    SUF(gemm_job) *job = arg;
+    const int64_t start = task * job->band;
+    const int64_t size = job->split_n ? job->n : job->m;
+    if (start >= size)
+        return;
+    const int64_t len = gemm_min(job->band, size - start);
+    int rc = 0;
+    if (job->direct)    /* the same, without packing (bands of columns) */
+        job->uk->small(job->c + start * job->cs_c, job->rs_c, job->cs_c,
+                       job->a, job->rs_a, job->cs_a,
+                       job->b + start * job->cs_b, job->rs_b, job->cs_b,
+                       job->m, len, job->k, job->uk->kc, job->c_holds_value);
+    else if (job->split_n)   /* C[:, start:start+len] = A @ B[:, start:start+len] */
+        rc = SUF(gemm_packed)(job->uk, job->c + start * job->cs_c, job->rs_c, job->cs_c,
+                              job->a, job->rs_a, job->cs_a,
+                              job->b + start * job->cs_b, job->rs_b, job->cs_b,
+                              job->m, len, job->k, job->c_holds_value);
+    else                /* C[start:start+len, :] = A[start:start+len, :] @ B */
+        rc = SUF(gemm_packed)(job->uk, job->c + start * job->rs_c, job->rs_c, job->cs_c,
+                              job->a + start * job->rs_a, job->rs_a, job->cs_a,
+                              job->b, job->rs_b, job->cs_b,
+                              len, job->n, job->k, job->c_holds_value);
+    if (rc != 0)
+        atomic_store(&job->failed, 1);
+}
+
 int SUF(gemm_run)(const SUF(gemm_microkernel) *uk,
                   T *c, int64_t rs_c, int64_t cs_c,
                   const T *a, int64_t rs_a, int64_t cs_a,
@@ -161,75 +270,42 @@ int SUF(gemm_run)(const SUF(gemm_microkernel) *uk,
         return 0;
     }
 
-    /* 2. Small products, where packing would dominate, and a few rows against
+    /* 2. Threads, when the product is big enough to pay for waking them: bands
+     *    of c (never of k), whole tiles per band. */
+    const double work = (double)m * (double)n * (double)k;   /* multiply-adds */
+    int nthreads = mk_get_num_threads();
+    if (work < GEMM_THREAD_MIN_WORK * nthreads)
+        nthreads = (int)(work / GEMM_THREAD_MIN_WORK);
+
+    /* 3. Small products, where packing would dominate, and a few rows against
      *    a B with contiguous rows, where the direct loop runs along those rows
-     *    and full tiles would mostly multiply zero padding. */
-    if (gemm_use_direct(m, n, k, uk->mr, cs_b)) {
-        SUF(gemm_small)(c, rs_c, cs_c, a, rs_a, cs_a, b, rs_b, cs_b, m, n, k,
-                        uk->kc, c_holds_value);
-        return 0;
-    }
-
-    /* 3. Workspaces, sized for the largest block this product needs:
-     *    a_pack [mc_max / mr panels][a_panel_max], b_pack [nc_max / nr panels][b_panel_max]. */
-    const int mr = uk->mr, nr = uk->nr;
-    const int64_t align = GEMM_PANEL_ALIGN / (int64_t)sizeof(T);   /* elements */
-    const int64_t kc_max = gemm_min(uk->kc, k);
-    const int64_t mc_max = gemm_min(uk->mc, gemm_round_up(m, mr));
-    const int64_t nc_max = gemm_min(uk->nc, gemm_round_up(n, nr));
-    const int64_t a_panel_max = gemm_round_up(kc_max * mr, align);
-    const int64_t b_panel_max = gemm_round_up(kc_max * nr, align);
-    T *a_pack = mk_alloc(mk_bytes((size_t)((mc_max / mr) * a_panel_max), sizeof(T)));
-    T *b_pack = mk_alloc(mk_bytes((size_t)((nc_max / nr) * b_panel_max), sizeof(T)));
-    if (a_pack == NULL || b_pack == NULL) {
-        mk_free(a_pack);
-        mk_free(b_pack);
-        return -1;
-    }
-
-    /* 4. The Goto loop nest (BLIS loops 5..1). */
-    for (int64_t jc = 0; jc < n; jc += uk->nc) {               /* NC columns of B and C */
-        const int64_t nc_blk = gemm_min(uk->nc, n - jc);
-        for (int64_t pc = 0; pc < k; pc += uk->kc) {           /* KC rows of B */
-            const int64_t kc_blk = gemm_min(uk->kc, k - pc);
-            const int64_t a_panel_len = gemm_round_up(kc_blk * mr, align);
-            const int64_t b_panel_len = gemm_round_up(kc_blk * nr, align);
-            /* later KC blocks add onto what the first one wrote */
-            const int accumulate_blk = c_holds_value || pc > 0;
-
-            /* B[pc:pc+kc_blk, jc:jc+nc_blk] -> b_pack */
-            SUF(gemm_pack_b)(b_pack, b + pc * rs_b + jc * cs_b, rs_b, cs_b,
-                             kc_blk, nc_blk, nr, b_panel_len);
-
-            for (int64_t ic = 0; ic < m; ic += uk->mc) {       /* MC rows of A and C */
-                const int64_t mc_blk = gemm_min(uk->mc, m - ic);
-
-                /* A[ic:ic+mc_blk, pc:pc+kc_blk] -> a_pack */
-                SUF(gemm_pack_a)(a_pack, a + ic * rs_a + pc * cs_a, rs_a, cs_a,
-                                 mc_blk, kc_blk, mr, a_panel_len);
-
-                for (int64_t jr = 0; jr < nc_blk; jr += nr) {  /* NR columns */
-                    const T *b_panel = b_pack + (jr / nr) * b_panel_len;
-                    const int64_t n_r = gemm_min(nr, nc_blk - jr);
-                    for (int64_t ir = 0; ir < mc_blk; ir += mr) {   /* MR rows */
-                        const T *a_panel = a_pack + (ir / mr) * a_panel_len;
-                        const int64_t m_r = gemm_min(mr, mc_blk - ir);
-                        T *c_tile = c + (ic + ir) * rs_c + (jc + jr) * cs_c;   /* C[ic+ir, jc+jr] */
-                        if (m_r == mr && n_r == nr)
-                            uk->kernel(kc_blk, a_panel, b_panel, c_tile, rs_c, cs_c,
-                                       accumulate_blk);
-                        else
-                            SUF(gemm_edge_tile)(uk, kc_blk, a_panel, b_panel, c_tile,
-                                                rs_c, cs_c, m_r, n_r, accumulate_blk);
-                    }
-                }
-            }
+     *    and full tiles would mostly multiply zero padding.  (Every column of
+     *    the direct loop is computed alone, so bands of columns of any width
+     *    give the same bits.) */
+    const int direct = gemm_use_direct(m, n, k, uk->mr, cs_b);
+    const int split_n = direct || n >= m;     /* else the longer dimension */
+    const int64_t unit = direct ? 64 : split_n ? uk->nr : uk->mr;
+    const int64_t units = ((split_n ? n : m) + unit - 1) / unit;
+    if (nthreads > units)
+        nthreads = (int)units;
+    if (nthreads <= 1) {
+        if (direct) {
+            uk->small(c, rs_c, cs_c, a, rs_a, cs_a, b, rs_b, cs_b, m, n, k,
+                      uk->kc, c_holds_value);
+            return 0;
         }
+        return SUF(gemm_packed)(uk, c, rs_c, cs_c, a, rs_a, cs_a, b, rs_b, cs_b,
+                                m, n, k, c_holds_value);
     }
-
-    mk_free(a_pack);
-    mk_free(b_pack);
-    return 0;
+    SUF(gemm_job) job = {
+        .uk = uk, .c = c, .rs_c = rs_c, .cs_c = cs_c, .a = a, .rs_a = rs_a, .cs_a = cs_a,
+        .b = b, .rs_b = rs_b, .cs_b = cs_b, .m = m, .n = n, .k = k,
+        .c_holds_value = c_holds_value, .split_n = split_n, .direct = direct,
+        .band = (units + nthreads - 1) / nthreads * unit,
+    };
+    atomic_init(&job.failed, 0);
+    mk_parallel_run(nthreads, SUF(gemm_task), &job);
+    return atomic_load(&job.failed) ? -1 : 0;
 }
 
 int SUF(gemm)(T *c, int64_t rs_c, int64_t cs_c,

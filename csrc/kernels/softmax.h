@@ -26,8 +26,4 @@ void softmax_backward_f32(float *grad_inp, const float *grad_out, const float *o
 void softmax_backward_f64(double *grad_inp, const double *grad_out, const double *out,
                           int64_t outer, int64_t n, int64_t inner);
 
-/* The path in use: "portable", "avx2" or "avx512" (MYATT_KERNEL may pick a
- * lower one). */
-const char *softmax_kernel_name(void);
-
 #endif

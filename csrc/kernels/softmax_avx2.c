@@ -1,6 +1,6 @@
 /* softmax with AVX2 + FMA (softmax_simd_tmpl.h, once per dtype): 8 float or
  * 4 double lanes.  Built without -march flags: every function carries
- * target("avx2,fma") and is only called after softmax_isa() saw the CPU (and
+ * target("avx2,fma") and is only called after mk_cpu_isa() saw the CPU (and
  * OS) support it. */
 #include "softmax_internal.h"
 

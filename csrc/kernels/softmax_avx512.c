@@ -1,6 +1,6 @@
 /* softmax with AVX-512F (softmax_simd_tmpl.h, once per dtype): 16 float or
  * 8 double lanes, masked tails.  Built without -march flags: every function
- * carries target("avx512f") and is only called after softmax_isa() saw the
+ * carries target("avx512f") and is only called after mk_cpu_isa() saw the
  * CPU (and OS) support it. */
 #include "softmax_internal.h"
 

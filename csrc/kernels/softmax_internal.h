@@ -10,13 +10,6 @@
 
 #include <stdint.h>
 
-enum softmax_isa { SOFTMAX_PORTABLE = 0, SOFTMAX_AVX2 = 1, SOFTMAX_AVX512 = 2 };
-
-/* The path in use: the best the CPU runs, or the one MYATT_KERNEL asks for
- * (portable | avx2 | avx512; a request the CPU cannot run falls back to the
- * best lower one).  Decided once, at the first call. */
-enum softmax_isa softmax_isa(void);
-
 void softmax_forward_f32_portable(float *out, const float *inp, int64_t outer, int64_t n, int64_t inner);
 void softmax_forward_f64_portable(double *out, const double *inp, int64_t outer, int64_t n, int64_t inner);
 void softmax_backward_f32_portable(float *grad_inp, const float *grad_out, const float *out,

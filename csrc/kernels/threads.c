@@ -1,8 +1,11 @@
 #define _GNU_SOURCE
 #include "threads.h"
 
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 static atomic_int num_threads;   /* 0: not set yet, use mk_available_cores() */
@@ -27,4 +30,147 @@ int mk_get_num_threads(void)
 {
     int n = atomic_load(&num_threads);
     return n > 0 ? n : mk_available_cores();
+}
+
+/* ---- the thread pool (see threads.h) -------------------------------------- */
+
+#define MK_MAX_WORKERS 255
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;         /* workers: a new job was published */
+    pthread_cond_t done;         /* the caller: the last task of its job finished */
+    int nworkers;                /* threads started */
+    int busy;                    /* a caller owns the pool */
+    unsigned long generation;    /* bumped per job */
+    mk_task_fn fn;               /* the current job */
+    void *arg;
+    int ntasks, next_task, unfinished;
+} mk_pool;
+
+/* The process's pool, created on first need.  After fork() the child forgets
+ * it (its threads do not exist in the child; its lock may be held by a thread
+ * that does not exist either) and creates a new one when needed: the parent's
+ * block is leaked, a few hundred bytes once per fork that uses threads. */
+static mk_pool *mk_the_pool;
+static pthread_mutex_t mk_pool_create_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t mk_atfork_once = PTHREAD_ONCE_INIT;
+
+static void mk_pool_forget_in_child(void)
+{
+    mk_the_pool = NULL;
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    mk_pool_create_lock = fresh;
+}
+
+static void mk_register_atfork(void)
+{
+    pthread_atfork(NULL, NULL, mk_pool_forget_in_child);
+}
+
+/* Run tasks of the current job until none is left; called with p->lock held,
+ * returns with it held. */
+static void mk_pool_work(mk_pool *p)
+{
+    while (p->next_task < p->ntasks) {
+        const int task = p->next_task++;
+        mk_task_fn fn = p->fn;
+        void *arg = p->arg;
+        pthread_mutex_unlock(&p->lock);
+        fn(arg, task);
+        pthread_mutex_lock(&p->lock);
+        if (--p->unfinished == 0)
+            pthread_cond_signal(&p->done);
+    }
+}
+
+static void *mk_worker_main(void *pool)
+{
+    mk_pool *p = pool;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        /* A thread started for a job finds it already published: work first. */
+        const unsigned long seen = p->generation;
+        mk_pool_work(p);
+        while (p->generation == seen)
+            pthread_cond_wait(&p->wake, &p->lock);
+    }
+    return NULL;   /* not reached: pool threads live as long as the process */
+}
+
+static mk_pool *mk_get_pool(void)
+{
+    pthread_once(&mk_atfork_once, mk_register_atfork);
+    pthread_mutex_lock(&mk_pool_create_lock);
+    mk_pool *p = mk_the_pool;
+    if (p == NULL) {
+        p = calloc(1, sizeof *p);   /* never freed: workers may outlive any caller */
+        if (p != NULL && (pthread_mutex_init(&p->lock, NULL) != 0
+                          || pthread_cond_init(&p->wake, NULL) != 0
+                          || pthread_cond_init(&p->done, NULL) != 0)) {
+            free(p);   /* (a failed init leaves nothing to destroy worth the code) */
+            p = NULL;
+        }
+        mk_the_pool = p;
+    }
+    pthread_mutex_unlock(&mk_pool_create_lock);
+    return p;
+}
+
+/* Start workers until there are `want` (or as many as can be started); called
+ * with p->lock held.  Workers block every signal: Python handles signals in
+ * the main thread, and a pool thread must never run a handler. */
+static void mk_pool_grow(mk_pool *p, int want)
+{
+    if (want > MK_MAX_WORKERS)
+        want = MK_MAX_WORKERS;
+    if (p->nworkers >= want)
+        return;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    while (p->nworkers < want) {
+        pthread_t t;
+        if (pthread_create(&t, &attr, mk_worker_main, p) != 0)
+            break;
+        p->nworkers++;
+    }
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+void mk_parallel_run(int ntasks, mk_task_fn fn, void *arg)
+{
+    mk_pool *p = ntasks > 1 ? mk_get_pool() : NULL;
+    if (p != NULL) {
+        pthread_mutex_lock(&p->lock);
+        if (p->busy) {
+            pthread_mutex_unlock(&p->lock);
+            p = NULL;
+        }
+    }
+    if (p == NULL) {   /* one task, no pool, or the pool is someone else's now */
+        for (int task = 0; task < ntasks; task++)
+            fn(arg, task);
+        return;
+    }
+    p->busy = 1;
+    mk_pool_grow(p, ntasks - 1);
+    p->fn = fn;
+    p->arg = arg;
+    p->ntasks = ntasks;
+    p->next_task = 0;
+    p->unfinished = ntasks;
+    p->generation++;
+    pthread_cond_broadcast(&p->wake);
+    mk_pool_work(p);   /* the caller takes tasks too (all of them if no worker started) */
+    while (p->unfinished > 0)
+        pthread_cond_wait(&p->done, &p->lock);
+    p->fn = NULL;
+    p->arg = NULL;
+    p->busy = 0;
+    pthread_mutex_unlock(&p->lock);
 }

@@ -11,3 +11,24 @@ void mk_set_num_threads(int n);   /* n >= 1 */
 int mk_get_num_threads(void);
 
 #endif
+
+/* ---- the thread pool ------------------------------------------------------
+ *
+ * mk_parallel_run(ntasks, fn, arg) calls fn(arg, task) once for every task in
+ * [0, ntasks) and returns when all have returned.  The caller runs tasks too;
+ * up to ntasks - 1 pool threads (started on first need, kept for later calls)
+ * run the rest.  Tasks must not depend on which thread runs them, or in which
+ * order: when the pool is busy with another caller's work (concurrent calls
+ * from several Python threads), or a thread cannot be started, the caller
+ * simply runs the remaining tasks itself.
+ *
+ * Why our own small pthread pool and not OpenMP: GNU OpenMP's pool is not
+ * re-created in a forked child (a child that uses it after the parent did can
+ * hang), it would be a third pool beside torch's and NumPy's (OMP_NUM_THREADS
+ * and friends would then act on us in surprising ways), and we need only
+ * "run these n tasks and wait".  This pool is re-created in a forked child
+ * (pthread_atfork), never nests, and never spins: idle threads sleep on a
+ * condition variable. */
+typedef void (*mk_task_fn)(void *arg, int task);
+
+void mk_parallel_run(int ntasks, mk_task_fn fn, void *arg);

@@ -1,0 +1,133 @@
+/* The direct GEMM loop for small products (no heap, no threads), written once
+ * for every path and dtype.  Included with
+ *   T                   float or double
+ *   GEMM_SMALL_NAME     the function's name
+ *   GEMM_SMALL_COLS     columns of c computed side by side: as many as the
+ *                       path's vector registers hold with room to spare
+ *   GEMM_SMALL_COPY_T   (optional) a faster transposing copy for B strips
+ *                       with rs_b == 1 (see gemm_copy_avx.h)
+ *   GEMM_MADD(s, x, y)  the path's multiply-add s + x * y: "(s) + (x) * (y)"
+ *                       for the portable path (built with -ffp-contract=off,
+ *                       so two roundings), __builtin_fma* for the SIMD paths
+ *                       (one rounding, compiled for the ISA of the includer)
+ * defined.  No include guard on purpose.  Contract: gemm_small_f32_fn in
+ * gemm_internal.h.
+ *
+ * Order of work: a strip of NB columns of c at a time (NB = GEMM_SMALL_COLS,
+ * or a half or a quarter of it for a narrow tail), one kc block of k at a
+ * time.  The B strip B[pc:pc+kb, j0:j0+NB] is read in place when its rows are
+ * contiguous and complete, else copied (zero-padded) into a 16 KiB stack
+ * buffer; then every row of c runs NB independent sums over p (independent
+ * chains pipeline, and a SIMD build vectorises the j loop over a few vector
+ * registers: for 1 x 64 @ 64 x 32 on AVX-512, two zmm chains side by side).  Every output
+ * is the sum of its kc blocks, each summed from zero in increasing p with
+ * GEMM_MADD and then added onto c, exactly as the path's packed micro-kernel
+ * does, so the two give the same bits. */
+
+#define GEMM_SMALL_CAT_(x, y) x##y
+#define GEMM_SMALL_CAT(x, y) GEMM_SMALL_CAT_(x, y)
+#define GEMM_SMALL_STRIP GEMM_SMALL_CAT(GEMM_SMALL_NAME, _strip)
+#define GEMM_SMALL_STRIP_ELEMS (16384 / (int)sizeof(T))   /* the copy buffer */
+
+/* C[:, j0:j0+nb] for one strip of NB >= nb columns (b_blk = B[:, j0]).  NB is
+ * a constant at every call site (the function is always inlined), so the j
+ * loops have fixed trip counts and vectorise. */
+static inline __attribute__((always_inline))
+void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
+                      const T *a, int64_t rs_a, int64_t cs_a,
+                      const T *b_blk, int64_t rs_b, int64_t cs_b,
+                      int64_t m, int64_t nb, int64_t k, int64_t kc, int c_holds_value,
+                      T *strip, const int NB)
+{
+    for (int64_t pc = 0; pc < k; pc += kc) {
+        const int64_t kb = k - pc < kc ? k - pc : kc;
+        const int onto_c = c_holds_value || pc > 0;   /* add onto c, else overwrite */
+        const T *b_strip = b_blk + pc * rs_b;         /* B[pc:pc+kb, j0:j0+nb] */
+        int64_t rs_s = rs_b;                          /* row stride of the strip */
+        if (!(cs_b == 1 && nb == NB)) {
+            if (kb * NB > GEMM_SMALL_STRIP_ELEMS)
+                goto strided;
+            /* Copy into strip[kb][NB], along whichever B dimension is contiguous. */
+            if (rs_b == 1 && cs_b != 1) {
+#ifdef GEMM_SMALL_COPY_T
+                GEMM_SMALL_COPY_T(strip, NB, b_strip, cs_b, kb, nb);
+#else
+                for (int j = 0; j < NB; j++)
+                    for (int64_t p = 0; p < kb; p++)
+                        strip[p * NB + j] = j < nb ? b_strip[p + j * cs_b] : 0;
+#endif
+            } else {
+                for (int64_t p = 0; p < kb; p++)
+                    for (int j = 0; j < NB; j++)
+                        strip[p * NB + j] = j < nb ? b_strip[p * rs_b + j * cs_b] : 0;
+            }
+            b_strip = strip;
+            rs_s = NB;
+        }
+        for (int64_t i = 0; i < m; i++) {
+            const T *a_row = a + i * rs_a + pc * cs_a;   /* A[i, pc:pc+kb] */
+            T *c_blk = c + i * rs_c;                     /* C[i, j0:j0+nb] */
+            T acc[GEMM_SMALL_COLS];                      /* [NB] used */
+            for (int j = 0; j < NB; j++)
+                acc[j] = 0;
+            for (int64_t p = 0; p < kb; p++) {
+                const T a_ip = a_row[p * cs_a];
+                const T *b_p = b_strip + p * rs_s;       /* B[pc+p, j0:j0+NB] */
+                for (int j = 0; j < NB; j++)
+                    acc[j] = GEMM_MADD(acc[j], a_ip, b_p[j]);
+            }
+            if (cs_c == 1 && nb == NB) {
+                if (onto_c)
+                    for (int j = 0; j < NB; j++)
+                        c_blk[j] = c_blk[j] + acc[j];
+                else
+                    for (int j = 0; j < NB; j++)
+                        c_blk[j] = acc[j];
+            } else {
+                for (int64_t j = 0; j < nb; j++)
+                    c_blk[j * cs_c] = onto_c ? c_blk[j * cs_c] + acc[j] : acc[j];
+            }
+        }
+        continue;
+    strided:
+        /* A kc block too long for the copy buffer: read B where it lies. */
+        for (int64_t i = 0; i < m; i++) {
+            const T *a_row = a + i * rs_a + pc * cs_a;
+            T *c_blk = c + i * rs_c;
+            for (int64_t j = 0; j < nb; j++) {
+                T acc = 0;
+                for (int64_t p = 0; p < kb; p++)
+                    acc = GEMM_MADD(acc, a_row[p * cs_a], b_strip[p * rs_b + j * cs_b]);
+                c_blk[j * cs_c] = onto_c ? c_blk[j * cs_c] + acc : acc;
+            }
+        }
+    }
+}
+
+static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
+                            const T *a, int64_t rs_a, int64_t cs_a,
+                            const T *b, int64_t rs_b, int64_t cs_b,
+                            int64_t m, int64_t n, int64_t k, int64_t kc, int c_holds_value)
+{
+    enum { COLS = GEMM_SMALL_COLS };
+    _Alignas(64) T strip[GEMM_SMALL_STRIP_ELEMS];   /* [kb][NB], when B is copied */
+    for (int64_t j0 = 0; j0 < n; j0 += COLS) {
+        const int64_t nb = n - j0 < COLS ? n - j0 : COLS;
+        T *c_j = c + j0 * cs_c;             /* C[:, j0:j0+nb] */
+        const T *b_j = b + j0 * cs_b;       /* B[:, j0:j0+nb] */
+        if (nb > COLS / 2)
+            GEMM_SMALL_STRIP(c_j, rs_c, cs_c, a, rs_a, cs_a, b_j, rs_b, cs_b, m, nb, k, kc,
+                             c_holds_value, strip, COLS);
+        else if (nb > COLS / 4)
+            GEMM_SMALL_STRIP(c_j, rs_c, cs_c, a, rs_a, cs_a, b_j, rs_b, cs_b, m, nb, k, kc,
+                             c_holds_value, strip, COLS / 2);
+        else
+            GEMM_SMALL_STRIP(c_j, rs_c, cs_c, a, rs_a, cs_a, b_j, rs_b, cs_b, m, nb, k, kc,
+                             c_holds_value, strip, COLS / 4);
+    }
+}
+
+#undef GEMM_SMALL_CAT_
+#undef GEMM_SMALL_CAT
+#undef GEMM_SMALL_STRIP
+#undef GEMM_SMALL_STRIP_ELEMS

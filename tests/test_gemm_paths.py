@@ -1,0 +1,376 @@
+"""The GEMM under linear and bmm: every kernel path, blocking edges, layouts, threads, fork.
+
+The GEMM has three instruction-set paths (myatt.kernel_path(): "portable", "avx2",
+"avx512"), chosen once per process from the CPU and the environment variable
+MYATT_KERNEL. This file tests the path of the running process (CI runs the whole
+suite once per path) and, through subprocesses, every path this CPU supports.
+
+Sizes are chosen around every kernel's blocking: micro-tiles MR x NR (float32 /
+float64) of 4 x 8 / 4 x 4 (portable), 6 x 16 / 4 x 12 (avx2), 8 x 48 / 8 x 24 (avx512),
+KC = 64 (the summation block), MC = 120 .. 256, NC = 480 .. 4096, and the small
+direct loop (m * n * k <= 2048, or m < MR with contiguous rows of B). Operands are scaled as
+nn.Linear initialises a weight, so products stay unit-scale and default assert_close
+tolerances apply (see test_long_reductions.py for unit-scale long sums).
+"""
+import json
+import os
+import subprocess
+import sys
+import threading
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import myatt
+from helpers import data, scaled
+from oracle import assert_matches
+
+PATHS = ["portable", "avx2", "avx512"]
+
+# m, n, k values one below, at and one above each kernel's MR, NR, KC, MC boundary.
+M_EDGES = [1, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 23, 24, 25, 119, 120, 121, 239, 240, 241, 257]
+N_EDGES = [1, 3, 4, 5, 7, 8, 9, 11, 12, 13, 15, 16, 17, 23, 24, 25, 31, 32, 33, 47, 48, 49, 63, 64, 65,
+           95, 96, 97]
+K_EDGES = [1, 2, 63, 64, 65, 127, 128, 129, 200]
+
+
+@pytest.fixture
+def threads():
+    """Restore myatt's thread count after a test that changes it."""
+    saved = myatt.get_num_threads()
+    yield
+    myatt.set_num_threads(saved)
+
+
+def operands(rng, m, n, k, dtype):
+    """a [m, k] and b [k, n], scaled so a @ b is unit-scale."""
+    return scaled(rng, (m, k), dtype, k), data(rng, (k, n), dtype)
+
+
+def check_bmm(a, b):
+    expected = torch.bmm(torch.from_numpy(np.ascontiguousarray(a))[None],
+                         torch.from_numpy(np.ascontiguousarray(b))[None])
+    assert_matches(myatt.bmm(a[None], b[None]), expected)
+
+
+def check_linear(x, w, bias=None):
+    expected = F.linear(torch.from_numpy(np.ascontiguousarray(x)),
+                        torch.from_numpy(np.ascontiguousarray(w)),
+                        None if bias is None else torch.from_numpy(bias))
+    assert_matches(myatt.linear(x, w, bias), expected)
+
+
+def test_kernel_path_is_a_known_name():
+    path = myatt.kernel_path()
+    assert path in PATHS
+    requested = os.environ.get("MYATT_KERNEL")
+    if requested in PATHS and requested != path:
+        # only a fallback to a lower path, for a CPU that cannot run the request
+        assert PATHS.index(path) < PATHS.index(requested)
+
+
+# --------------------------------------------------------------------------- #
+# Blocking edges, on this process's path
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("m", M_EDGES)
+def test_edges_m(rng, dtype, m):
+    a, b = operands(rng, m, 37, 70, dtype)
+    check_bmm(a, b)
+    check_linear(a, np.ascontiguousarray(b.T))
+
+
+@pytest.mark.parametrize("n", N_EDGES)
+def test_edges_n(rng, dtype, n):
+    a, b = operands(rng, 26, n, 70, dtype)
+    check_bmm(a, b)
+    check_linear(a, np.ascontiguousarray(b.T), rng.standard_normal(n).astype(dtype))
+
+
+@pytest.mark.parametrize("k", K_EDGES)
+def test_edges_k(rng, dtype, k):
+    a, b = operands(rng, 25, 35, k, dtype)
+    check_bmm(a, b)
+    check_linear(a, np.ascontiguousarray(b.T))
+
+
+@pytest.mark.parametrize("m,n,k", [(13, 33, 65), (12, 32, 64), (121, 97, 129), (257, 65, 63),
+                                   (5, 4100, 65), (3, 2050, 130), (241, 17, 300),
+                                   (9, 481, 65), (17, 505, 64), (250, 1010, 70)])
+def test_edges_combined(rng, dtype, m, n, k):
+    a, b = operands(rng, m, n, k, dtype)
+    check_bmm(a, b)
+    check_linear(a, np.ascontiguousarray(b.T))
+
+
+@pytest.mark.parametrize("m,n,k", [(20, 200, 5000), (8, 300, 9000)])
+def test_k_cut_into_super_blocks(rng, dtype, m, n, k):
+    """k so long that the packed B block (bounded in size) covers only part of it."""
+    a, b = operands(rng, m, n, k, dtype)
+    check_bmm(a, b)
+
+
+@pytest.mark.parametrize("m,n,k", [(0, 5, 7), (5, 0, 7), (5, 7, 0), (0, 0, 0), (40, 50, 0)])
+def test_zero_sizes(dtype, m, n, k):
+    a = np.ones((m, k), dtype)
+    b = np.ones((k, n), dtype)
+    check_bmm(a, b)
+    check_linear(a, np.ascontiguousarray(b.T), np.arange(n, dtype=dtype))
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 32, 64), (2, 16, 64), (1, 200, 300), (3, 1000, 64),
+                                   (1, 7, 9), (2, 13, 70), (1, 31, 66), (3, 9, 75), (1, 17, 120),
+                                   (1, 1, 2048), (4, 33, 15), (1, 64, 32), (1, 70, 29)])
+def test_small_direct_loop(rng, dtype, m, n, k):
+    """The seed's shape (1 x 64 @ 64 x 32) and the other products that skip packing."""
+    x = scaled(rng, (m, k), dtype, k)
+    w = scaled(rng, (n, k), dtype, k)
+    bias = scaled(rng, (n,), dtype, k)
+    check_linear(x, w, bias)
+    check_bmm(x, np.ascontiguousarray(w.T))
+
+
+def test_rows_do_not_depend_on_their_neighbours(rng, dtype):
+    """Row i of a @ b has the same bits whether computed alone (the direct loop)
+    or among 100 rows (packed panels): both paths sum in the same order."""
+    a, b = operands(rng, 100, 48, 150, dtype)
+    whole = myatt.bmm(a[None], b[None])[0]
+    for i in [0, 1, 11, 12, 13, 57, 99]:
+        alone = myatt.bmm(a[None, i:i + 1], b[None])[0]
+        np.testing.assert_array_equal(alone[0], whole[i])
+
+
+@pytest.mark.parametrize("n,k", [(32, 64), (30, 60), (17, 120), (9, 200), (64, 31)])
+def test_linear_rows_do_not_depend_on_their_neighbours(rng, dtype, n, k):
+    """The same for linear (B = weight^T, read through swapped strides): one row
+    alone takes the direct loop (n * k <= 2048), 50 rows the packed panels."""
+    x = scaled(rng, (50, k), dtype, k)
+    w = scaled(rng, (n, k), dtype, k)
+    bias = scaled(rng, (n,), dtype, k)
+    whole = myatt.linear(x, w, bias)
+    for i in [0, 3, 12, 49]:
+        np.testing.assert_array_equal(myatt.linear(x[i], w, bias), whole[i])
+
+
+# --------------------------------------------------------------------------- #
+# Layouts: strides reach the GEMM as they are (packing absorbs them)
+# --------------------------------------------------------------------------- #
+LAYOUTS = {
+    "c": lambda a: a,
+    "fortran": np.asfortranarray,
+    "every_other_col": lambda a: np.repeat(a, 2, axis=1)[:, ::2],
+    "every_other_row": lambda a: np.repeat(a, 2, axis=0)[::2],
+    "negative": lambda a: a[::-1, ::-1].copy()[::-1, ::-1],
+    "transposed_view": lambda a: np.ascontiguousarray(a.T).T,
+}
+
+
+@pytest.mark.parametrize("layout_a", list(LAYOUTS))
+@pytest.mark.parametrize("layout_b", list(LAYOUTS))
+@pytest.mark.parametrize("m,n,k", [(3, 20, 30), (70, 45, 130)])
+def test_strided_operands(rng, dtype, layout_a, layout_b, m, n, k):
+    a, b = operands(rng, m, n, k, dtype)
+    la, lb = LAYOUTS[layout_a](a), LAYOUTS[layout_b](b)
+    assert np.array_equal(la, a) and np.array_equal(lb, b)
+    expected = myatt.bmm(a[None], b[None])
+    got = myatt.bmm(la[None], lb[None])
+    np.testing.assert_array_equal(got, expected)   # same arithmetic, whatever the strides
+    check_bmm(la, lb)
+    check_linear(la, LAYOUTS[layout_b](np.ascontiguousarray(b.T)))
+
+
+# --------------------------------------------------------------------------- #
+# NaN and infinity
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("m,n,k", [(1, 32, 64), (30, 40, 70), (130, 70, 150)])
+def test_nan_and_inf_propagate(rng, dtype, m, n, k):
+    a, b = operands(rng, m, n, k, dtype)
+    b = np.where(np.abs(b) < 1e-3, 0.5, b).astype(dtype)   # no zero for inf to meet
+    a[0, k // 2] = np.nan                                  # row 0: NaN
+    if m > 2:
+        a[2, 1] = np.inf                                   # row 2: +-inf by the sign of b[1]
+    b[k - 1, n - 1] = np.nan                               # last column: NaN
+    expected = torch.from_numpy(a) @ torch.from_numpy(b)
+    got = myatt.bmm(a[None], b[None])[0]
+    assert_matches(got, expected, equal_nan=True)
+    assert np.isnan(got[0]).all() and np.isnan(got[:, n - 1]).all()
+    if m > 2:
+        assert np.isinf(got[2, :n - 1]).all()
+
+
+# --------------------------------------------------------------------------- #
+# Threads
+# --------------------------------------------------------------------------- #
+THREAD_SHAPES = [(300, 500, 129), (1000, 40, 64), (40, 1000, 65), (97, 131, 700), (13, 2050, 70),
+                 (3, 5000, 300)]   # the last: the direct loop, in bands of columns
+
+
+@pytest.mark.parametrize("m,n,k", THREAD_SHAPES)
+def test_identical_for_any_thread_count(rng, dtype, threads, m, n, k):
+    a, b = operands(rng, m, n, k, dtype)
+    w = np.ascontiguousarray(b.T)
+    results = []
+    for t in [1, 2, 3, 5]:
+        myatt.set_num_threads(t)
+        results.append((myatt.bmm(a[None], b[None]), myatt.linear(a, w)))
+    for bmm_t, linear_t in results[1:]:
+        np.testing.assert_array_equal(bmm_t, results[0][0])
+        np.testing.assert_array_equal(linear_t, results[0][1])
+    check_bmm(a, b)
+
+
+def test_concurrent_calls_from_python_threads(rng, threads):
+    """Many Python threads in the kernels at once (the GIL is released around
+    them): the pool serves one caller at a time, the others compute alone."""
+    myatt.set_num_threads(2)
+    cases = [operands(rng, m, n, k, np.float32 if i % 2 else np.float64)
+             for i, (m, n, k) in enumerate(THREAD_SHAPES * 2)]
+    expected = [myatt.bmm(a[None], b[None]) for a, b in cases]
+    errors = []
+
+    def work(idx):
+        try:
+            for _ in range(3):
+                for j in range(len(cases)):
+                    a, b = cases[(idx + j) % len(cases)]
+                    got = myatt.bmm(a[None], b[None])
+                    if not np.array_equal(got, expected[(idx + j) % len(cases)]):
+                        errors.append(f"thread {idx}, case {(idx + j) % len(cases)}")
+        except BaseException as e:   # pragma: no cover - reported below
+            errors.append(repr(e))
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=300)
+    assert not any(w.is_alive() for w in workers), "a thread hung"
+    assert errors == []
+
+
+def test_forked_child_computes_correctly(rng, threads):
+    """After the parent ran the pool, a forked child (whose copy of the pool has
+    no threads) re-creates it and gets the same bits, without hanging."""
+    myatt.set_num_threads(2)
+    a, b = operands(rng, 300, 400, 200, np.float32)
+    expected = myatt.bmm(a[None], b[None])   # parent: the pool is up
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)   # "multi-threaded, fork()"
+        pid = os.fork()
+    if pid == 0:   # the child: never return into pytest
+        code = 1
+        try:
+            ok = all(np.array_equal(myatt.bmm(a[None], b[None]), expected) for _ in range(3))
+            myatt.set_num_threads(1)
+            ok = ok and np.array_equal(myatt.bmm(a[None], b[None]), expected)
+            code = 0 if ok else 2
+        finally:
+            os._exit(code)
+    import time
+    deadline = time.monotonic() + 120
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        time.sleep(0.05)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status}"
+    np.testing.assert_array_equal(myatt.bmm(a[None], b[None]), expected)   # parent still fine
+
+
+# --------------------------------------------------------------------------- #
+# Every path this CPU supports, each in its own process
+# --------------------------------------------------------------------------- #
+CHILD = r"""
+import json, sys, warnings
+import numpy as np
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import myatt
+out = {"path": myatt.kernel_path(), "warnings": [str(w.message) for w in caught]}
+rng = np.random.default_rng(7)
+arrays = {}
+for dt in ("float32", "float64"):
+    for m, n, k in [(1, 32, 64), (13, 33, 65), (130, 70, 150), (300, 500, 129)]:
+        a = (rng.standard_normal((m, k)) / np.sqrt(k)).astype(dt)
+        b = rng.standard_normal((k, n)).astype(dt)
+        bias = rng.standard_normal(n).astype(dt)
+        for t in (1, 2):
+            myatt.set_num_threads(t)
+            arrays[f"{dt}_{m}_{n}_{k}_a"] = a
+            arrays[f"{dt}_{m}_{n}_{k}_b"] = b
+            arrays[f"{dt}_{m}_{n}_{k}_bias"] = bias
+            arrays[f"{dt}_{m}_{n}_{k}_bmm_t{t}"] = myatt.bmm(a[None], b[None])[0]
+            arrays[f"{dt}_{m}_{n}_{k}_linear_t{t}"] = myatt.linear(a, np.ascontiguousarray(b.T), bias)
+np.savez(sys.argv[1], **arrays)
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def per_path(tmp_path_factory):
+    """{requested path: (reported path, warnings, arrays)} from one subprocess each."""
+    results = {}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for path in PATHS:
+        npz = tmp_path_factory.mktemp("paths") / f"{path}.npz"
+        env = dict(os.environ, MYATT_KERNEL=path)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in [os.getcwd(), root, env.get("PYTHONPATH", "")] if p)
+        proc = subprocess.run([sys.executable, "-c", CHILD, str(npz)], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        info = json.loads(proc.stdout.strip().splitlines()[-1])
+        with np.load(npz) as f:
+            results[path] = (info["path"], info["warnings"], dict(f))
+    return results
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_each_path_matches_torch(per_path, path):
+    reported, warned, arrays = per_path[path]
+    if reported != path:
+        # A CPU without this path falls back to the best it has, and says so.
+        assert PATHS.index(reported) < PATHS.index(path)
+        assert any("MYATT_KERNEL=" + path in w for w in warned), warned
+        assert reported == per_path["avx512"][0]   # the best this CPU has
+    else:
+        assert warned == []
+    for key in [k for k in arrays if k.endswith("_bmm_t1")]:
+        stem = key[:-len("_bmm_t1")]
+        a = torch.from_numpy(arrays[stem + "_a"])
+        b = torch.from_numpy(arrays[stem + "_b"])
+        bias = torch.from_numpy(arrays[stem + "_bias"])
+        for t in (1, 2):
+            assert_matches(arrays[f"{stem}_bmm_t{t}"], a @ b)
+            assert_matches(arrays[f"{stem}_linear_t{t}"], F.linear(a, b.T.contiguous(), bias))
+            np.testing.assert_array_equal(arrays[f"{stem}_bmm_t{t}"], arrays[f"{stem}_bmm_t1"])
+
+
+def test_simd_paths_give_the_same_bits(per_path):
+    """avx2 and avx512 do the same arithmetic (FMA, the same kc blocks), so they
+    agree bit for bit; the portable path (multiply, then add) need not.  (On a CPU
+    without them, both requests fall back to one path: trivially equal.)"""
+    _, _, avx2 = per_path["avx2"]
+    _, _, avx512 = per_path["avx512"]
+    for key in avx2:
+        np.testing.assert_array_equal(avx2[key], avx512[key], err_msg=key)
+
+
+def test_unknown_path_name_falls_back_with_a_warning():
+    env = dict(os.environ, MYATT_KERNEL="sse9")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.getcwd(), root, env.get("PYTHONPATH", "")] if p)
+    code = ("import warnings\nwith warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n    import myatt\n"
+            "print(myatt.kernel_path()); print([str(x.message) for x in w])")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    path, warned = proc.stdout.strip().splitlines()
+    assert path in PATHS and "MYATT_KERNEL=sse9" in warned
