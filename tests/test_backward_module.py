@@ -317,3 +317,24 @@ def test_linear_backward_finite_differences(rng):
     assert_fd(g["input"], fd_grad(loss, x))
     assert_fd(g["weight"], fd_grad(loss, lin.weight))
     assert_fd(g["bias"], fd_grad(loss, lin.bias))
+
+
+# --------------------------------------------------------------------------- #
+# Row blocks: the fused kernels bound their workspace (4 MiB per [R, width] panel,
+# R a multiple of 64), so a wide value_size2 forces several blocks of R = 64 rows.
+# --------------------------------------------------------------------------- #
+WORKSPACE_BYTES = 4 << 20
+
+
+@pytest.mark.parametrize("S", [64, 150])
+def test_several_row_blocks(rng, dtype, S):
+    v2 = WORKSPACE_BYTES // np.dtype(dtype).itemsize // 64 + 3   # R = 64 rows per block
+    sizes = (5, 4, 7, v2, 3)
+    m = myatt.MyAtt(*sizes, dtype=dtype)
+    Q, K, V = inputs(rng, sizes, S, dtype)
+    check(m, Q, K, V, *upstream(rng, m, S, dtype, True))
+    # every row of the forward is computed alone: a prefix of S gives the same bits
+    out, attn = m(Q, K, V)
+    out1, attn1 = m(Q[:, :S - 37], K[:, :S - 37], V)
+    np.testing.assert_array_equal(out1, out[:, :S - 37], strict=True)
+    np.testing.assert_array_equal(attn1, attn[:S - 37], strict=True)

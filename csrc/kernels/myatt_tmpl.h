@@ -2,6 +2,17 @@
  * with T (float or double) and SUF(name) (name##_f32 or name##_f64) defined.
  * No include guard on purpose.  Contract and formulas: myatt.h. */
 
+/* Rows per block of a [rows, width] workspace: as many as MYATT_WORKSPACE_BYTES
+ * allow, a multiple of MYATT_ROW_BLOCK (at least one), at most S (>= 1). */
+static int64_t SUF(myatt_block_rows)(int64_t S, int64_t width)
+{
+    int64_t rows = MYATT_WORKSPACE_BYTES / (int64_t)sizeof(T) / (width > 0 ? width : 1);
+    rows = rows / MYATT_ROW_BLOCK * MYATT_ROW_BLOCK;
+    if (rows < MYATT_ROW_BLOCK)
+        rows = MYATT_ROW_BLOCK;
+    return rows < S ? rows : S;
+}
+
 int SUF(myatt_forward)(T *out, T *attn_weights,
                        const T *q, int64_t rs_q, int64_t cs_q,
                        const T *k, int64_t rs_k, int64_t cs_k,
@@ -25,36 +36,33 @@ int SUF(myatt_forward)(T *out, T *attn_weights,
     const T *cq = w_comb;
     const T *ca = w_comb + dq;
 
-    /* applied [rows, v2]: one row block at a time, never S rows */
-    const int64_t rows = S < MYATT_ROW_BLOCK ? S : MYATT_ROW_BLOCK;
+    /* 1. scores [S, v1] = q @ wq^T + b_attn, then += k @ wk^T, written straight
+     *    into attn_weights: two gemm calls over all S rows (each output's sum does
+     *    not depend on how the rows are split, so the backward's row blocks
+     *    recompute the same bits). */
+    int status = SUF(gemm)(attn_weights, v1, 1, q, rs_q, cs_q, wq, 1, ld_attn,
+                           b_attn, S, v1, dq, 0);
+    status |= SUF(gemm)(attn_weights, v1, 1, k, rs_k, cs_k, wk, 1, ld_attn,
+                        NULL, S, v1, dk, 1);
+    /* 2. attn_weights = softmax(scores) along v1, in place, all rows at once */
+    SUF(softmax_forward)(attn_weights, attn_weights, S, v1, 1);
+    /* 3. out [S, o] = q @ cq^T + b_comb, all rows */
+    status |= SUF(gemm)(out, o, 1, q, rs_q, cs_q, cq, 1, ld_comb, b_comb, S, o, dq, 0);
+    if (status != 0)
+        return -1;
+
+    /* 4. per block of R rows (R from the workspace bound, often all of S):
+     *      applied [rb, v2] = attn_weights_blk @ v      (v1 == 0 gives zeros)
+     *      out_blk         += applied @ ca^T */
+    const int64_t rows = SUF(myatt_block_rows)(S, v2);
     T *applied = mk_alloc(mk_bytes(mk_bytes((size_t)rows, (size_t)v2), sizeof(T)));
     if (applied == NULL)
         return -1;
-
-    int status = 0;
-    for (int64_t r0 = 0; r0 < S && status == 0; r0 += MYATT_ROW_BLOCK) {
-        const int64_t rb = S - r0 < MYATT_ROW_BLOCK ? S - r0 : MYATT_ROW_BLOCK;
-        const T *q_blk = q + r0 * rs_q;           /* [rb, dq] */
-        const T *k_blk = k + r0 * rs_k;           /* [rb, dk] */
-        T *aw_blk = attn_weights + r0 * v1;       /* [rb, v1] */
-        T *out_blk = out + r0 * o;                /* [rb, o]  */
-
-        /* 1. scores = q_blk @ wq^T + b_attn, written into attn_weights */
-        status |= SUF(gemm)(aw_blk, v1, 1, q_blk, rs_q, cs_q, wq, 1, ld_attn,
-                            b_attn, rb, v1, dq, 0);
-        /* 2. scores += k_blk @ wk^T */
-        status |= SUF(gemm)(aw_blk, v1, 1, k_blk, rs_k, cs_k, wk, 1, ld_attn,
-                            NULL, rb, v1, dk, 1);
-        /* 3. attn_weights = softmax(scores) along v1, in place */
-        SUF(softmax_forward)(aw_blk, aw_blk, rb, v1, 1);
-        /* 4. applied [rb, v2] = attn_weights_blk @ v   (v1 == 0 gives zeros) */
-        status |= SUF(gemm)(applied, v2, 1, aw_blk, v1, 1, v, rs_v, cs_v,
+    for (int64_t r0 = 0; r0 < S && status == 0; r0 += rows) {
+        const int64_t rb = S - r0 < rows ? S - r0 : rows;
+        status |= SUF(gemm)(applied, v2, 1, attn_weights + r0 * v1, v1, 1, v, rs_v, cs_v,
                             NULL, rb, v2, v1, 0);
-        /* 5. out = q_blk @ cq^T + b_comb */
-        status |= SUF(gemm)(out_blk, o, 1, q_blk, rs_q, cs_q, cq, 1, ld_comb,
-                            b_comb, rb, o, dq, 0);
-        /* 6. out += applied @ ca^T */
-        status |= SUF(gemm)(out_blk, o, 1, applied, v2, 1, ca, 1, ld_comb,
+        status |= SUF(gemm)(out + r0 * o, o, 1, applied, v2, 1, ca, 1, ld_comb,
                             NULL, rb, o, v2, 1);
     }
 
@@ -64,15 +72,17 @@ int SUF(myatt_forward)(T *out, T *attn_weights,
 
 /* ---- backward -------------------------------------------------------------- */
 
-/* The fused backward (contract: myatt.h).  Row block by row block, as the
- * forward: the block's attn_weights and applied are recomputed (the same gemm
- * and softmax calls as the forward, so the same values), used, and dropped.
- * Nothing of size S is kept; the workspace is three [MYATT_ROW_BLOCK, *] panels:
- *   aw [rows, v1]  attn_weights of the block
- *   ga [rows, v1]  grad of attn_weights, then (in place) grad of the scores
- *   ad [rows, v2]  applied, then (once its uses are done) grad of applied
+/* The fused backward (contract: myatt.h).  Row block by row block, R rows at a
+ * time (R from the workspace bound: all of S when it fits): the block's
+ * attn_weights and applied are recomputed (the same gemm and softmax calls as
+ * the forward on a row range, so the same bits: no output's sum depends on how
+ * the rows are split), used, and dropped.  The workspace is three panels:
+ *   aw [R, v1]  attn_weights of the block
+ *   ga [R, v1]  grad of attn_weights, then (in place) grad of the scores
+ *   ad [R, v2]  applied, then (once its uses are done) grad of applied
  * Weight, bias and V gradients are sums over S: the first block writes them,
- * later blocks accumulate (the gemm's own summation is blocked the same way). */
+ * later blocks accumulate.  R is a multiple of MYATT_ROW_BLOCK (a multiple of
+ * the gemm's summation block), so these sums have the same bits whatever R is. */
 int SUF(myatt_backward)(T *grad_q, T *grad_k, T *grad_v,
                         T *grad_w_attn, T *grad_b_attn, T *grad_w_comb, T *grad_b_comb,
                         const T *grad_out, int64_t rs_go, int64_t cs_go,
@@ -99,7 +109,7 @@ int SUF(myatt_backward)(T *grad_q, T *grad_k, T *grad_v,
         return 0;
     }
 
-    const int64_t rows = S < MYATT_ROW_BLOCK ? S : MYATT_ROW_BLOCK;
+    const int64_t rows = SUF(myatt_block_rows)(S, v1 > v2 ? v1 : v2);
     const size_t panel_v1 = mk_bytes(mk_bytes((size_t)rows, (size_t)v1), sizeof(T));
     const size_t panel_v2 = mk_bytes(mk_bytes((size_t)rows, (size_t)v2), sizeof(T));
     T *aw = mk_alloc(panel_v1);
@@ -107,8 +117,8 @@ int SUF(myatt_backward)(T *grad_q, T *grad_k, T *grad_v,
     T *ad = mk_alloc(panel_v2);
     int status = aw == NULL || ga == NULL || ad == NULL ? -1 : 0;
 
-    for (int64_t r0 = 0; r0 < S && status == 0; r0 += MYATT_ROW_BLOCK) {
-        const int64_t rb = S - r0 < MYATT_ROW_BLOCK ? S - r0 : MYATT_ROW_BLOCK;
+    for (int64_t r0 = 0; r0 < S && status == 0; r0 += rows) {
+        const int64_t rb = S - r0 < rows ? S - r0 : rows;
         const int acc = r0 > 0;                     /* sums over S: add after block 0 */
         const T *q_blk = q + r0 * rs_q;             /* [rb, dq] */
         const T *k_blk = k + r0 * rs_k;             /* [rb, dk] */
