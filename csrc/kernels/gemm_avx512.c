@@ -156,11 +156,11 @@ static void gemm_f32_avx512_kernel_8x48(int64_t kc, const float *a_panel, const 
 #undef GEMM_SMALL_COLS
 
 const gemm_microkernel_f32 gemm_microkernel_f32_avx512 = {
-    "avx512", 8, 48, 240, 64, 480, gemm_f32_avx512_kernel_8x48, gemm_f32_avx512_small,
+    "avx512", 8, 48, 240, 64, 480, gemm_f32_avx512_kernel_8x48, gemm_f32_avx512_small, gemm_copy_t_f32,
 };
 
 const gemm_microkernel_f64 gemm_microkernel_f64_avx512 = {
-    "avx512", 8, 24, 120, 64, 504, gemm_f64_avx512_kernel_8x24, gemm_f64_avx512_small,
+    "avx512", 8, 24, 120, 64, 504, gemm_f64_avx512_kernel_8x24, gemm_f64_avx512_small, gemm_copy_t_f64,
 };
 
 #endif

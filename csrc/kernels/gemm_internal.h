@@ -81,6 +81,15 @@ typedef void (*gemm_small_f64_fn)(double *c, int64_t rs_c, int64_t cs_c,
                                   const double *b, int64_t rs_b, int64_t cs_b,
                                   int64_t m, int64_t n, int64_t k, int64_t kc, int c_holds_value);
 
+/* An optional transposing copy (gemm_copy_avx.h), for packing a B whose
+ * columns are contiguous (rs_b == 1: B = weight^T) into a KC x NR panel:
+ *   strip[p * NB + j] = b[p + j * cs_b]  (p < kb, j < nb), 0 for nb <= j < NB.
+ * A copy only: it never changes the bits of a result. */
+typedef void (*gemm_copy_t_f32_fn)(float *strip, int NB, const float *b, int64_t cs_b,
+                                   int64_t kb, int64_t nb);
+typedef void (*gemm_copy_t_f64_fn)(double *strip, int NB, const double *b, int64_t cs_b,
+                                   int64_t kb, int64_t nb);
+
 /* One micro-kernel and the cache blocking that suits it.
  * Invariants: 1 <= mr <= GEMM_MAX_MR, 1 <= nr <= GEMM_MAX_NR,
  * mc % mr == 0, nc % nr == 0, kc >= 1. */
@@ -90,6 +99,7 @@ typedef struct {
     int64_t mc, kc, nc;        /* block sizes: A block mc x kc (L2), B block kc x nc (L3) */
     gemm_kernel_f32_fn kernel;
     gemm_small_f32_fn small;   /* the direct loop with the same arithmetic */
+    gemm_copy_t_f32_fn copy_t; /* packs B = weight^T panels faster, or NULL */
 } gemm_microkernel_f32;
 
 typedef struct {
@@ -98,6 +108,7 @@ typedef struct {
     int64_t mc, kc, nc;
     gemm_kernel_f64_fn kernel;
     gemm_small_f64_fn small;
+    gemm_copy_t_f64_fn copy_t;
 } gemm_microkernel_f64;
 
 /* The SIMD paths, each defined in its own file (gemm_avx2.c, gemm_avx512.c)

@@ -34,13 +34,27 @@ static void SUF(gemm_init_zero)(T *c, int64_t rs_c, int64_t cs_c, int64_t m, int
 /* Pack the block A[0:mc, 0:kc] (a points at its [0, 0]) into MR x KC panels:
  *   a_pack[q * panel_len + p * mr + i] = A[q * mr + i, p]
  * with rows past mc zero, so the micro-kernel always sees full panels.
- * panel_len >= kc * mr keeps every panel 64-byte aligned. */
+ * panel_len >= kc * mr keeps every panel 64-byte aligned.  The loops run along
+ * A's contiguous direction: rows of A (cs_a == 1), or for a transposed A
+ * (rs_a == 1) columns, mr at a time (reading kc rows of A at a large stride
+ * one element each would thrash a few L1 sets). */
 static void SUF(gemm_pack_a)(T *a_pack, const T *a, int64_t rs_a, int64_t cs_a,
                              int64_t mc, int64_t kc, int mr, int64_t panel_len)
 {
     for (int64_t ir = 0; ir < mc; ir += mr) {
         T *panel = a_pack + (ir / mr) * panel_len;   /* [kc, mr] */
         const int64_t m_r = gemm_min(mr, mc - ir);
+        if (rs_a == 1 && cs_a != 1) {
+            for (int64_t p = 0; p < kc; p++) {
+                const T *a_col = a + ir + p * cs_a;  /* A[ir:ir+m_r, p] */
+                T *dst = panel + p * mr;
+                for (int64_t i = 0; i < m_r; i++)
+                    dst[i] = a_col[i];
+                for (int64_t i = m_r; i < mr; i++)   /* zero-pad the edge panel */
+                    dst[i] = 0;
+            }
+            continue;
+        }
         for (int64_t i = 0; i < m_r; i++) {
             const T *a_row = a + (ir + i) * rs_a;    /* A[ir + i, 0:kc] */
             /* Rows of A are read kc elements at a time, too short for the
@@ -60,20 +74,35 @@ static void SUF(gemm_pack_a)(T *a_pack, const T *a, int64_t rs_a, int64_t cs_a,
 
 /* Pack the block B[0:kc, 0:nc] (b points at its [0, 0]) into KC x NR panels:
  *   b_pack[q * panel_len + p * nr + j] = B[p, q * nr + j]
- * with columns past nc zero. */
-static void SUF(gemm_pack_b)(T *b_pack, const T *b, int64_t rs_b, int64_t cs_b,
+ * with columns past nc zero.  A B with contiguous columns (rs_b == 1, B =
+ * weight^T) is read along them: through the path's transposing copy when it
+ * has one, else column by column (row by row of B, each row one element from
+ * nr columns far apart, thrashed L1: linear ran 1.6x slower than bmm). */
+static void SUF(gemm_pack_b)(const SUF(gemm_microkernel) *uk,
+                             T *b_pack, const T *b, int64_t rs_b, int64_t cs_b,
                              int64_t kc, int64_t nc, int nr, int64_t panel_len)
 {
+    const int transposed = rs_b == 1 && cs_b != 1;
     for (int64_t jr = 0; jr < nc; jr += nr) {
         T *panel = b_pack + (jr / nr) * panel_len;   /* [kc, nr] */
         const int64_t n_r = gemm_min(nr, nc - jr);
-        for (int64_t p = 0; p < kc; p++) {
-            const T *b_row = b + p * rs_b + jr * cs_b;   /* B[p, jr:jr+n_r] */
-            T *dst = panel + p * nr;
-            for (int64_t j = 0; j < n_r; j++)
-                dst[j] = b_row[j * cs_b];
-            for (int64_t j = n_r; j < nr; j++)           /* zero-pad the edge panel */
-                dst[j] = 0;
+        if (transposed && uk->copy_t != NULL) {
+            uk->copy_t(panel, nr, b + jr * cs_b, cs_b, kc, n_r);
+        } else if (transposed) {
+            for (int64_t j = 0; j < nr; j++) {
+                const T *b_col = b + (jr + j) * cs_b;    /* B[0:kc, jr + j] */
+                for (int64_t p = 0; p < kc; p++)
+                    panel[p * nr + j] = j < n_r ? b_col[p] : 0;
+            }
+        } else {
+            for (int64_t p = 0; p < kc; p++) {
+                const T *b_row = b + p * rs_b + jr * cs_b;   /* B[p, jr:jr+n_r] */
+                T *dst = panel + p * nr;
+                for (int64_t j = 0; j < n_r; j++)
+                    dst[j] = b_row[j * cs_b];
+                for (int64_t j = n_r; j < nr; j++)           /* zero-pad the edge panel */
+                    dst[j] = 0;
+            }
         }
     }
 }
@@ -155,7 +184,7 @@ static int SUF(gemm_packed)(const SUF(gemm_microkernel) *uk,
             /* B[kq:kq_end, jc:jc+nc_blk] -> b_pack, one KC block after another */
             for (int64_t pc = kq; pc < kq_end; pc += kc) {
                 const int64_t kc_blk = gemm_min(kc, k - pc);
-                SUF(gemm_pack_b)(b_pack + (pc - kq) / kc * b_kblock,
+                SUF(gemm_pack_b)(uk, b_pack + (pc - kq) / kc * b_kblock,
                                  b + pc * rs_b + jc * cs_b, rs_b, cs_b,
                                  kc_blk, nc_blk, nr, gemm_round_up(kc_blk * nr, align));
             }
