@@ -254,6 +254,19 @@ def max_diff(a, b):
     return float(np.max(np.abs(a - b))) if a.size else 0.0
 
 
+def same_bits(a, b):
+    """Fraction of the elements of a and b (same shape and dtype) that are bit-identical."""
+    a = np.ascontiguousarray(a)
+    b = np.ascontiguousarray(b.detach().numpy() if isinstance(b, torch.Tensor) else b)
+    if a.dtype != b.dtype or a.size != b.size:
+        return 0.0
+    if not a.size:
+        return 1.0
+    width = a.dtype.itemsize
+    return float(np.mean(np.all(a.view(np.uint8).reshape(-1, width)
+                                == b.view(np.uint8).reshape(-1, width), axis=1)))
+
+
 # --------------------------------------------------------------------------- #
 # Table
 # --------------------------------------------------------------------------- #
@@ -266,7 +279,8 @@ def fmt_time(s):
 
 
 HEADER = (f"{'case':<28}{'thr':>4} {'myatt':>11} {'torch':>11} {'numpy':>11} "
-          f"{'/torch':>7} {'/numpy':>7} {'myatt rate':>16} {'%peak':>6} {'|myatt-torch|':>14}")
+          f"{'/torch':>7} {'/numpy':>7} {'myatt rate':>16} {'%peak':>6} {'|myatt-torch|':>14} "
+          f"{'=torch':>7}")
 
 
 def row_text(r):
@@ -278,7 +292,7 @@ def row_text(r):
     share = f"{100 * r['share']:.1f}" if r["share"] is not None else "-"
     return (f"{r['case']:<28}{r['threads']:>4} {fmt_time(r['myatt'])} {fmt_time(r['torch'])} "
             f"{fmt_time(r['numpy'])} {r['myatt'] / r['torch']:7.2f} {r['myatt'] / r['numpy']:7.2f} "
-            f"{rate:>16} {share:>6} {r['diff']:14.2e}")
+            f"{rate:>16} {share:>6} {r['diff']:14.2e} {100 * r['same']:6.1f}%")
 
 
 def run(args):
@@ -334,7 +348,8 @@ def run(args):
             share = gflops / (peak_core * threads * (0.5 if dtype == np.float64 else 1.0))
         r = dict(case=case, threads=threads, myatt=tm_, torch=tt_, numpy=tn_, gflops=gflops,
                  gelems=elems / tm_ / 1e9 if elems else None, share=share,
-                 diff=max_diff(first(results[0]), first(results[1])))
+                 diff=max_diff(first(results[0]), first(results[1])),
+                 same=same_bits(first(results[0]), first(results[1])))
         rows.append(r)
         print(row_text(r), flush=True)
 
@@ -361,6 +376,7 @@ def run(args):
                 (fns[0](), fns[1]()))
     print("-" * len(HEADER))
     print("|myatt-torch|: max abs difference of the outputs (a sanity check, not a test); "
+          "=torch: share of output elements bit-identical to torch's; "
           "rate: GFLOP/s for linear/bmm/module (softmax: elements/s); %peak: of the "
           "measured FMA peak x threads")
     return dict(peak=peak, rows=rows, quick=quick, machine=cpu_model(), cores=ncores,

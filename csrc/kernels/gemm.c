@@ -12,6 +12,7 @@
  * Large products are split into bands of c over the thread pool (threads.h). */
 #include "gemm.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -41,8 +42,9 @@ static int gemm_use_direct(int64_t m, int64_t n, int64_t k, int mr, int64_t cs_b
 
 /* ---------------------------------------------------------------------------
  * Portable micro-kernels: plain C, an MR x NR accumulator array in T, one
- * multiply then one add per term (built with -ffp-contract=off, so no FMA).
- * They are the exact reference the SIMD kernels are compared against.
+ * fmaf / fma per term (libm's, the hardware instruction when present; the
+ * build uses -ffp-contract=off, so nothing else is fused).  Float32 sums each
+ * kc block from zero and adds it onto c; float64 continues one chain from c.
  * Contract: see gemm_internal.h.
  * ------------------------------------------------------------------------- */
 
@@ -57,7 +59,7 @@ static void gemm_f32_portable_kernel_4x8(int64_t kc, const float *a_panel, const
         const float *b_p = b_panel + p * NR;   /* B[p, 0:8] */
         for (int i = 0; i < MR; i++)
             for (int j = 0; j < NR; j++)
-                acc[i][j] += a_p[i] * b_p[j];
+                acc[i][j] = fmaf(a_p[i], b_p[j], acc[i][j]);
     }
     for (int i = 0; i < MR; i++) {
         float *c_row = c + i * rs_c;
@@ -68,30 +70,29 @@ static void gemm_f32_portable_kernel_4x8(int64_t kc, const float *a_panel, const
     }
 }
 
-/* c[4, 4] = (accumulate ? c : 0) + a_panel[kc][4]^T @ b_panel[kc][4] */
+/* c[4, 4] = (accumulate ? c : 0) + a_panel[kc][4]^T @ b_panel[kc][4], the chain from c */
 static void gemm_f64_portable_kernel_4x4(int64_t kc, const double *a_panel, const double *b_panel,
                                          double *c, int64_t rs_c, int64_t cs_c, int accumulate)
 {
     enum { MR = 4, NR = 4 };
-    double acc[MR][NR] = {{0}};
+    double acc[MR][NR];
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++)
+            acc[i][j] = accumulate ? c[i * rs_c + j * cs_c] : 0.0;
     for (int64_t p = 0; p < kc; p++) {
         const double *a_p = a_panel + p * MR;   /* A[0:4, p] */
         const double *b_p = b_panel + p * NR;   /* B[p, 0:4] */
         for (int i = 0; i < MR; i++)
             for (int j = 0; j < NR; j++)
-                acc[i][j] += a_p[i] * b_p[j];
+                acc[i][j] = fma(a_p[i], b_p[j], acc[i][j]);
     }
-    for (int i = 0; i < MR; i++) {
-        double *c_row = c + i * rs_c;
-        for (int j = 0; j < NR; j++) {
-            double *c_ij = c_row + j * cs_c;
-            *c_ij = accumulate ? *c_ij + acc[i][j] : acc[i][j];
-        }
-    }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++)
+            c[i * rs_c + j * cs_c] = acc[i][j];
 }
 
-/* The portable direct loops: mul then add, as the portable micro-kernels. */
-#define GEMM_MADD(s, x, y) ((s) + (x) * (y))
+/* The portable direct loops: fmaf / fma, as the portable micro-kernels. */
+#define GEMM_MADD(s, x, y) fmaf((x), (y), (s))
 #define T float
 #define GEMM_SMALL_COLS 16
 #define GEMM_SMALL_NAME gemm_f32_portable_small
@@ -99,6 +100,8 @@ static void gemm_f64_portable_kernel_4x4(int64_t kc, const double *a_panel, cons
 #undef T
 #undef GEMM_SMALL_NAME
 #undef GEMM_SMALL_COLS
+#undef GEMM_MADD
+#define GEMM_MADD(s, x, y) fma((x), (y), (s))
 #define T double
 #define GEMM_SMALL_COLS 16
 #define GEMM_SMALL_NAME gemm_f64_portable_small
@@ -111,12 +114,10 @@ static void gemm_f64_portable_kernel_4x4(int64_t kc, const double *a_panel, cons
 /* ---------------------------------------------------------------------------
  * The micro-kernel table and the one place a kernel is chosen.
  *
- * kc is also the summation block: each element of c is the sum, in order, of
- * k / kc partial dot products of length <= kc, each summed from zero.  That
- * bounds the float32 rounding error: measured against a float64 product on
- * unit-normal data (k = 200 .. 4096), kc = 64 stays 20-40 % below torch's own
- * (MKL) error, while kc = 256 was 10-40 % above it (the SPEC's bar for long
- * reductions).  A new kernel should keep kc <= 64 or re-check that bar.
+ * kc is a cache block only: the summation order is torch's (gemm_internal.h),
+ * float32 in blocks of gemm_sum_block(k) (<= 192), float64 one chain, so that
+ * results agree with torch bit for bit in MKL's main kernel region and the
+ * float32 error on long reductions equals torch's (the SPEC's bar).
  *
  * Block sizes for the portable kernels (SSE2 baseline, 16 vector registers):
  *   f32 4x8: A panel 4 x 64 (1 KiB) + B panel 64 x 8 (2 KiB) in L1;

@@ -68,15 +68,35 @@ static void gemm_f32_avx2_kernel_6x16(int64_t kc, const float *a_panel, const fl
         }
 }
 
-/* c[4, 12] = (accumulate ? c : 0) + a_panel[kc][4]^T @ b_panel[kc][12] */
+/* c[4, 12] = (accumulate ? c : 0) + a_panel[kc][4]^T @ b_panel[kc][12], one FMA
+ * chain per output continuing from c (the float64 contract, gemm_internal.h) */
 static void gemm_f64_avx2_kernel_4x12(int64_t kc, const double *a_panel, const double *b_panel,
                                       double *c, int64_t rs_c, int64_t cs_c, int accumulate)
 {
     enum { MR = 4, NR = 12 };
     __m256d acc0[MR], acc1[MR], acc2[MR];   /* C[i, 0:4], C[i, 4:8], C[i, 8:12] */
+    _Alignas(64) double tile[MR * NR];   /* [4, 12] */
+    if (!accumulate) {
 #pragma GCC unroll 4
-    for (int i = 0; i < MR; i++)
-        acc0[i] = acc1[i] = acc2[i] = _mm256_setzero_pd();
+        for (int i = 0; i < MR; i++)
+            acc0[i] = acc1[i] = acc2[i] = _mm256_setzero_pd();
+    } else {   /* the chain continues from c */
+        const double *src = c;
+        int64_t rs = rs_c;
+        if (cs_c != 1) {
+            for (int i = 0; i < MR; i++)
+                for (int j = 0; j < NR; j++)
+                    tile[i * NR + j] = c[i * rs_c + j * cs_c];
+            src = tile;
+            rs = NR;
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < MR; i++) {
+            acc0[i] = _mm256_loadu_pd(src + i * rs);
+            acc1[i] = _mm256_loadu_pd(src + i * rs + 4);
+            acc2[i] = _mm256_loadu_pd(src + i * rs + 8);
+        }
+    }
     for (int64_t p = 0; p < kc; p++) {
         const double *a_p = a_panel + p * MR;   /* A[0:4, p] */
         const double *b_p = b_panel + p * NR;   /* B[p, 0:12] */
@@ -94,18 +114,12 @@ static void gemm_f64_avx2_kernel_4x12(int64_t kc, const double *a_panel, const d
 #pragma GCC unroll 4
         for (int i = 0; i < MR; i++) {
             double *c_row = c + i * rs_c;
-            if (accumulate) {
-                acc0[i] = _mm256_add_pd(_mm256_loadu_pd(c_row), acc0[i]);
-                acc1[i] = _mm256_add_pd(_mm256_loadu_pd(c_row + 4), acc1[i]);
-                acc2[i] = _mm256_add_pd(_mm256_loadu_pd(c_row + 8), acc2[i]);
-            }
             _mm256_storeu_pd(c_row, acc0[i]);
             _mm256_storeu_pd(c_row + 4, acc1[i]);
             _mm256_storeu_pd(c_row + 8, acc2[i]);
         }
         return;
     }
-    _Alignas(64) double tile[MR * NR];   /* [4, 12] */
 #pragma GCC unroll 4
     for (int i = 0; i < MR; i++) {
         _mm256_store_pd(tile + i * NR, acc0[i]);
@@ -114,8 +128,7 @@ static void gemm_f64_avx2_kernel_4x12(int64_t kc, const double *a_panel, const d
     }
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < NR; j++) {
-            double *c_ij = c + i * rs_c + j * cs_c;
-            *c_ij = accumulate ? *c_ij + tile[i * NR + j] : tile[i * NR + j];
+            c[i * rs_c + j * cs_c] = tile[i * NR + j];
         }
 }
 

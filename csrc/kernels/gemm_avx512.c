@@ -29,15 +29,35 @@
 #include "gemm_copy_avx.h"
 #include "gemm_internal.h"
 
-/* c[8, 24] = (accumulate ? c : 0) + a_panel[kc][8]^T @ b_panel[kc][24] */
+/* c[8, 24] = (accumulate ? c : 0) + a_panel[kc][8]^T @ b_panel[kc][24], one FMA
+ * chain per output continuing from c (the float64 contract, gemm_internal.h) */
 static void gemm_f64_avx512_kernel_8x24(int64_t kc, const double *a_panel, const double *b_panel,
                                         double *c, int64_t rs_c, int64_t cs_c, int accumulate)
 {
     enum { MR = 8, NR = 24 };
     __m512d acc0[MR], acc1[MR], acc2[MR];   /* C[i, 0:8], C[i, 8:16], C[i, 16:24] */
+    _Alignas(64) double tile[MR * NR];
+    if (!accumulate) {
 #pragma GCC unroll 8
-    for (int i = 0; i < MR; i++)
-        acc0[i] = acc1[i] = acc2[i] = _mm512_setzero_pd();
+        for (int i = 0; i < MR; i++)
+            acc0[i] = acc1[i] = acc2[i] = _mm512_setzero_pd();
+    } else {   /* the chain continues from c */
+        const double *src = c;
+        int64_t rs = rs_c;
+        if (cs_c != 1) {
+            for (int i = 0; i < MR; i++)
+                for (int j = 0; j < NR; j++)
+                    tile[i * NR + j] = c[i * rs_c + j * cs_c];
+            src = tile;
+            rs = NR;
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; i++) {
+            acc0[i] = _mm512_loadu_pd(src + i * rs);
+            acc1[i] = _mm512_loadu_pd(src + i * rs + 8);
+            acc2[i] = _mm512_loadu_pd(src + i * rs + 16);
+        }
+    }
     for (int64_t p = 0; p < kc; p++) {
         const double *a_p = a_panel + p * MR;
         const double *b_p = b_panel + p * NR;
@@ -55,18 +75,12 @@ static void gemm_f64_avx512_kernel_8x24(int64_t kc, const double *a_panel, const
 #pragma GCC unroll 8
         for (int i = 0; i < MR; i++) {
             double *c_row = c + i * rs_c;
-            if (accumulate) {
-                acc0[i] = _mm512_add_pd(_mm512_loadu_pd(c_row), acc0[i]);
-                acc1[i] = _mm512_add_pd(_mm512_loadu_pd(c_row + 8), acc1[i]);
-                acc2[i] = _mm512_add_pd(_mm512_loadu_pd(c_row + 16), acc2[i]);
-            }
             _mm512_storeu_pd(c_row, acc0[i]);
             _mm512_storeu_pd(c_row + 8, acc1[i]);
             _mm512_storeu_pd(c_row + 16, acc2[i]);
         }
         return;
     }
-    _Alignas(64) double tile[MR * NR];
 #pragma GCC unroll 8
     for (int i = 0; i < MR; i++) {
         _mm512_store_pd(tile + i * NR, acc0[i]);
@@ -75,8 +89,7 @@ static void gemm_f64_avx512_kernel_8x24(int64_t kc, const double *a_panel, const
     }
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < NR; j++) {
-            double *c_ij = c + i * rs_c + j * cs_c;
-            *c_ij = accumulate ? *c_ij + tile[i * NR + j] : tile[i * NR + j];
+            c[i * rs_c + j * cs_c] = tile[i * NR + j];
         }
 }
 

@@ -26,14 +26,33 @@
  *     path for that and fall back to scalar stores otherwise).
  *   - accumulate == 0: c must not be read (it may hold garbage, even NaN).
  *   - Bias is never the kernel's business: the driver adds it once.
- *   - Summation over p is in increasing p per KC block; the driver adds blocks
- *     into c in increasing order, so a result does not depend on how c is split
- *     into tiles or over threads.
+ *   - Summation order: torch's (MKL's, measured: docs/torch-summation-order.md),
+ *     one FMA per term everywhere (fmaf / fma in the portable kernels):
+ *       float32: k is cut into blocks of KC = gemm_sum_block(k) (k if k <= 192,
+ *         floor(k / 2) if k <= 384, else 192); each block is summed from zero in
+ *         increasing p, and the driver adds the block sums onto c in increasing
+ *         order: c = ((bias or first block) + block 1) + block 2 ...
+ *       float64 (GEMM_CHAINS): no summation blocks, one FMA chain per output in
+ *         increasing p, starting from the bias or 0: with accumulate the kernel
+ *         loads c into its accumulators and continues the chain (the driver's
+ *         KC is then a cache block only).
+ *     Either way a result does not depend on how c is split into tiles or over
+ *     threads, nor on the cache blocking (float64).
  */
 #ifndef MYATT_KERNELS_GEMM_INTERNAL_H
 #define MYATT_KERNELS_GEMM_INTERNAL_H
 
 #include <stdint.h>
+
+/* Whether T's products are one FMA chain continuing from c (float64) rather
+ * than block sums added onto c (float32): see the contract above. */
+#define GEMM_CHAINS(T) (sizeof(T) == sizeof(double))
+
+/* The float32 summation block for a reduction of length k (>= 1): torch's. */
+static inline int64_t gemm_sum_block(int64_t k)
+{
+    return k <= 192 ? k : k <= 384 ? k / 2 : 192;
+}
 
 /* Largest micro-tile any kernel may use (the edge tile lives on the stack). */
 #define GEMM_MAX_MR 32
@@ -69,9 +88,9 @@ typedef void (*gemm_kernel_f64_fn)(int64_t kc, const double *a_panel, const doub
 
 /* The direct (unpacked) loop of a path, for small products:
  *   c[m, n] = (c_holds_value ? c : 0) + a[m, k] @ b[k, n]
- * with k cut into blocks of kc, each summed from zero in increasing p with the
- * path's own multiply-add (mul + add for "portable", FMA for the SIMD paths)
- * and then added onto c: the same bits as the packed path of that kernel. */
+ * in the summation order of the contract above (float32: blocks of kc, each
+ * summed from zero with FMA and added onto c; float64: one FMA chain from c, kc
+ * a blocking size only): the same bits as the packed path of that kernel. */
 typedef void (*gemm_small_f32_fn)(float *c, int64_t rs_c, int64_t cs_c,
                                   const float *a, int64_t rs_a, int64_t cs_a,
                                   const float *b, int64_t rs_b, int64_t cs_b,
@@ -96,7 +115,8 @@ typedef void (*gemm_copy_t_f64_fn)(double *strip, int NB, const double *b, int64
 typedef struct {
     const char *name;          /* "portable", "avx2", "avx512": for tests and repr */
     int mr, nr;                /* micro-tile: mr rows of A by nr columns of B */
-    int64_t mc, kc, nc;        /* block sizes: A block mc x kc (L2), B block kc x nc (L3) */
+    int64_t mc, kc, nc;        /* block sizes: A block mc x kc (L2), B block kc x nc (L3);
+                                * float32 sums in blocks of gemm_sum_block(k) instead of kc */
     gemm_kernel_f32_fn kernel;
     gemm_small_f32_fn small;   /* the direct loop with the same arithmetic */
     gemm_copy_t_f32_fn copy_t; /* packs B = weight^T panels faster, or NULL */

@@ -6,10 +6,10 @@
  *                       path's vector registers hold with room to spare
  *   GEMM_SMALL_COPY_T   (optional) a faster transposing copy for B strips
  *                       with rs_b == 1 (see gemm_copy_avx.h)
- *   GEMM_MADD(s, x, y)  the path's multiply-add s + x * y: "(s) + (x) * (y)"
- *                       for the portable path (built with -ffp-contract=off,
- *                       so two roundings), __builtin_fma* for the SIMD paths
- *                       (one rounding, compiled for the ISA of the includer)
+ *   GEMM_MADD(s, x, y)  the fused multiply-add s + x * y, one rounding:
+ *                       fma/fmaf for the portable path (libm: the hardware
+ *                       instruction when present), __builtin_fma* for the SIMD
+ *                       paths (compiled for the ISA of the includer)
  * defined.  No include guard on purpose.  Contract: gemm_small_f32_fn in
  * gemm_internal.h.
  *
@@ -19,10 +19,11 @@
  * contiguous and complete, else copied (zero-padded) into a 16 KiB stack
  * buffer; then every row of c runs NB independent sums over p (independent
  * chains pipeline, and a SIMD build vectorises the j loop over a few vector
- * registers: for 1 x 64 @ 64 x 32 on AVX-512, two zmm chains side by side).  Every output
- * is the sum of its kc blocks, each summed from zero in increasing p with
- * GEMM_MADD and then added onto c, exactly as the path's packed micro-kernel
- * does, so the two give the same bits. */
+ * registers: for 1 x 64 @ 64 x 32 on AVX-512, two zmm chains side by side).  Every
+ * output follows the summation contract of gemm_internal.h exactly as the path's
+ * packed micro-kernel does, so the two give the same bits: float32, the sum of
+ * its kc blocks, each summed from zero in increasing p with GEMM_MADD and then
+ * added onto c; float64 (GEMM_CHAINS), one GEMM_MADD chain continuing from c. */
 
 #define GEMM_SMALL_CAT_(x, y) x##y
 #define GEMM_SMALL_CAT(x, y) GEMM_SMALL_CAT_(x, y)
@@ -68,8 +69,15 @@ void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
             const T *a_row = a + i * rs_a + pc * cs_a;   /* A[i, pc:pc+kb] */
             T *c_blk = c + i * rs_c;                     /* C[i, j0:j0+nb] */
             T acc[GEMM_SMALL_COLS];                      /* [NB] used */
-            for (int j = 0; j < NB; j++)
-                acc[j] = 0;
+            if (GEMM_CHAINS(T) && onto_c && cs_c == 1 && nb == NB)
+                for (int j = 0; j < NB; j++)
+                    acc[j] = c_blk[j];
+            else if (GEMM_CHAINS(T) && onto_c)
+                for (int j = 0; j < NB; j++)
+                    acc[j] = j < nb ? c_blk[j * cs_c] : 0;
+            else
+                for (int j = 0; j < NB; j++)
+                    acc[j] = 0;
             for (int64_t p = 0; p < kb; p++) {
                 const T a_ip = a_row[p * cs_a];
                 const T *b_p = b_strip + p * rs_s;       /* B[pc+p, j0:j0+NB] */
@@ -77,7 +85,7 @@ void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
                     acc[j] = GEMM_MADD(acc[j], a_ip, b_p[j]);
             }
             if (cs_c == 1 && nb == NB) {
-                if (onto_c)
+                if (onto_c && !GEMM_CHAINS(T))
                     for (int j = 0; j < NB; j++)
                         c_blk[j] = c_blk[j] + acc[j];
                 else
@@ -85,7 +93,7 @@ void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
                         c_blk[j] = acc[j];
             } else {
                 for (int64_t j = 0; j < nb; j++)
-                    c_blk[j * cs_c] = onto_c ? c_blk[j * cs_c] + acc[j] : acc[j];
+                    c_blk[j * cs_c] = onto_c && !GEMM_CHAINS(T) ? c_blk[j * cs_c] + acc[j] : acc[j];
             }
         }
         continue;
@@ -95,10 +103,10 @@ void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
             const T *a_row = a + i * rs_a + pc * cs_a;
             T *c_blk = c + i * rs_c;
             for (int64_t j = 0; j < nb; j++) {
-                T acc = 0;
+                T acc = GEMM_CHAINS(T) && onto_c ? c_blk[j * cs_c] : 0;
                 for (int64_t p = 0; p < kb; p++)
                     acc = GEMM_MADD(acc, a_row[p * cs_a], b_strip[p * rs_b + j * cs_b]);
-                c_blk[j * cs_c] = onto_c ? c_blk[j * cs_c] + acc : acc;
+                c_blk[j * cs_c] = onto_c && !GEMM_CHAINS(T) ? c_blk[j * cs_c] + acc : acc;
             }
         }
     }

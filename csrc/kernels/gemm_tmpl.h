@@ -108,7 +108,8 @@ static void SUF(gemm_pack_b)(const SUF(gemm_microkernel) *uk,
 }
 
 /* An edge tile (m_r < mr or n_r < nr): the kernel writes a full local tile,
- * of which the valid m_r x n_r corner is copied (or added) into c. */
+ * of which the valid m_r x n_r corner is copied (or added) into c.  A float64
+ * chain (GEMM_CHAINS) continues from c: the tile starts as c's corner. */
 static void SUF(gemm_edge_tile)(const SUF(gemm_microkernel) *uk, int64_t kc,
                                 const T *a_panel, const T *b_panel,
                                 T *c, int64_t rs_c, int64_t cs_c,
@@ -116,13 +117,18 @@ static void SUF(gemm_edge_tile)(const SUF(gemm_microkernel) *uk, int64_t kc,
 {
     _Alignas(GEMM_PANEL_ALIGN) T tile[GEMM_MAX_MR * GEMM_MAX_NR];   /* [mr, nr] */
     const int nr = uk->nr;
-    uk->kernel(kc, a_panel, b_panel, tile, nr, 1, 0);
+    const int chain = GEMM_CHAINS(T) && accumulate;
+    if (chain)
+        for (int64_t i = 0; i < uk->mr; i++)
+            for (int64_t j = 0; j < nr; j++)
+                tile[i * nr + j] = i < m_r && j < n_r ? c[i * rs_c + j * cs_c] : 0;
+    uk->kernel(kc, a_panel, b_panel, tile, nr, 1, chain);
     for (int64_t i = 0; i < m_r; i++) {
         const T *tile_row = tile + i * nr;
         T *c_row = c + i * rs_c;
         for (int64_t j = 0; j < n_r; j++) {
             T *c_ij = c_row + j * cs_c;
-            *c_ij = accumulate ? *c_ij + tile_row[j] : tile_row[j];
+            *c_ij = accumulate && !chain ? *c_ij + tile_row[j] : tile_row[j];
         }
     }
 }
@@ -147,7 +153,7 @@ static int SUF(gemm_packed)(const SUF(gemm_microkernel) *uk,
      *    a_pack [mc / mr panels][a_panel_max],
      *    b_pack [kk / kc blocks][nc / nr panels][b_panel_max]. */
     const int mr = uk->mr, nr = uk->nr;
-    const int64_t kc = uk->kc;
+    const int64_t kc = GEMM_CHAINS(T) ? uk->kc : gemm_sum_block(k);   /* see gemm_internal.h */
     const int64_t align = GEMM_PANEL_ALIGN / (int64_t)sizeof(T);   /* elements */
     const int64_t kc_max = gemm_min(kc, k);
     const int64_t mc = gemm_min(uk->mc, gemm_round_up(m, mr));
@@ -240,6 +246,7 @@ typedef struct {
     const T *b;
     int64_t rs_b, cs_b;
     int64_t m, n, k;
+    int64_t kc;           /* the direct loop's summation (float32) or cache block */
     int c_holds_value;
     int split_n;          /* 1: bands of columns, 0: bands of rows */
     int direct;           /* each band runs the direct loop (uk->small), not packed panels */
@@ -260,7 +267,7 @@ static void SUF(gemm_task)(void *arg, int task)
         job->uk->small(job->c + start * job->cs_c, job->rs_c, job->cs_c,
                        job->a, job->rs_a, job->cs_a,
                        job->b + start * job->cs_b, job->rs_b, job->cs_b,
-                       job->m, len, job->k, job->uk->kc, job->c_holds_value);
+                       job->m, len, job->k, job->kc, job->c_holds_value);
     else if (job->split_n)   /* C[:, start:start+len] = A @ B[:, start:start+len] */
         rc = SUF(gemm_packed)(job->uk, job->c + start * job->cs_c, job->rs_c, job->cs_c,
                               job->a, job->rs_a, job->cs_a,
@@ -312,6 +319,7 @@ int SUF(gemm_run)(const SUF(gemm_microkernel) *uk,
      *    the direct loop is computed alone, so bands of columns of any width
      *    give the same bits.) */
     const int direct = gemm_use_direct(m, n, k, uk->mr, cs_b);
+    const int64_t kc = GEMM_CHAINS(T) ? uk->kc : gemm_sum_block(k);
     const int split_n = direct || n >= m;     /* else the longer dimension */
     const int64_t unit = direct ? 64 : split_n ? uk->nr : uk->mr;
     const int64_t units = ((split_n ? n : m) + unit - 1) / unit;
@@ -320,7 +328,7 @@ int SUF(gemm_run)(const SUF(gemm_microkernel) *uk,
     if (nthreads <= 1) {
         if (direct) {
             uk->small(c, rs_c, cs_c, a, rs_a, cs_a, b, rs_b, cs_b, m, n, k,
-                      uk->kc, c_holds_value);
+                      kc, c_holds_value);
             return 0;
         }
         return SUF(gemm_packed)(uk, c, rs_c, cs_c, a, rs_a, cs_a, b, rs_b, cs_b,
@@ -328,7 +336,7 @@ int SUF(gemm_run)(const SUF(gemm_microkernel) *uk,
     }
     SUF(gemm_job) job = {
         .uk = uk, .c = c, .rs_c = rs_c, .cs_c = cs_c, .a = a, .rs_a = rs_a, .cs_a = cs_a,
-        .b = b, .rs_b = rs_b, .cs_b = cs_b, .m = m, .n = n, .k = k,
+        .b = b, .rs_b = rs_b, .cs_b = cs_b, .m = m, .n = n, .k = k, .kc = kc,
         .c_holds_value = c_holds_value, .split_n = split_n, .direct = direct,
         .band = (units + nthreads - 1) / nthreads * unit,
     };

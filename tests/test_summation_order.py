@@ -1,0 +1,133 @@
+"""The GEMM's summation order: torch's (MKL's) measured rule, docs/torch-summation-order.md.
+
+Our kernel's contract (csrc/kernels/gemm_internal.h), asserted bit for bit against a
+reference written here in NumPy / Python for every kernel path:
+
+  float32: KC = k if k <= 192, k // 2 if k <= 384, else 192; each block summed from 0
+           with one FMA per term in increasing p; tot = bias + blk0 + blk1 + ...
+           (no bias: blk0 + blk1 + ...)
+  float64: one FMA chain in increasing p starting from the bias (or 0).
+
+Agreement with torch itself depends on the machine (MKL's code path): only reported,
+never asserted (the benchmark prints the same share as its "=torch" column).
+"""
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import myatt
+
+
+def kc_rule(k):
+    return k if k <= 192 else k // 2 if k <= 384 else 192
+
+
+def fma32(a, b, c):
+    """fmaf(a, b, c) elementwise for float32 arrays: a * b is exact in float64, a * b + c
+    rounds once in float64, then to float32.  That double rounding could differ from
+    one rounding only if the float64 sum were inexact and an exact float32 tie: checked."""
+    exact = a.astype(np.float64) * b.astype(np.float64)
+    s = exact + c.astype(np.float64)
+    r = s.astype(np.float32)
+    inexact = (s - exact) != c.astype(np.float64)
+    other = np.nextafter(r, np.where(s > r, np.float32(np.inf), np.float32(-np.inf)))
+    tie = (r.astype(np.float64) + other.astype(np.float64)) / 2 == s
+    assert not np.any(inexact & tie & (s != r)), "double-rounding hazard: pick other data"
+    return r
+
+
+def ref_f32(x, w, bias):
+    """x [m, k] @ w[n, k]^T (+ bias) in the float32 rule."""
+    m, k = x.shape
+    n = w.shape[0]
+    kc = kc_rule(k) if k else 1
+    tot = None if bias is None else np.broadcast_to(bias, (m, n)).astype(np.float32)
+    for p0 in range(0, k, kc):
+        acc = np.zeros((m, n), np.float32)
+        for p in range(p0, min(p0 + kc, k)):
+            acc = fma32(np.broadcast_to(x[:, p:p + 1], (m, n)), np.broadcast_to(w[:, p], (m, n)), acc)
+        tot = acc if tot is None else (tot + acc).astype(np.float32)
+    return np.zeros((m, n), np.float32) if tot is None else tot
+
+
+def ref_f64(x, w, bias):
+    """The float64 rule with exact FMA (Fraction arithmetic, correctly rounded back:
+    int / int true division rounds correctly)."""
+    m, k = x.shape
+    n = w.shape[0]
+    out = np.empty((m, n), np.float64)
+    xf = [[Fraction(float(v)) for v in row] for row in x]
+    wf = [[Fraction(float(v)) for v in row] for row in w]
+    for i in range(m):
+        for j in range(n):
+            acc = 0.0 if bias is None else float(bias[j])
+            for p in range(k):
+                e = xf[i][p] * wf[j][p] + Fraction(acc)
+                acc = e.numerator / e.denominator
+            out[i, j] = acc
+    return out
+
+
+F32_SHAPES = [(1, 5, 3), (3, 40, 7), (9, 150, 49), (17, 192, 50), (13, 257, 20), (8, 300, 96),
+              (5, 385, 11), (33, 500, 64), (4, 1000, 13), (250, 70, 100)]
+F64_SHAPES = [(1, 5, 3), (3, 7, 30), (9, 70, 25), (5, 130, 13), (2, 260, 3)]
+
+
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("shape", F32_SHAPES, ids=str)
+def test_float32_rule_bit_exact(rng, shape, with_bias):
+    m, k, n = shape
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32) if with_bias else None
+    expected = ref_f32(x, w, b)
+    np.testing.assert_array_equal(myatt.linear(x, w, b), expected, strict=True)
+    # bmm: the same sums with B = w^T contiguous (another packing, the same bits)
+    if not with_bias:
+        got = myatt.bmm(x[None], np.ascontiguousarray(w.T)[None])[0]
+        np.testing.assert_array_equal(got, expected, strict=True)
+
+
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("shape", F64_SHAPES, ids=str)
+def test_float64_rule_bit_exact(rng, shape, with_bias):
+    m, k, n = shape
+    x = rng.standard_normal((m, k))
+    w = rng.standard_normal((n, k))
+    b = rng.standard_normal(n) if with_bias else None
+    expected = ref_f64(x, w, b)
+    np.testing.assert_array_equal(myatt.linear(x, w, b), expected, strict=True)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_rule_whatever_the_thread_count(rng, threads):
+    m, k, n = 300, 400, 200   # big enough for the thread pool
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    old = myatt.get_num_threads()
+    try:
+        myatt.set_num_threads(threads)
+        got = myatt.linear(x, w, b)
+    finally:
+        myatt.set_num_threads(old)
+    np.testing.assert_array_equal(got, ref_f32(x, w, b), strict=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_report_share_identical_to_torch(rng, dtype):
+    """Not asserted (MKL's order is machine-specific): printed for -s runs."""
+    shares = []
+    for m, k, n in [(128, 512, 256), (37, 257, 50), (64, 300, 96), (200, 100, 130)]:
+        x = rng.standard_normal((m, k)).astype(dtype)
+        w = rng.standard_normal((n, k)).astype(dtype)
+        b = rng.standard_normal(n).astype(dtype)
+        ours = myatt.linear(x, w, b)
+        theirs = F.linear(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b)).numpy()
+        torch.testing.assert_close(torch.from_numpy(ours), torch.from_numpy(theirs))
+        shares.append(float(np.mean(ours == theirs)))
+    print(f"\n{np.dtype(dtype).name}: share of linear outputs bit-identical to torch: "
+          + ", ".join(f"{s:.3f}" for s in shares))
