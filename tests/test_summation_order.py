@@ -131,3 +131,46 @@ def test_report_share_identical_to_torch(rng, dtype):
         shares.append(float(np.mean(ours == theirs)))
     print(f"\n{np.dtype(dtype).name}: share of linear outputs bit-identical to torch: "
           + ", ".join(f"{s:.3f}" for s in shares))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("sizes,S", [((5, 4, 7, 6, 3), 9), ((100, 157, 30, 40, 20), 70),
+                                     ((200, 300, 64, 250, 33), 40)], ids=str)
+def test_fused_module_equals_cat_and_linear(rng, dtype, sizes, S):
+    """The fused forward sums cat(Q, K) @ W^T (and cat(Q, applied) @ Wc^T) as ONE
+    reduction, through the gemm's two-source packing: bit for bit what myatt's own
+    kernels give on concatenated copies, as torch's cat + Linear."""
+    m = myatt.MyAtt(*sizes, dtype=dtype)
+    q, k, v1, v2, _ = sizes
+    Q = rng.standard_normal((1, S, q)).astype(dtype)
+    K = rng.standard_normal((1, S, k)).astype(dtype)
+    V = rng.standard_normal((1, v1, v2)).astype(dtype)
+    out, attn = m(Q, K, V)
+    scores = myatt.linear(np.concatenate((Q[0], K[0]), -1), m.attn.weight, m.attn.bias)
+    aw = myatt.softmax(scores, -1)
+    np.testing.assert_array_equal(attn, aw, strict=True)
+    applied = myatt.bmm(aw[None], V)[0]
+    expected = myatt.linear(np.concatenate((Q[0], applied), -1), m.attn_combine.weight,
+                            m.attn_combine.bias)
+    np.testing.assert_array_equal(out[0], expected, strict=True)
+
+
+def test_fused_module_threads(rng):
+    """Bands of rows over the thread pool offset both sources of [Q | K]."""
+    sizes, S = (200, 300, 64, 250, 33), 300
+    m = myatt.MyAtt(*sizes, dtype=np.float32)
+    Q = rng.standard_normal((1, S, 200)).astype(np.float32)
+    K = rng.standard_normal((1, S, 300)).astype(np.float32)
+    V = rng.standard_normal((1, 64, 250)).astype(np.float32)
+    old = myatt.get_num_threads()
+    try:
+        results = []
+        for n in (1, 3):
+            myatt.set_num_threads(n)
+            results.append(m(Q, K, V))
+    finally:
+        myatt.set_num_threads(old)
+    scores = myatt.linear(np.concatenate((Q[0], K[0]), -1), m.attn.weight, m.attn.bias)
+    for out, attn in results:
+        np.testing.assert_array_equal(attn, myatt.softmax(scores, -1), strict=True)
+        np.testing.assert_array_equal(out, results[0][0], strict=True)

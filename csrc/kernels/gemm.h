@@ -27,4 +27,23 @@ int gemm_f64(double *c, int64_t rs_c, int64_t cs_c,
              const double *bias,
              int64_t m, int64_t n, int64_t k, int accumulate);
 
+/* The same with A = [a1 | a2] concatenated along k: columns [0, k1) of A are
+ * a1[m, k1], columns [k1, k) are a2[m, k - k1] (0 <= k1 <= k), each with its
+ * own strides.  The whole k is ONE reduction in the summation order of
+ * gemm_internal.h, as torch's cat + Linear sums it: the same bits as gemm on
+ * a concatenated copy, without the copy. */
+int gemm_cat_f32(float *c, int64_t rs_c, int64_t cs_c,
+                 const float *a1, int64_t rs_a1, int64_t cs_a1, int64_t k1,
+                 const float *a2, int64_t rs_a2, int64_t cs_a2,
+                 const float *b, int64_t rs_b, int64_t cs_b,
+                 const float *bias,
+                 int64_t m, int64_t n, int64_t k, int accumulate);
+
+int gemm_cat_f64(double *c, int64_t rs_c, int64_t cs_c,
+                 const double *a1, int64_t rs_a1, int64_t cs_a1, int64_t k1,
+                 const double *a2, int64_t rs_a2, int64_t cs_a2,
+                 const double *b, int64_t rs_b, int64_t cs_b,
+                 const double *bias,
+                 int64_t m, int64_t n, int64_t k, int accumulate);
+
 #endif

@@ -72,6 +72,31 @@ static void SUF(gemm_pack_a)(T *a_pack, const T *a, int64_t rs_a, int64_t cs_a,
     }
 }
 
+/* The A operand: columns [0, k1) from a1, columns [k1, k) from a2
+ * (A = [a1 | a2], e.g. torch.cat((Q, K), -1) without the copy); k1 >= k for
+ * a single source. */
+typedef struct {
+    const T *a1;
+    int64_t rs1, cs1, k1;
+    const T *a2;
+    int64_t rs2, cs2;
+} SUF(gemm_a);
+
+/* Pack A[i0:i0+mc, p0:p0+kc] of a (possibly two-source) A: the columns of
+ * each source go to their rows of the panels (A[:, p] -> panel row p - p0). */
+static void SUF(gemm_pack_a_src)(T *a_pack, const SUF(gemm_a) *A, int64_t i0, int64_t p0,
+                                 int64_t mc, int64_t kc, int mr, int64_t panel_len)
+{
+    int64_t n1 = A->k1 - p0;   /* columns of the block in a1 */
+    n1 = n1 < 0 ? 0 : n1 > kc ? kc : n1;
+    if (n1 > 0)
+        SUF(gemm_pack_a)(a_pack, A->a1 + i0 * A->rs1 + p0 * A->cs1, A->rs1, A->cs1,
+                         mc, n1, mr, panel_len);
+    if (kc > n1)
+        SUF(gemm_pack_a)(a_pack + n1 * mr, A->a2 + i0 * A->rs2 + (p0 + n1 - A->k1) * A->cs2,
+                         A->rs2, A->cs2, mc, kc - n1, mr, panel_len);
+}
+
 /* Pack the block B[0:kc, 0:nc] (b points at its [0, 0]) into KC x NR panels:
  *   b_pack[q * panel_len + p * nr + j] = B[p, q * nr + j]
  * with columns past nc zero.  A B with contiguous columns (rs_b == 1, B =
@@ -145,7 +170,7 @@ static void SUF(gemm_edge_tile)(const SUF(gemm_microkernel) *uk, int64_t kc,
  * into super-blocks (each output's KC blocks are still added in order). */
 static int SUF(gemm_packed)(const SUF(gemm_microkernel) *uk,
                             T *c, int64_t rs_c, int64_t cs_c,
-                            const T *a, int64_t rs_a, int64_t cs_a,
+                            const SUF(gemm_a) *A,
                             const T *b, int64_t rs_b, int64_t cs_b,
                             int64_t m, int64_t n, int64_t k, int c_holds_value)
 {
@@ -206,8 +231,7 @@ static int SUF(gemm_packed)(const SUF(gemm_microkernel) *uk,
                     const int accumulate_blk = c_holds_value || pc > 0;
 
                     /* A[ic:ic+mc_blk, pc:pc+kc_blk] -> a_pack */
-                    SUF(gemm_pack_a)(a_pack, a + ic * rs_a + pc * cs_a, rs_a, cs_a,
-                                     mc_blk, kc_blk, mr, a_panel_len);
+                    SUF(gemm_pack_a_src)(a_pack, A, ic, pc, mc_blk, kc_blk, mr, a_panel_len);
 
                     for (int64_t jr = 0; jr < nc_blk; jr += nr) {          /* NR columns */
                         const T *b_panel = b_blk + (jr / nr) * b_panel_len;
@@ -241,8 +265,7 @@ typedef struct {
     const SUF(gemm_microkernel) *uk;
     T *c;
     int64_t rs_c, cs_c;
-    const T *a;
-    int64_t rs_a, cs_a;
+    SUF(gemm_a) A;
     const T *b;
     int64_t rs_b, cs_b;
     int64_t m, n, k;
@@ -265,29 +288,34 @@ static void SUF(gemm_task)(void *arg, int task)
     int rc = 0;
     if (job->direct)    /* the same, without packing (bands of columns) */
         job->uk->small(job->c + start * job->cs_c, job->rs_c, job->cs_c,
-                       job->a, job->rs_a, job->cs_a,
+                       job->A.a1, job->A.rs1, job->A.cs1,
                        job->b + start * job->cs_b, job->rs_b, job->cs_b,
                        job->m, len, job->k, job->kc, job->c_holds_value);
     else if (job->split_n)   /* C[:, start:start+len] = A @ B[:, start:start+len] */
         rc = SUF(gemm_packed)(job->uk, job->c + start * job->cs_c, job->rs_c, job->cs_c,
-                              job->a, job->rs_a, job->cs_a,
+                              &job->A,
                               job->b + start * job->cs_b, job->rs_b, job->cs_b,
                               job->m, len, job->k, job->c_holds_value);
-    else                /* C[start:start+len, :] = A[start:start+len, :] @ B */
+    else {              /* C[start:start+len, :] = A[start:start+len, :] @ B */
+        SUF(gemm_a) rows = job->A;
+        rows.a1 += start * rows.rs1;
+        if (rows.a2 != NULL)
+            rows.a2 += start * rows.rs2;
         rc = SUF(gemm_packed)(job->uk, job->c + start * job->rs_c, job->rs_c, job->cs_c,
-                              job->a + start * job->rs_a, job->rs_a, job->cs_a,
+                              &rows,
                               job->b, job->rs_b, job->cs_b,
                               len, job->n, job->k, job->c_holds_value);
+    }
     if (rc != 0)
         atomic_store(&job->failed, 1);
 }
 
-int SUF(gemm_run)(const SUF(gemm_microkernel) *uk,
-                  T *c, int64_t rs_c, int64_t cs_c,
-                  const T *a, int64_t rs_a, int64_t cs_a,
-                  const T *b, int64_t rs_b, int64_t cs_b,
-                  const T *bias,
-                  int64_t m, int64_t n, int64_t k, int accumulate)
+static int SUF(gemm_run_src)(const SUF(gemm_microkernel) *uk,
+                             T *c, int64_t rs_c, int64_t cs_c,
+                             const SUF(gemm_a) *A,
+                             const T *b, int64_t rs_b, int64_t cs_b,
+                             const T *bias,
+                             int64_t m, int64_t n, int64_t k, int accumulate)
 {
     if (m <= 0 || n <= 0)
         return 0;
@@ -318,7 +346,7 @@ int SUF(gemm_run)(const SUF(gemm_microkernel) *uk,
      *    and full tiles would mostly multiply zero padding.  (Every column of
      *    the direct loop is computed alone, so bands of columns of any width
      *    give the same bits.) */
-    const int direct = gemm_use_direct(m, n, k, uk->mr, cs_b);
+    const int direct = A->k1 >= k && gemm_use_direct(m, n, k, uk->mr, cs_b);   /* one source */
     const int64_t kc = GEMM_CHAINS(T) ? uk->kc : gemm_sum_block(k);
     const int split_n = direct || n >= m;     /* else the longer dimension */
     const int64_t unit = direct ? 64 : split_n ? uk->nr : uk->mr;
@@ -327,15 +355,15 @@ int SUF(gemm_run)(const SUF(gemm_microkernel) *uk,
         nthreads = (int)units;
     if (nthreads <= 1) {
         if (direct) {
-            uk->small(c, rs_c, cs_c, a, rs_a, cs_a, b, rs_b, cs_b, m, n, k,
+            uk->small(c, rs_c, cs_c, A->a1, A->rs1, A->cs1, b, rs_b, cs_b, m, n, k,
                       kc, c_holds_value);
             return 0;
         }
-        return SUF(gemm_packed)(uk, c, rs_c, cs_c, a, rs_a, cs_a, b, rs_b, cs_b,
+        return SUF(gemm_packed)(uk, c, rs_c, cs_c, A, b, rs_b, cs_b,
                                 m, n, k, c_holds_value);
     }
     SUF(gemm_job) job = {
-        .uk = uk, .c = c, .rs_c = rs_c, .cs_c = cs_c, .a = a, .rs_a = rs_a, .cs_a = cs_a,
+        .uk = uk, .c = c, .rs_c = rs_c, .cs_c = cs_c, .A = *A,
         .b = b, .rs_b = rs_b, .cs_b = cs_b, .m = m, .n = n, .k = k, .kc = kc,
         .c_holds_value = c_holds_value, .split_n = split_n, .direct = direct,
         .band = (units + nthreads - 1) / nthreads * unit,
@@ -343,6 +371,29 @@ int SUF(gemm_run)(const SUF(gemm_microkernel) *uk,
     atomic_init(&job.failed, 0);
     mk_parallel_run(nthreads, SUF(gemm_task), &job);
     return atomic_load(&job.failed) ? -1 : 0;
+}
+
+int SUF(gemm_run)(const SUF(gemm_microkernel) *uk,
+                  T *c, int64_t rs_c, int64_t cs_c,
+                  const T *a, int64_t rs_a, int64_t cs_a,
+                  const T *b, int64_t rs_b, int64_t cs_b,
+                  const T *bias,
+                  int64_t m, int64_t n, int64_t k, int accumulate)
+{
+    const SUF(gemm_a) A = {a, rs_a, cs_a, k, NULL, 0, 0};
+    return SUF(gemm_run_src)(uk, c, rs_c, cs_c, &A, b, rs_b, cs_b, bias, m, n, k, accumulate);
+}
+
+int SUF(gemm_cat)(T *c, int64_t rs_c, int64_t cs_c,
+                  const T *a1, int64_t rs_a1, int64_t cs_a1, int64_t k1,
+                  const T *a2, int64_t rs_a2, int64_t cs_a2,
+                  const T *b, int64_t rs_b, int64_t cs_b,
+                  const T *bias,
+                  int64_t m, int64_t n, int64_t k, int accumulate)
+{
+    const SUF(gemm_a) A = {a1, rs_a1, cs_a1, k1, a2, rs_a2, cs_a2};
+    return SUF(gemm_run_src)(SUF(gemm_select)(), c, rs_c, cs_c, &A, b, rs_b, cs_b, bias,
+                             m, n, k, accumulate);
 }
 
 int SUF(gemm)(T *c, int64_t rs_c, int64_t cs_c,

@@ -24,36 +24,27 @@ int SUF(myatt_forward)(T *out, T *attn_weights,
     if (S <= 0)
         return 0;
 
-    /* The weights, C-contiguous, read transposed through strides:
-     *   w_attn [v1, dq + dk]: wq^T = w_attn[:, :dq]^T  [dq, v1]   rs = 1, cs = dq + dk
-     *                         wk^T = w_attn[:, dq:]^T  [dk, v1]   (starts at column dq)
-     *   w_comb [o, dq + v2]:  cq^T = w_comb[:, :dq]^T  [dq, o]    rs = 1, cs = dq + v2
-     *                         ca^T = w_comb[:, dq:]^T  [v2, o]    (starts at column dq) */
+    /* The weights, C-contiguous, read transposed through strides (rs = 1,
+     * cs = row length): w_attn^T [dq + dk, v1], w_comb^T [dq + v2, o].  The
+     * A operands are concatenated by the gemm's packing: [q | k], [q | applied]. */
     const int64_t ld_attn = dq + dk;
     const int64_t ld_comb = dq + v2;
-    const T *wq = w_attn;
-    const T *wk = w_attn + dq;
-    const T *cq = w_comb;
-    const T *ca = w_comb + dq;
 
-    /* 1. scores [S, v1] = q @ wq^T + b_attn, then += k @ wk^T, written straight
-     *    into attn_weights: two gemm calls over all S rows (each output's sum does
-     *    not depend on how the rows are split, so the backward's row blocks
-     *    recompute the same bits). */
-    int status = SUF(gemm)(attn_weights, v1, 1, q, rs_q, cs_q, wq, 1, ld_attn,
-                           b_attn, S, v1, dq, 0);
-    status |= SUF(gemm)(attn_weights, v1, 1, k, rs_k, cs_k, wk, 1, ld_attn,
-                        NULL, S, v1, dk, 1);
+    /* 1. scores [S, v1] = [q | k] @ w_attn^T + b_attn, written straight into
+     *    attn_weights: ONE gemm over all S rows, the reduction over dq + dk one
+     *    sum as torch's cat + Linear does it (each output's sum does not depend
+     *    on how the rows are split, so the backward's row blocks recompute the
+     *    same bits). */
+    int status = SUF(gemm_cat)(attn_weights, v1, 1, q, rs_q, cs_q, dq, k, rs_k, cs_k,
+                               w_attn, 1, ld_attn, b_attn, S, v1, ld_attn, 0);
     /* 2. attn_weights = softmax(scores) along v1, in place, all rows at once */
     SUF(softmax_forward)(attn_weights, attn_weights, S, v1, 1);
-    /* 3. out [S, o] = q @ cq^T + b_comb, all rows */
-    status |= SUF(gemm)(out, o, 1, q, rs_q, cs_q, cq, 1, ld_comb, b_comb, S, o, dq, 0);
     if (status != 0)
         return -1;
 
-    /* 4. per block of R rows (R from the workspace bound, often all of S):
+    /* 3. per block of R rows (R from the workspace bound, often all of S):
      *      applied [rb, v2] = attn_weights_blk @ v      (v1 == 0 gives zeros)
-     *      out_blk         += applied @ ca^T */
+     *      out_blk          = [q_blk | applied] @ w_comb^T + b_comb */
     const int64_t rows = SUF(myatt_block_rows)(S, v2);
     T *applied = mk_alloc(mk_bytes(mk_bytes((size_t)rows, (size_t)v2), sizeof(T)));
     if (applied == NULL)
@@ -62,8 +53,8 @@ int SUF(myatt_forward)(T *out, T *attn_weights,
         const int64_t rb = S - r0 < rows ? S - r0 : rows;
         status |= SUF(gemm)(applied, v2, 1, attn_weights + r0 * v1, v1, 1, v, rs_v, cs_v,
                             NULL, rb, v2, v1, 0);
-        status |= SUF(gemm)(out + r0 * o, o, 1, applied, v2, 1, ca, 1, ld_comb,
-                            NULL, rb, o, v2, 1);
+        status |= SUF(gemm_cat)(out + r0 * o, o, 1, q + r0 * rs_q, rs_q, cs_q, dq,
+                                applied, v2, 1, w_comb, 1, ld_comb, b_comb, rb, o, ld_comb, 0);
     }
 
     mk_free(applied);
@@ -126,11 +117,9 @@ int SUF(myatt_backward)(T *grad_q, T *grad_k, T *grad_v,
         T *gq_blk = grad_q + r0 * dq;               /* [rb, dq] */
         T *gk_blk = grad_k + r0 * dk;               /* [rb, dk] */
 
-        /* 1. aw = softmax(q_blk @ wq^T + k_blk @ wk^T + b_attn), as the forward */
-        status |= SUF(gemm)(aw, v1, 1, q_blk, rs_q, cs_q, w_attn, 1, ld_attn,
-                            b_attn, rb, v1, dq, 0);
-        status |= SUF(gemm)(aw, v1, 1, k_blk, rs_k, cs_k, w_attn + dq, 1, ld_attn,
-                            NULL, rb, v1, dk, 1);
+        /* 1. aw = softmax([q_blk | k_blk] @ w_attn^T + b_attn), as the forward */
+        status |= SUF(gemm_cat)(aw, v1, 1, q_blk, rs_q, cs_q, dq, k_blk, rs_k, cs_k,
+                                w_attn, 1, ld_attn, b_attn, rb, v1, ld_attn, 0);
         SUF(softmax_forward)(aw, aw, rb, v1, 1);
         /* 2. ad = applied = aw @ v */
         status |= SUF(gemm)(ad, v2, 1, aw, v1, 1, v, rs_v, cs_v, NULL, rb, v2, v1, 0);
