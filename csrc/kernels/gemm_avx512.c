@@ -144,6 +144,106 @@ static void gemm_f32_avx512_kernel_8x48(int64_t kc, const float *a_panel, const 
         }
 }
 
+/* Edge tiles (gemm_edge_f32_fn / _f64_fn): NV = the vectors of columns that
+ * hold valid ones (a constant in each inlined copy), masked loads and stores
+ * of the valid columns, rows past m_r not stored.  Per output the same FMA
+ * sequence as the full kernels, so the same bits. */
+static inline __attribute__((always_inline))
+void gemm_f32_avx512_edge_nv(int NV, int64_t kc, const float *a_panel, const float *b_panel,
+                             float *c, int64_t rs_c, int accumulate, int m_r, int n_r)
+{
+    enum { MR = 8, NR = 48 };
+    __m512 acc[MR][3];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < NV; v++)
+            acc[i][v] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < kc; p++) {
+        const float *a_p = a_panel + p * MR;
+        const float *b_p = b_panel + p * NR;
+        __m512 bv[3];
+        for (int v = 0; v < NV; v++)
+            bv[v] = _mm512_load_ps(b_p + 16 * v);
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; i++) {
+            const __m512 a_ip = _mm512_set1_ps(a_p[i]);
+            for (int v = 0; v < NV; v++)
+                acc[i][v] = _mm512_fmadd_ps(a_ip, bv[v], acc[i][v]);
+        }
+    }
+    __mmask16 mask[3];
+    for (int v = 0; v < NV; v++) {
+        const int cols = n_r - 16 * v;
+        mask[v] = cols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1u);
+    }
+    for (int i = 0; i < m_r; i++) {
+        float *c_row = c + i * rs_c;
+        for (int v = 0; v < NV; v++) {
+            __m512 r = acc[i][v];
+            if (accumulate)
+                r = _mm512_add_ps(_mm512_maskz_loadu_ps(mask[v], c_row + 16 * v), r);
+            _mm512_mask_storeu_ps(c_row + 16 * v, mask[v], r);
+        }
+    }
+}
+
+static void gemm_f32_avx512_edge(int64_t kc, const float *a_panel, const float *b_panel,
+                                 float *c, int64_t rs_c, int accumulate, int m_r, int n_r)
+{
+    if (n_r <= 16)
+        gemm_f32_avx512_edge_nv(1, kc, a_panel, b_panel, c, rs_c, accumulate, m_r, n_r);
+    else if (n_r <= 32)
+        gemm_f32_avx512_edge_nv(2, kc, a_panel, b_panel, c, rs_c, accumulate, m_r, n_r);
+    else
+        gemm_f32_avx512_edge_nv(3, kc, a_panel, b_panel, c, rs_c, accumulate, m_r, n_r);
+}
+
+/* float64: the chain continues from c (masked loads of the valid columns) */
+static inline __attribute__((always_inline))
+void gemm_f64_avx512_edge_nv(int NV, int64_t kc, const double *a_panel, const double *b_panel,
+                             double *c, int64_t rs_c, int accumulate, int m_r, int n_r)
+{
+    enum { MR = 8, NR = 24 };
+    __mmask8 mask[3];
+    for (int v = 0; v < NV; v++) {
+        const int cols = n_r - 8 * v;
+        mask[v] = cols >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << cols) - 1u);
+    }
+    __m512d acc[MR][3];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; i++)
+        for (int v = 0; v < NV; v++)
+            acc[i][v] = accumulate && i < m_r ? _mm512_maskz_loadu_pd(mask[v], c + i * rs_c + 8 * v)
+                                              : _mm512_setzero_pd();
+    for (int64_t p = 0; p < kc; p++) {
+        const double *a_p = a_panel + p * MR;
+        const double *b_p = b_panel + p * NR;
+        __m512d bv[3];
+        for (int v = 0; v < NV; v++)
+            bv[v] = _mm512_loadu_pd(b_p + 8 * v);
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; i++) {
+            const __m512d a_ip = _mm512_set1_pd(a_p[i]);
+            for (int v = 0; v < NV; v++)
+                acc[i][v] = _mm512_fmadd_pd(a_ip, bv[v], acc[i][v]);
+        }
+    }
+    for (int i = 0; i < m_r; i++)
+        for (int v = 0; v < NV; v++)
+            _mm512_mask_storeu_pd(c + i * rs_c + 8 * v, mask[v], acc[i][v]);
+}
+
+static void gemm_f64_avx512_edge(int64_t kc, const double *a_panel, const double *b_panel,
+                                 double *c, int64_t rs_c, int accumulate, int m_r, int n_r)
+{
+    if (n_r <= 8)
+        gemm_f64_avx512_edge_nv(1, kc, a_panel, b_panel, c, rs_c, accumulate, m_r, n_r);
+    else if (n_r <= 16)
+        gemm_f64_avx512_edge_nv(2, kc, a_panel, b_panel, c, rs_c, accumulate, m_r, n_r);
+    else
+        gemm_f64_avx512_edge_nv(3, kc, a_panel, b_panel, c, rs_c, accumulate, m_r, n_r);
+}
+
 /* The direct loops, with FMA (vectorised over up to four vector registers of columns). */
 #define T float
 #define GEMM_MADD(s, x, y) __builtin_fmaf((x), (y), (s))
@@ -170,10 +270,12 @@ static void gemm_f32_avx512_kernel_8x48(int64_t kc, const float *a_panel, const 
 
 const gemm_microkernel_f32 gemm_microkernel_f32_avx512 = {
     "avx512", 8, 48, 240, 64, 480, gemm_f32_avx512_kernel_8x48, gemm_f32_avx512_small, gemm_copy_t_f32,
+    gemm_f32_avx512_edge,
 };
 
 const gemm_microkernel_f64 gemm_microkernel_f64_avx512 = {
     "avx512", 8, 24, 120, 64, 504, gemm_f64_avx512_kernel_8x24, gemm_f64_avx512_small, gemm_copy_t_f64,
+    gemm_f64_avx512_edge,
 };
 
 #endif

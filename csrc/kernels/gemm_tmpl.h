@@ -243,6 +243,9 @@ static int SUF(gemm_packed)(const SUF(gemm_microkernel) *uk,
                             if (m_r == mr && n_r == nr)
                                 uk->kernel(kc_blk, a_panel, b_panel, c_tile, rs_c, cs_c,
                                            accumulate_blk);
+                            else if (uk->edge != NULL && cs_c == 1)
+                                uk->edge(kc_blk, a_panel, b_panel, c_tile, rs_c,
+                                         accumulate_blk, (int)m_r, (int)n_r);
                             else
                                 SUF(gemm_edge_tile)(uk, kc_blk, a_panel, b_panel, c_tile,
                                                     rs_c, cs_c, m_r, n_r, accumulate_blk);
