@@ -352,14 +352,16 @@ def test_each_path_matches_torch(per_path, path):
             np.testing.assert_array_equal(arrays[f"{stem}_bmm_t{t}"], arrays[f"{stem}_bmm_t1"])
 
 
-def test_simd_paths_give_the_same_bits(per_path):
-    """avx2 and avx512 do the same arithmetic (FMA, the same kc blocks), so they
-    agree bit for bit; the portable path (multiply, then add) need not.  (On a CPU
-    without them, both requests fall back to one path: trivially equal.)"""
+def test_all_paths_give_the_same_bits(per_path):
+    """Every path does the same arithmetic (FMA in torch's summation order: fmaf /
+    fma in the portable one), so they agree bit for bit.  (On a CPU without a SIMD
+    path, its request falls back to another path: trivially equal.)"""
+    _, _, portable = per_path["portable"]
     _, _, avx2 = per_path["avx2"]
     _, _, avx512 = per_path["avx512"]
     for key in avx2:
         np.testing.assert_array_equal(avx2[key], avx512[key], err_msg=key)
+        np.testing.assert_array_equal(portable[key], avx512[key], err_msg=key)
 
 
 def test_unknown_path_name_falls_back_with_a_warning():

@@ -7,8 +7,9 @@
  *   f32 6 x 16: per p, B[p, 0:16] is two ymm, each A[i, p] multiplies both.
  *   f64 4 x 12: B[p, 0:12] is three ymm (7 loads per 12 FMAs instead of the
  *               8 of 6 x 8: ~5 % faster at 2048^3).
- * Same arithmetic per output as the AVX-512 kernels (kc blocks summed from
- * zero by FMA in increasing p, then added onto c), hence the same bits.
+ * Same arithmetic per output as the AVX-512 kernels (float32: KC blocks summed
+ * from zero by FMA in increasing p, then added onto c; float64: one FMA chain
+ * continuing from c), hence the same bits.
  *
  * Block sizes: A block mc x 64 (f32 240 x 64, f64 120 x 64: 60 KiB), B panel
  * 64 x nr in L1 (4-6 KiB), the block of c mc x ~512 (480 KiB) kept in L2. */

@@ -7,11 +7,12 @@
  *   f32 8 x 48: per p, B[p, 0:48] is three zmm, each A[i, p] multiplies all three.
  *   f64 8 x 24: the same with 8 doubles per zmm.
  * (8 x 3 vectors beat 12 x 2 by 5-15 % at 2048^3: 11 loads per 24 FMAs
- * instead of 14.)  Each accumulator sums its kc block from zero in increasing
- * p with one FMA per term, then is added onto c (or stored): the summation
- * contract of gemm_internal.h, with one rounding per term instead of the
- * portable two.  The AVX2 kernels do exactly the same arithmetic per output,
- * so both paths give the same bits.
+ * instead of 14.)  float32: each accumulator sums its KC block from zero in
+ * increasing p with one FMA per term, then is added onto c (or stored);
+ * float64: the accumulators start from c (or 0) and continue one FMA chain:
+ * the summation contract of gemm_internal.h (torch's order).  The AVX2 and
+ * portable kernels do exactly the same arithmetic per output, so every path
+ * gives the same bits.
  *
  * Block sizes (Zen 4 / Skylake-SP class: 32-48 KiB L1d, 1-2 MiB L2):
  *   f32: A block 240 x 64 (60 KiB), B panel 64 x 48 (12 KiB) near L1, the

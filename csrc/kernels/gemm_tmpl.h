@@ -164,8 +164,8 @@ static void SUF(gemm_edge_tile)(const SUF(gemm_microkernel) *uk, int64_t kc,
  * of k, all of B[k-block, NC block] is packed first (KC x NR panels per KC
  * block); then for each MC block of rows, the KC blocks run innermost, so the
  * mc x nc block of c stays in L2 while every KC block is added onto it.  (With
- * kc fixed at 64 by the summation contract, the usual Goto order would stream
- * all of c through memory once per 64 terms: 2.5x slower at 1024^3.)  The
+ * kc = 64, the usual Goto order streamed all of c through memory once per 64
+ * terms: 2.5x slower at 1024^3; KC is now up to 192, the order stays.)  The
  * packed B is bounded by GEMM_B_PACK_BYTES: nc shrinks first, then k is cut
  * into super-blocks (each output's KC blocks are still added in order). */
 static int SUF(gemm_packed)(const SUF(gemm_microkernel) *uk,
