@@ -11,7 +11,9 @@
  * C-contiguous, as Linear holds them: w_attn [v1, dq + dk], w_comb [o, dq + v2];
  * biases [v1] and [o], or NULL.  out [S, o] and attn_weights [S, v1] are
  * C-contiguous.  Any size may be 0.  `applied` lives in a workspace of a bounded
- * number of rows, not S.
+ * number of rows, not S.  Each cat(...) @ W^T is ONE reduction over dq + dk
+ * (dq + v2) in the gemm's summation order (gemm_cat_*: torch's cat + Linear),
+ * and no output depends on how S is split into row blocks or over threads.
  * Returns 0, or -1 when the workspace could not be allocated. */
 #ifndef MYATT_KERNELS_MYATT_H
 #define MYATT_KERNELS_MYATT_H
