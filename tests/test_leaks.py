@@ -229,33 +229,34 @@ def test_references(case):
     assert not hidden, f"results with owners besides the caller: {hidden}"
 
 
-def _traced_growth(fn, n):
-    for _ in range(20):
-        fn()
+def test_tracemalloc():
+    """Memory traced by tracemalloc (Python objects, NumPy data, kernel workspaces) does
+    not grow over N_TRACED calls of any case: a leaked result of these sizes (>= 100
+    bytes) would add >= 100 KB. One tracing session for all cases (starting and
+    stopping tracemalloc is slow beside torch's heap)."""
+    I = Inputs()
+    cases = _cases(I)
+    for fn in cases.values():
+        for _ in range(5):
+            fn()
     gc.collect()
+    grown = {}
     tracemalloc.start()
     try:
-        for _ in range(20):
-            fn()
-        gc.collect()
-        start, _ = tracemalloc.get_traced_memory()
-        for _ in range(n):
-            fn()
-        gc.collect()
-        end, _ = tracemalloc.get_traced_memory()
+        for name, fn in cases.items():
+            for _ in range(20):
+                fn()
+            gc.collect(0)
+            start, _ = tracemalloc.get_traced_memory()
+            for _ in range(N_TRACED):
+                fn()
+            gc.collect(0)
+            end, _ = tracemalloc.get_traced_memory()
+            if end - start >= 32 * 1024:
+                grown[name] = end - start
     finally:
         tracemalloc.stop()
-    return end - start
-
-
-@pytest.mark.parametrize("case", CASE_IDS)
-def test_tracemalloc(case):
-    """Memory traced by tracemalloc (Python objects, NumPy data, kernel workspaces) does
-    not grow: a leaked result of these sizes (>= 100 bytes) would add >= 100 KB."""
-    I = Inputs()
-    fn = _cases(I)[case]
-    growth = _traced_growth(fn, N_TRACED)
-    assert growth < 32 * 1024, f"{case}: traced memory grew by {growth} bytes over {N_TRACED} calls"
+    assert not grown, f"traced memory grew (bytes over {N_TRACED} calls): {grown}"
 
 
 def _rss():
