@@ -388,3 +388,23 @@ def test_zero_size_myatt(rng, dtype, sizes, S):
     t_out, t_attn = run(torch_myatt(m), Q, K, V, dtype=dtype)
     assert_matches(out, t_out, equal_nan=True)
     assert_matches(attn, t_attn, equal_nan=True)
+
+
+# --------------------------------------------------------------------------- #
+# Empty results with huge other dimensions: at once, not after 2**40 empty steps
+# (found while writing the fuzz harness: MyAtt and bmm looped over S or the batch
+# even when there was nothing to write)
+# --------------------------------------------------------------------------- #
+def test_huge_empty_myatt_returns_at_once(dtype):
+    m = myatt.MyAtt(0, 0, 0, 0, 0, dtype=dtype)
+    Q = np.empty((1, 2**50, 0), dtype)
+    out, attn = m(Q, Q, np.empty((1, 0, 0), dtype))
+    assert out.shape == (1, 2**50, 0) and attn.shape == (2**50, 0)
+
+
+@pytest.mark.parametrize("sa,sb", [((2**50, 0, 3), (2**50, 3, 2)), ((2**50, 2, 3), (2**50, 3, 0))],
+                         ids=str)
+def test_huge_empty_bmm_returns_at_once(dtype, sa, sb):
+    a = np.broadcast_to(np.ones((), dtype), sa)
+    b = np.broadcast_to(np.ones((), dtype), sb)
+    assert myatt.bmm(a, b).shape == (sa[0], sa[1], sb[2])
