@@ -3,8 +3,7 @@
 #
 #   fuzz/run_kernels.sh [SECONDS] [more libFuzzer flags]    (default: 60 s)
 #
-# Needs clang with libFuzzer (Debian: apt-get install clang libclang-rt-dev or
-# libclang-rt-14-dev).  The build is in build/fuzz/; the corpus grows in
+# Needs clang with libFuzzer (Debian: apt-get install clang libclang-rt-dev).  The build is in build/fuzz/; the corpus grows in
 # build/fuzz/corpus_kernels/ (kept between runs); a crash is written to
 # build/fuzz/crash-*: copy it into fuzz/regressions/kernels/ and fix the kernel.
 # First every file of fuzz/regressions/kernels/ is run once (the regression test).
@@ -15,7 +14,7 @@ secs=${1:-60}
 CC=${CC:-clang}
 out=build/fuzz
 mkdir -p "$out/corpus_kernels"
-# -DGEMM_... nothing: the kernels as the package builds them, plus sanitizers
+# the kernels as the package builds them (-ffp-contract=off), plus sanitizers
 "$CC" -g -O1 -std=c11 -ffp-contract=off -fno-omit-frame-pointer \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -Icsrc/kernels fuzz/fuzz_kernels.c csrc/kernels/*.c -lm -lpthread -o "$out/fuzz_kernels"

@@ -19,7 +19,7 @@ py=${2:-.venv/bin/python}
 [ $# -gt 0 ] && shift
 [ $# -gt 0 ] && shift
 case "$py" in /*) ;; *) py="$root/$py" ;; esac
-"$py" -c "import atheris" 2>/dev/null || "$py" -m pip install -q atheris
+"$py" -c "import atheris" 2>/dev/null || "$py" -m pip install -q "atheris>=2.3"   # the "fuzz" extra
 "$py" -c "import setuptools" 2>/dev/null || "$py" -m pip install -q "setuptools>=64"
 
 out=$root/build/fuzz
