@@ -3,8 +3,8 @@
 #
 #   fuzz/run_kernels.sh [SECONDS] [more libFuzzer flags]    (default: 60 s)
 #
-# Needs clang with libFuzzer (Debian: apt-get install clang libclang-rt-dev).  The build is in build/fuzz/; the corpus grows in
-# build/fuzz/corpus_kernels/ (kept between runs); a crash is written to
+# Needs clang with libFuzzer (Debian: apt-get install clang libclang-rt-dev).
+# The build is in build/fuzz/; the corpus grows in build/fuzz/corpus_kernels/ (kept between runs); a crash is written to
 # build/fuzz/crash-*: copy it into fuzz/regressions/kernels/ and fix the kernel.
 # First every file of fuzz/regressions/kernels/ is run once (the regression test).
 set -euo pipefail
