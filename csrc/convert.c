@@ -142,6 +142,45 @@ int size_arg(PyObject *obj, const char *what, Py_ssize_t *size)
     return 0;
 }
 
+PyObject *new_array(int ndim, const npy_intp *dims, int typenum, const char *what)
+{
+    char shape[SHAPE_STR_LEN];
+    npy_intp itemsize = typenum == NPY_FLOAT ? 4 : 8;
+    npy_intp count = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (dims[i] != 0 && count > NPY_MAX_INTP / itemsize / dims[i]) {
+            PyErr_Format(PyExc_MemoryError, "%s of shape %s is too large to allocate",
+                         what, shape_str(shape, sizeof shape, ndim, dims));
+            return NULL;
+        }
+        count *= dims[i];
+    }
+    PyObject *a = PyArray_SimpleNew(ndim, (npy_intp *)dims, typenum);
+    /* NumPy says ValueError ("array is too big") for some sizes it will not
+     * allocate, MemoryError for others: both are MemoryError here, naming `what`. */
+    if (a == NULL && (PyErr_ExceptionMatches(PyExc_MemoryError)
+                      || PyErr_ExceptionMatches(PyExc_ValueError))) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_MemoryError, "%s of shape %s (%zd bytes) cannot be allocated",
+                     what, shape_str(shape, sizeof shape, ndim, dims),
+                     (Py_ssize_t)(count * itemsize));
+    }
+    return a;
+}
+
+void name_memory_error(const char *what)
+{
+    if (!PyErr_ExceptionMatches(PyExc_MemoryError))
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyErr_Format(PyExc_MemoryError, "%s: %S", what, value ? value : Py_None);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
 const char *type_short_name(PyTypeObject *type)
 {
     const char *dot = strrchr(type->tp_name, '.');

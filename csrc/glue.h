@@ -91,6 +91,15 @@ int dtype_converter(PyObject *obj, int *typenum);
  * Returns 0, or -1 with TypeError / ValueError / MemoryError naming `what`. */
 int size_arg(PyObject *obj, const char *what, Py_ssize_t *size);
 
+/* A new uninitialised C-contiguous array of `typenum` (NPY_FLOAT or NPY_DOUBLE),
+ * or NULL with MemoryError naming `what` ("linear(): result") when its byte
+ * count overflows or it cannot be allocated (never NumPy's ValueError). */
+PyObject *new_array(int ndim, const npy_intp *dims, int typenum, const char *what);
+
+/* If the current exception is a MemoryError (a copy of an input NumPy could not
+ * allocate), replace it by one whose message starts with `what`. */
+void name_memory_error(const char *what);
+
 /* "Linear" for myatt.Linear: the part of tp_name after the last dot. */
 const char *type_short_name(PyTypeObject *type);
 

@@ -26,13 +26,15 @@ PyObject *linear_apply(PyArrayObject *x, const void *weight, npy_intp rs_w, npy_
     PyArrayObject *rows = (PyArrayObject *)Py_NewRef(x);
     if (ndim > 2 && !PyArray_IS_C_CONTIGUOUS(x)) {
         Py_SETREF(rows, (PyArrayObject *)PyArray_NewCopy(x, NPY_CORDER));
-        if (rows == NULL)
+        if (rows == NULL) {
+            name_memory_error("linear: a contiguous copy of input");
             return NULL;
+        }
     }
     npy_intp cs_x = ESTRIDE(rows, ndim - 1);
     npy_intp rs_x = ndim == 2 ? ESTRIDE(rows, 0) : ndim == 1 ? 0 : k;
 
-    PyObject *out = PyArray_SimpleNew(ndim, out_dims, typenum);
+    PyObject *out = new_array(ndim, out_dims, typenum, "linear: the result");
     if (out == NULL) {
         Py_DECREF(rows);
         return NULL;
@@ -56,22 +58,11 @@ PyObject *linear_apply(PyArrayObject *x, const void *weight, npy_intp rs_w, npy_
 
 /* ---- construction ---------------------------------------------------------- */
 
-/* A new uninitialised parameter array; MemoryError (not numpy's ValueError) when
- * its byte count overflows. */
-static PyArrayObject *new_param(int ndim, npy_intp *dims, int typenum)
+/* A new uninitialised parameter array; MemoryError naming it (not numpy's
+ * ValueError) when its byte count overflows or it cannot be allocated. */
+static PyArrayObject *new_param(int ndim, npy_intp *dims, int typenum, const char *what)
 {
-    npy_intp itemsize = typenum == NPY_FLOAT ? 4 : 8;
-    npy_intp count = 1;
-    for (int i = 0; i < ndim; i++) {
-        if (dims[i] != 0 && count > NPY_MAX_INTP / itemsize / dims[i]) {
-            char buf[SHAPE_STR_LEN];
-            PyErr_Format(PyExc_MemoryError, "a parameter of shape %s is too large to allocate",
-                         shape_str(buf, sizeof buf, ndim, dims));
-            return NULL;
-        }
-        count *= dims[i];
-    }
-    return (PyArrayObject *)PyArray_SimpleNew(ndim, dims, typenum);
+    return (PyArrayObject *)new_array(ndim, dims, typenum, what);
 }
 
 LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_features,
@@ -84,11 +75,12 @@ LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_f
     self->in_features = in_features;
     self->out_features = out_features;
     self->typenum = typenum;
-    self->weight = new_param(2, wdims, typenum);
+    self->weight = new_param(2, wdims, typenum,
+                             "Linear(): weight [out_features, in_features]");
     if (self->weight == NULL)
         goto fail;
     if (bias) {
-        self->bias = new_param(1, wdims, typenum);
+        self->bias = new_param(1, wdims, typenum, "Linear(): bias [out_features]");
         if (self->bias == NULL)
             goto fail;
     }

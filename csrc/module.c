@@ -144,9 +144,11 @@ static PyObject *myatt_softmax(PyObject *module, PyObject *args, PyObject *kwds)
     int typenum = result_typenum(raw, NULL, NULL);
     PyArrayObject *x = cast_array(raw, typenum, 1);
     Py_DECREF(raw);
-    if (x == NULL)
+    if (x == NULL) {
+        name_memory_error("softmax(): a contiguous copy of input");
         return NULL;
-    PyObject *out = PyArray_SimpleNew(ndim, PyArray_DIMS(x), typenum);
+    }
+    PyObject *out = new_array(ndim, PyArray_DIMS(x), typenum, "softmax(): the result");
     if (out == NULL) {
         Py_DECREF(x);
         return NULL;
@@ -198,7 +200,7 @@ static PyObject *myatt_bmm(PyObject *module, PyObject *args, PyObject *kwds)
         goto fail;
     npy_intp bt = PyArray_DIM(a, 0), n = PyArray_DIM(a, 1), m = PyArray_DIM(a, 2);
     npy_intp p = PyArray_DIM(b, 2), dims[3] = {bt, n, p};
-    out = PyArray_SimpleNew(3, dims, typenum);
+    out = new_array(3, dims, typenum, "bmm(): the result");
     if (out == NULL)
         goto fail;
     void *od = PyArray_DATA((PyArrayObject *)out);

@@ -152,9 +152,9 @@ static PyObject *myatt_forward(MyAttObject *self, PyObject *Q, PyObject *K, PyOb
     npy_intp S = PyArray_DIM(q, 0), dq = PyArray_DIM(q, 1), dk = PyArray_DIM(k, 1);
     npy_intp v1 = PyArray_DIM(v, 0), v2 = PyArray_DIM(v, 1), os = self->output_size;
     npy_intp out_dims[3] = {1, S, os}, w_dims[2] = {S, v1};
-    out = (PyArrayObject *)PyArray_SimpleNew(3, out_dims, typenum);
-    weights = (PyArrayObject *)PyArray_SimpleNew(2, w_dims, typenum);
-    if (out == NULL || weights == NULL)
+    if ((out = (PyArrayObject *)new_array(3, out_dims, typenum, "MyAtt: output")) == NULL
+            || (weights = (PyArrayObject *)new_array(2, w_dims, typenum,
+                                                     "MyAtt: attn_weights")) == NULL)
         goto fail;
 
     LinearObject *a = self->attn, *c = self->attn_combine;

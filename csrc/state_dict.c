@@ -48,6 +48,15 @@ static PyArrayObject *convert_value(PyObject *value, const char *key, PyArrayObj
     PyArrayObject *raw = as_real_array(value, what);
     if (raw == NULL)
         return NULL;
+    /* The shape first: a wrong one is a ValueError, never a MemoryError from a
+     * copy of a huge (say, broadcast) value. */
+    if (!PyArray_SAMESHAPE(raw, param)) {
+        char want[SHAPE_STR_LEN], got[SHAPE_STR_LEN];
+        PyErr_Format(PyExc_ValueError, "%s must have shape %s, got %s", what,
+                     SHAPE_OF(want, param), SHAPE_OF(got, raw));
+        Py_DECREF(raw);
+        return NULL;
+    }
     /* A private copy: the write below then needs no memory and cannot meet a
      * source that overlaps a parameter. */
     PyArrayObject *arr = (PyArrayObject *)PyArray_FromArray(
@@ -55,14 +64,7 @@ static PyArrayObject *convert_value(PyObject *value, const char *key, PyArrayObj
         NPY_ARRAY_CARRAY | NPY_ARRAY_FORCECAST | NPY_ARRAY_ENSURECOPY);
     Py_DECREF(raw);
     if (arr == NULL)
-        return NULL;
-    if (!PyArray_SAMESHAPE(arr, param)) {
-        char want[SHAPE_STR_LEN], got[SHAPE_STR_LEN];
-        PyErr_Format(PyExc_ValueError, "%s must have shape %s, got %s", what,
-                     SHAPE_OF(want, param), SHAPE_OF(got, arr));
-        Py_DECREF(arr);
-        return NULL;
-    }
+        name_memory_error(what);
     return arr;
 }
 

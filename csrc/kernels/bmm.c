@@ -13,6 +13,8 @@ int bmm_forward_f32(float *out,
                     const float *mat2, int64_t bs_mat2, int64_t rs_mat2, int64_t cs_mat2,
                     int64_t b, int64_t n, int64_t m, int64_t p)
 {
+    if (n <= 0 || p <= 0)   /* nothing to write; b may be huge (zero batch stride) */
+        return 0;
     for (int64_t i = 0; i < b; i++) {
         float *out_i = out + i * n * p;               /* [n, p] */
         const float *inp_i = inp + i * bs_inp;        /* [n, m] */
@@ -29,6 +31,8 @@ int bmm_forward_f64(double *out,
                     const double *mat2, int64_t bs_mat2, int64_t rs_mat2, int64_t cs_mat2,
                     int64_t b, int64_t n, int64_t m, int64_t p)
 {
+    if (n <= 0 || p <= 0)   /* nothing to write; b may be huge (zero batch stride) */
+        return 0;
     for (int64_t i = 0; i < b; i++) {
         double *out_i = out + i * n * p;              /* [n, p] */
         const double *inp_i = inp + i * bs_inp;       /* [n, m] */

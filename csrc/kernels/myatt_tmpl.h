@@ -21,7 +21,9 @@ int SUF(myatt_forward)(T *out, T *attn_weights,
                        const T *w_comb, const T *b_comb,
                        int64_t S, int64_t dq, int64_t dk, int64_t v1, int64_t v2, int64_t o)
 {
-    if (S <= 0)
+    /* Nothing to write: return at once, not after S / MYATT_ROW_BLOCK empty
+     * blocks (S comes from a zero-size Q and may be 2**40 and more). */
+    if (S <= 0 || (v1 <= 0 && o <= 0))
         return 0;
 
     /* The weights, C-contiguous, read transposed through strides (rs = 1,

@@ -1,0 +1,338 @@
+"""Atheris harness over myatt's Python entry points: shapes, dtypes, strides, values.
+
+Each input picks an entry point (linear, softmax, bmm, Linear, MyAtt: construction,
+calls, parameter assignment, load_state_dict, manual_seed, set_num_threads) and its
+arguments: arrays of any real or unsupported dtype, 0 to 4 dimensions, sizes 0 to 6
+(sometimes huge, through zero strides), C/Fortran/transposed/sliced/reversed/
+byte-swapped/read-only/unaligned layouts, NaN/inf/extreme values, lists, None and
+objects with __array__. A call may raise only the spec's exceptions (TypeError,
+ValueError incl. AxisError, KeyError, MemoryError, AttributeError); a failed call
+leaves a module unchanged; a result is a new C-contiguous array of the right shape and
+dtype, close to a float64 NumPy reference when the inputs are finite. Anything else
+(or a crash of the interpreter) is a finding.
+
+Run: fuzz/run_python.sh [SECONDS] (README, "Reliability"). Without atheris, the module
+still imports: tests/test_fuzz_regressions.py replays fuzz/regressions/python/ through
+one_input().
+"""
+import sys
+
+import numpy as np
+
+import myatt
+
+ALLOWED = (TypeError, ValueError, KeyError, MemoryError, AttributeError)
+REAL = [np.float32, np.float64, np.float16, np.int8, np.int16, np.int32, np.int64,
+        np.uint8, np.uint16, np.uint32, np.uint64, np.bool_]
+UNSUPPORTED = [np.complex64, np.complex128, object, "U3", "S3", "datetime64[s]",
+               "timedelta64[ms]", np.longdouble, [("a", "f4")]]
+SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, 3e38, -3e38, 1e308, 5e-324, 65504.0]
+
+
+class Finding(AssertionError):
+    """A property of myatt that does not hold for this input."""
+
+
+class Reader:
+    def __init__(self, data):
+        self.data = bytes(data)
+        self.pos = 0
+
+    def u8(self):
+        if self.pos >= len(self.data):
+            return 0
+        self.pos += 1
+        return self.data[self.pos - 1]
+
+    def below(self, n):
+        return self.u8() % n
+
+    def pick(self, seq):
+        return seq[self.below(len(seq))]
+
+    def chance(self, k):        # probability about 1/k
+        return self.below(k) == 0
+
+
+class ArrayLike:
+    def __init__(self, value):
+        self.value = value
+
+    def __array__(self, dtype=None, copy=None):
+        if isinstance(self.value, BaseException):
+            raise self.value
+        return self.value
+
+
+def values(r, shape, dtype):
+    n = int(np.prod(shape)) if shape else 1
+    raw = np.array([r.u8() for _ in range(min(n, 64))] or [0], dtype=np.int64)
+    vals = np.resize(raw, n).astype(np.float64)
+    out = (vals - 128) / 16
+    if n and r.chance(4):                               # special values here and there
+        for _ in range(r.below(4) + 1):
+            out[r.below(256) % n] = r.pick(SPECIAL)
+    out = out.reshape(shape)
+    dt = np.dtype(dtype)
+    if dt.kind in "iub":
+        out = np.nan_to_num(out, nan=0, posinf=1, neginf=-1).clip(-100, 100)
+        if dt.kind in "ub":
+            out = np.abs(out)
+    with np.errstate(all="ignore"):
+        return out.astype(dt)
+
+
+def layout(r, a):
+    kind = r.below(10)
+    if a.ndim == 0:
+        return a
+    if kind == 1:
+        return np.asfortranarray(a)
+    if kind == 2:
+        return np.ascontiguousarray(a.T).T
+    if kind == 3:                                        # every other element
+        big = np.zeros(tuple(2 * s for s in a.shape), a.dtype)
+        idx = tuple(slice(None, None, 2) for _ in a.shape)
+        big[idx] = a
+        return big[idx]
+    if kind == 4:
+        idx = tuple(slice(None, None, -1) for _ in a.shape)
+        return a[idx].copy()[idx]
+    if kind == 5 and a.dtype.kind not in "OV":
+        return a.astype(a.dtype.newbyteorder())
+    if kind == 6:
+        b = a.copy()
+        b.flags.writeable = False
+        return b
+    if kind == 7 and a.dtype.itemsize > 1 and a.dtype.kind != "O":   # unaligned
+        buf = np.zeros(a.nbytes + a.itemsize + 1, np.uint8)
+        u = buf[1:1 + a.nbytes].view(a.dtype).reshape(a.shape)
+        u[...] = a
+        return u
+    if kind == 8 and a.shape[0] > 0:                     # zero stride on axis 0
+        return np.broadcast_to(a[:1], a.shape)
+    return a
+
+
+def array(r, shape, dtype=None, plain=False):
+    """An argument of (about) `shape`: usually a real array, sometimes anything."""
+    shape = tuple(shape)
+    if not plain:
+        mode = r.below(24)
+        if mode == 0:
+            shape = shape + (r.below(3),)                 # an extra dimension
+        elif mode == 1 and shape:
+            shape = shape[:-1]                            # one dimension fewer
+        elif mode == 2 and shape:
+            i = r.below(len(shape))
+            shape = shape[:i] + (r.below(7),) + shape[i + 1:]
+        elif mode == 3:
+            return r.pick([None, 1.5, "x", [[1.0], [1.0, 2.0]], {"a": 1}, object()])
+        elif mode == 4:
+            return ArrayLike(r.pick([ValueError("no"), RuntimeError("no"), MemoryError(),
+                                     np.ones(shape, np.float32), [1.0, 2.0]]))
+        elif mode == 5:
+            dtype = r.pick(UNSUPPORTED)
+        elif mode == 6 and shape:                         # huge, without memory
+            big = (2 ** r.pick([40, 50]),) + shape[1:]       # never allocatable
+            return np.broadcast_to(np.float32(1), big)
+    if dtype is None:
+        dtype = r.pick(REAL) if r.chance(3) else r.pick([np.float32, np.float64])
+    try:
+        a = values(r, shape, dtype if np.dtype(dtype).kind in "fiub" else np.float64)
+        a = a.astype(dtype)
+    except (TypeError, ValueError):
+        a = np.zeros(shape, dtype)
+    a = layout(r, a)
+    if not plain and r.chance(12):
+        return a.tolist()
+    return a
+
+
+def size_arg(r):
+    return r.pick([0, 1, 2, 3, 4, 5, 6]) if not r.chance(16) else r.pick(
+        [-1, -2 ** 63, 2 ** 40, 2 ** 62, 2 ** 70, 1.0, "3", None, True, np.int64(4)])
+    # (never sizes that are absurd but allocatable, like 2**31: those ask for real memory)
+
+
+def as_np(obj):
+    try:
+        return np.asarray(obj)
+    except Exception:
+        return None
+
+
+def check_result(res, shape=None, dtype=None):
+    if not (type(res) is np.ndarray):
+        raise Finding(f"result is {type(res)!r}, not an ndarray")
+    if not res.flags.c_contiguous or not res.dtype.isnative or not res.flags.writeable:
+        raise Finding("result is not a fresh C-contiguous native array")
+    if res.dtype not in (np.float32, np.float64):
+        raise Finding(f"result dtype {res.dtype}")
+    if shape is not None and res.shape != tuple(shape):
+        raise Finding(f"result shape {res.shape}, expected {tuple(shape)}")
+    if dtype is not None and res.dtype != dtype:
+        raise Finding(f"result dtype {res.dtype}, expected {dtype}")
+
+
+def result_dtype(*objs):
+    arrs = [as_np(o) for o in objs if o is not None]
+    f64 = any(a.dtype.kind == "f" and a.dtype.itemsize == 8 for a in arrs)   # any byte order
+    return np.dtype(np.float64 if f64 else np.float32)
+
+
+def close(res, ref, scale):
+    """res equals the float64 reference within float32 rounding of the terms' sizes."""
+    if not np.all(np.isfinite(ref)) or not np.all(np.isfinite(scale)) or scale.max(initial=0) > 1e30:
+        return
+    tol = (1e-4 if res.dtype == np.float32 else 1e-10) * (scale + 1)
+    if not np.all(np.abs(res - ref) <= tol):
+        raise Finding(f"result differs from the float64 reference by "
+                      f"{np.max(np.abs(res - ref) - tol):.3g} beyond tolerance")
+
+
+def run_linear(r):
+    k, n = r.below(7), r.below(7)
+    batch = tuple(r.below(5) for _ in range(r.below(3)))
+    x, w = array(r, batch + (k,)), array(r, (n, k))
+    b = array(r, (n,)) if r.chance(2) else None
+    res = myatt.linear(x, w, b)
+    X, W, B = as_np(x), as_np(w), as_np(b) if b is not None else None
+    check_result(res, X.shape[:-1] + (W.shape[0],), result_dtype(x, w, b))
+    if res.size == 0 or X.size == 0:
+        return          # (NumPy's own matmul may loop over 2**40 empty items)
+    with np.errstate(all="ignore"):
+        X64, W64 = X.astype(np.float64), W.astype(np.float64)
+        ref = X64 @ W64.T + (0 if B is None else B.astype(np.float64))
+        scale = np.abs(X64) @ np.abs(W64).T + (0 if B is None else np.abs(B.astype(np.float64)))
+    close(res, ref, scale)
+
+
+def run_softmax(r):
+    shape = tuple(r.below(6) for _ in range(r.below(5)))
+    x = array(r, shape)
+    dim = r.pick([-1, 0, 1, 2, 3, -2, -5, 7, 2 ** 70, 1.0, None]) if r.chance(3) else -1
+    res = myatt.softmax(x, dim)
+    X = as_np(x)
+    check_result(res, X.shape, result_dtype(x))
+    if X.ndim and res.size and X.dtype.kind in "fiub":
+        with np.errstate(all="ignore"):
+            X64 = X.astype(np.float64)
+            e = np.exp(X64 - X64.max(axis=dim, keepdims=True))
+            ref = e / e.sum(axis=dim, keepdims=True)
+        close(res, ref, np.ones_like(ref))
+
+
+def run_bmm(r):
+    b, n, m, p = r.below(4), r.below(6), r.below(6), r.below(6)
+    x, y = array(r, (b, n, m)), array(r, (b, m, p))
+    res = myatt.bmm(x, y)
+    X, Y = as_np(x), as_np(y)
+    check_result(res, (X.shape[0], X.shape[1], Y.shape[2]), result_dtype(x, y))
+    if res.size == 0 or X.size == 0:
+        return
+    with np.errstate(all="ignore"):
+        X64, Y64 = X.astype(np.float64), Y.astype(np.float64)
+        close(res, X64 @ Y64, np.abs(X64) @ np.abs(Y64))
+
+
+def snapshot(m):
+    return {k: v.tobytes() for k, v in m.state_dict().items()}
+
+
+def guarded(m, action):
+    """action() on module m: an allowed exception leaves m unchanged."""
+    before = snapshot(m)
+    try:
+        return action()
+    except ALLOWED:
+        if snapshot(m) != before:
+            raise Finding("a failed call changed the module")
+        raise
+
+
+def run_linear_type(r):
+    dtype = r.pick([np.float32, np.float64, "float64", np.int32, None])
+    kw = {} if dtype is None else {"dtype": dtype}
+    lin = myatt.Linear(size_arg(r), size_arg(r), bias=r.chance(3) == 0, **kw)
+    k, n = lin.in_features, lin.out_features
+    for _ in range(r.below(4) + 1):
+        what = r.below(5)
+        if what == 0:
+            batch = tuple(r.below(4) for _ in range(r.below(3)))
+            x = array(r, batch + (k,))
+            res = guarded(lin, lambda: lin(x))
+            check_result(res, as_np(x).shape[:-1] + (n,), lin.dtype)
+        elif what == 1:
+            v = array(r, (n, k))
+            guarded(lin, lambda: setattr(lin, "weight", v))
+        elif what == 2:
+            v = array(r, (n,))
+            guarded(lin, lambda: setattr(lin, "bias", v))
+        elif what == 3:
+            sd = {"weight": array(r, (n, k)), "bias": array(r, (n,))}
+            if r.chance(4):
+                sd.pop(r.pick(["weight", "bias"]))
+            guarded(lin, lambda: lin.load_state_dict(sd, strict=r.chance(3) != 0))
+        else:
+            lin.weight *= 0.5
+            repr(lin)
+
+
+def run_myatt(r):
+    sizes = [size_arg(r) for _ in range(5)]
+    dtype = r.pick([np.float32, np.float64])
+    m = myatt.MyAtt(*sizes, dtype=dtype)
+    q, k, v1, v2, o = (m.query_size, m.key_size, m.value_size1, m.value_size2, m.output_size)
+    for _ in range(r.below(3) + 1):
+        what = r.below(4)
+        if what <= 1:
+            S = r.below(6)
+            Q = array(r, (1 + r.below(2), S, q))
+            K = array(r, (1 + r.below(2), S, k))
+            V = array(r, (1, v1, v2))
+            out, attn = guarded(m, lambda: m(Q, K, V))
+            check_result(out, (1, as_np(Q).shape[1], o), m.dtype)
+            check_result(attn, (as_np(Q).shape[1], v1), m.dtype)
+            if np.shares_memory(out, attn):
+                raise Finding("output and attn_weights share memory")
+        elif what == 2:
+            sd = {key: array(r, val.shape) for key, val in m.state_dict().items()}
+            guarded(m, lambda: m.load_state_dict(sd))
+        else:
+            v = array(r, (v1, q + k))
+            guarded(m, lambda: setattr(m.attn, "weight", v))
+
+
+def run_misc(r):
+    what = r.below(3)
+    if what == 0:
+        myatt.manual_seed(r.pick([0, 1, -1, 2 ** 64 - 1, 2 ** 64, -2 ** 63 - 1, 1.5, None]))
+    elif what == 1:
+        n = r.pick([1, 2, 3, 0, -1, 5000, 2 ** 40, "2"])
+        myatt.set_num_threads(n)
+    else:
+        myatt.set_num_threads(1 + r.below(4))
+
+
+OPS = [run_linear, run_softmax, run_bmm, run_linear_type, run_myatt, run_misc]
+
+
+def one_input(data):
+    r = Reader(data)
+    op = OPS[r.below(len(OPS))]
+    try:
+        with np.errstate(all="ignore"):     # 1e308 -> float32 warns, as in NumPy
+            op(r)
+    except ALLOWED:
+        pass
+
+
+def main():
+    import atheris
+    atheris.Setup(sys.argv, one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,340 @@
+"""No leaks: every entry point, on its success and its error paths, called thousands of
+times, leaves the reference counts of its inputs and results as they were and grows
+neither the memory tracemalloc traces nor the process's resident size.
+
+Kernel workspaces (packed GEMM panels, MyAtt's row block) go through the kernels'
+allocator hook, which the module points at PyMem_RawMalloc: tracemalloc sees them
+(test_tracemalloc_sees_kernel_workspaces), so a leaked workspace would show here.
+"""
+import gc
+import os
+import pickle
+import sys
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import myatt
+
+N_CALLS = 2000          # calls per case for the reference counts
+N_TRACED = 1000         # calls per case under tracemalloc (slower)
+N_RSS = 3000            # calls per case for the resident size
+
+
+def _arr(*shape, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype) / 4
+
+
+class Inputs:
+    """Everything the cases below call with, made once so that reference counts of the
+    inputs can be compared before and after."""
+
+    def __init__(self):
+        self.x = _arr(6, 24)
+        self.x64 = _arr(6, 24, dtype=np.float64)
+        self.xi = np.arange(6 * 24, dtype=np.int32).reshape(6, 24) % 5
+        self.xf = np.asfortranarray(_arr(6, 24))
+        self.x3 = _arr(2, 6, 24)[:, ::2]           # 3-D, not contiguous: copied by linear
+        self.w = _arr(20, 24)
+        self.b = _arr(20)
+        self.bad_w = _arr(20, 23)
+        self.cplx = np.ones((6, 24), np.complex64)
+        self.a = _arr(3, 6, 24)
+        self.m2 = _arr(3, 24, 5)
+        self.lin = myatt.Linear(24, 20)
+        self.lin64 = myatt.Linear(24, 20, dtype=np.float64)
+        self.linnb = myatt.Linear(24, 20, bias=False)
+        self.mod = myatt.MyAtt(8, 6, 10, 12, 7)
+        self.Q = _arr(2, 5, 8)
+        self.K = _arr(1, 5, 6)
+        self.V = _arr(1, 10, 12)
+        self.Vbad = _arr(1, 11, 12)
+        self.sd = self.mod.state_dict()
+        self.sd_bad = dict(self.sd, **{"attn.bias": np.zeros(3)})
+        self.sd_lin = self.lin.state_dict()
+        self.go = _arr(6, 20)
+        self.gout = _arr(1, 5, 7)
+        self.bmm_go = _arr(3, 6, 5)
+        self.list_in = self.x.tolist()
+        self.seed = 1234
+        self.huge = 2 ** 40
+
+    def objects(self):
+        return [v for v in vars(self).values() if not isinstance(v, int)]
+
+
+def _expect(exc, fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except exc:
+        return None
+    raise AssertionError(f"{fn!r} did not raise {exc.__name__}")
+
+
+def _cases(I):
+    """(id, thunk) pairs: every entry point, success and error paths."""
+    c = {
+        # kernels
+        "linear": lambda: myatt.linear(I.x, I.w, I.b),
+        "linear-nobias": lambda: myatt.linear(I.x, I.w),
+        "linear-f64-promote": lambda: myatt.linear(I.x64, I.w, I.b),
+        "linear-int-input": lambda: myatt.linear(I.xi, I.w, I.b),
+        "linear-fortran": lambda: myatt.linear(I.xf, I.w, I.b),
+        "linear-3d-strided": lambda: myatt.linear(I.x3, I.w, I.b),
+        "linear-list": lambda: myatt.linear(I.list_in, I.w, I.b),
+        "linear-err-shape": lambda: _expect(ValueError, myatt.linear, I.x, I.bad_w),
+        "linear-err-dtype": lambda: _expect(TypeError, myatt.linear, I.cplx, I.w),
+        "linear-err-bias": lambda: _expect(ValueError, myatt.linear, I.x, I.w, I.w),
+        "linear-err-type": lambda: _expect(TypeError, myatt.linear, I.x, None),
+        "softmax": lambda: myatt.softmax(I.x, 0),
+        "softmax-last": lambda: myatt.softmax(I.a),
+        "softmax-err-axis": lambda: _expect(np.exceptions.AxisError, myatt.softmax, I.x, 5),
+        "softmax-err-dim-type": lambda: _expect(TypeError, myatt.softmax, I.x, 1.0),
+        "softmax-err-dtype": lambda: _expect(TypeError, myatt.softmax, I.cplx),
+        "bmm": lambda: myatt.bmm(I.a, I.m2),
+        "bmm-err-shape": lambda: _expect(ValueError, myatt.bmm, I.a, I.a),
+        "bmm-err-ndim": lambda: _expect(ValueError, myatt.bmm, I.x, I.m2),
+        "bmm-err-kw": lambda: _expect(TypeError, myatt.bmm, I.a, I.m2, bogus=1),
+        # Linear
+        "Linear-new": lambda: myatt.Linear(24, 20),
+        "Linear-new-f64-nobias": lambda: myatt.Linear(5, 3, bias=False, dtype="float64"),
+        "Linear-new-err-size": lambda: _expect(ValueError, myatt.Linear, -1, 3),
+        "Linear-new-err-dtype": lambda: _expect(TypeError, myatt.Linear, 3, 3, dtype=np.int8),
+        "Linear-new-err-memory": lambda: _expect(MemoryError, myatt.Linear, I.huge, I.huge),
+        "Linear-call": lambda: I.lin(I.x),
+        "Linear-forward-f64": lambda: I.lin64.forward(I.x),
+        "Linear-call-nobias": lambda: I.linnb(I.x),
+        "Linear-call-err": lambda: _expect(ValueError, I.lin, I.bad_w),
+        "Linear-get-weight": lambda: I.lin.weight,
+        "Linear-get-bias": lambda: I.lin.bias,
+        "Linear-get-bias-none": lambda: I.linnb.bias,
+        "Linear-get-sizes": lambda: (I.lin.in_features, I.lin.out_features, I.lin.dtype),
+        "Linear-set-weight": lambda: setattr(I.lin, "weight", I.w),
+        "Linear-set-bias": lambda: setattr(I.lin, "bias", I.b),
+        "Linear-set-err-shape": lambda: _expect(ValueError, setattr, I.lin, "weight", I.bad_w),
+        "Linear-set-err-dtype": lambda: _expect(TypeError, setattr, I.lin, "weight", I.cplx),
+        "Linear-set-err-none": lambda: _expect(TypeError, setattr, I.linnb, "bias", I.b),
+        "Linear-del-err": lambda: _expect(TypeError, delattr, I.lin, "weight"),
+        "Linear-inplace": lambda: I.lin.weight.__imul__(1.0),
+        "Linear-state_dict": lambda: I.lin.state_dict(),
+        "Linear-load": lambda: I.lin.load_state_dict(I.sd_lin),
+        "Linear-load-err": lambda: _expect(KeyError, I.lin.load_state_dict, {"weight": I.w}),
+        "Linear-repr": lambda: repr(I.lin),
+        # MyAtt
+        "MyAtt-new": lambda: myatt.MyAtt(8, 6, 10, 12, 7),
+        "MyAtt-new-err-size": lambda: _expect(ValueError, myatt.MyAtt, 8, 6, -10, 12, 7),
+        "MyAtt-new-err-type": lambda: _expect(TypeError, myatt.MyAtt, 8, 6, 1.5, 12, 7),
+        "MyAtt-new-err-memory": lambda: _expect(MemoryError, myatt.MyAtt, I.huge, 1, I.huge,
+                                                1, 1),
+        "MyAtt-call": lambda: I.mod(I.Q, I.K, I.V),
+        "MyAtt-forward-f64-inputs": lambda: I.mod.forward(I.Q.astype(np.float64), I.K, I.V),
+        "MyAtt-call-err-shape": lambda: _expect(ValueError, I.mod, I.Q, I.K, I.Vbad),
+        "MyAtt-call-err-dtype": lambda: _expect(TypeError, I.mod, I.Q, I.K, I.cplx),
+        "MyAtt-call-err-nargs": lambda: _expect(TypeError, I.mod, I.Q, I.K),
+        "MyAtt-attrs": lambda: (I.mod.attn, I.mod.attn_combine, I.mod.query_size, I.mod.dtype),
+        "MyAtt-sub-weight": lambda: I.mod.attn.weight,
+        "MyAtt-state_dict": lambda: I.mod.state_dict(),
+        "MyAtt-load": lambda: I.mod.load_state_dict(I.sd),
+        "MyAtt-load-nonstrict": lambda: I.mod.load_state_dict({"attn.bias": I.sd["attn.bias"]},
+                                                               strict=False),
+        "MyAtt-load-err": lambda: _expect(ValueError, I.mod.load_state_dict, I.sd_bad),
+        "MyAtt-load-err-type": lambda: _expect(TypeError, I.mod.load_state_dict, [1, 2]),
+        "MyAtt-set-err": lambda: _expect(AttributeError, setattr, I.mod, "attn", I.lin),
+        "MyAtt-repr": lambda: repr(I.mod),
+        # module functions
+        "manual_seed": lambda: myatt.manual_seed(I.seed),
+        "manual_seed-err": lambda: _expect(TypeError, myatt.manual_seed, 1.5),
+        "get_num_threads": lambda: myatt.get_num_threads(),
+        "set_num_threads-err": lambda: _expect(ValueError, myatt.set_num_threads, 0),
+    }
+    # Entry points other parts of the project add (gradients, pickling): covered as
+    # soon as they exist.
+    if hasattr(myatt, "linear_backward"):
+        c["linear_backward"] = lambda: myatt.linear_backward(I.go, I.x, I.w, I.b)
+        c["linear_backward-err"] = lambda: _expect(ValueError, myatt.linear_backward,
+                                                   I.x, I.x, I.w, I.b)
+    if hasattr(myatt, "softmax_backward"):
+        c["softmax_backward"] = lambda: myatt.softmax_backward(I.x, I.x, 0)
+        c["softmax_backward-err"] = lambda: _expect(ValueError, myatt.softmax_backward,
+                                                    I.x, I.w, 0)
+    if hasattr(myatt, "bmm_backward"):
+        c["bmm_backward"] = lambda: myatt.bmm_backward(I.bmm_go, I.a, I.m2)
+    if hasattr(myatt.Linear, "backward"):
+        c["Linear-backward"] = lambda: I.lin.backward(I.x, I.go)
+        c["Linear-backward-err"] = lambda: _expect(ValueError, I.lin.backward, I.x, I.x)
+    if hasattr(myatt.MyAtt, "backward"):
+        c["MyAtt-backward"] = lambda: I.mod.backward(I.Q, I.K, I.V, I.gout)
+        c["MyAtt-backward-err"] = lambda: _expect(ValueError, I.mod.backward, I.Q, I.K, I.V,
+                                                  I.go)
+    if _picklable():
+        c["pickle-MyAtt"] = lambda: pickle.loads(pickle.dumps(I.mod))
+        c["pickle-Linear"] = lambda: pickle.loads(pickle.dumps(I.lin))
+    return c
+
+
+
+
+def _picklable():
+    try:
+        pickle.loads(pickle.dumps(myatt.Linear(2, 2)))
+        return True
+    except Exception:
+        return False
+
+
+CASE_IDS = list(_cases(Inputs()))
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    n = myatt.get_num_threads()
+    yield
+    myatt.set_num_threads(n)
+
+
+@pytest.mark.parametrize("case", CASE_IDS)
+def test_references(case):
+    """Inputs keep their reference counts; every fresh result is referenced only by the
+    caller (an ndarray result has no hidden owner)."""
+    I = Inputs()
+    fn = _cases(I)[case]
+    for _ in range(10):
+        fn()
+    gc.collect()
+    objs = I.objects() + [myatt.Linear, myatt.MyAtt, np.float32, np.float64,
+                          np.exceptions.AxisError]
+    before = [sys.getrefcount(o) for o in objs]
+    for _ in range(N_CALLS):
+        fn()
+    gc.collect()
+    after = [sys.getrefcount(o) for o in objs]
+    grown = [(type(o).__name__, b, a) for o, b, a in zip(objs, before, after) if a != b]
+    assert not grown, f"reference counts changed (type, before, after): {grown}"
+
+    # (counts taken outside `assert`: pytest's rewriting would hold a reference)
+    r = fn()
+    counts = {}
+    if isinstance(r, np.ndarray) and r.base is None:
+        counts["result"] = sys.getrefcount(r) - 1
+    elif isinstance(r, tuple):
+        for i in range(len(r)):
+            if isinstance(r[i], np.ndarray) and r[i].base is None:
+                counts[i] = sys.getrefcount(r[i]) - 1
+    elif isinstance(r, dict):
+        for key in list(r):
+            if isinstance(r[key], np.ndarray) and r[key].base is None:
+                counts[key] = sys.getrefcount(r[key]) - 1
+    hidden = {k: n for k, n in counts.items() if n != 1}
+    assert not hidden, f"results with owners besides the caller: {hidden}"
+
+
+def test_tracemalloc():
+    """Memory traced by tracemalloc (Python objects, NumPy data, kernel workspaces) does
+    not grow over N_TRACED calls of any case: a leaked result of these sizes (>= 100
+    bytes) would add >= 100 KB. One tracing session for all cases (starting and
+    stopping tracemalloc is slow beside torch's heap)."""
+    I = Inputs()
+    cases = _cases(I)
+    for fn in cases.values():
+        for _ in range(5):
+            fn()
+    gc.collect()
+    grown = {}
+    tracemalloc.start()
+    try:
+        for name, fn in cases.items():
+            for _ in range(20):
+                fn()
+            gc.collect(0)
+            start, _ = tracemalloc.get_traced_memory()
+            for _ in range(N_TRACED):
+                fn()
+            gc.collect(0)
+            end, _ = tracemalloc.get_traced_memory()
+            if end - start >= 32 * 1024:
+                grown[name] = end - start
+    finally:
+        tracemalloc.stop()
+    assert not grown, f"traced memory grew (bytes over {N_TRACED} calls): {grown}"
+
+
+def _rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux /proc")
+def test_resident_size():
+    """The process's resident size does not grow over N_RSS calls of every case with
+    inputs large enough that one leaked result per call would add tens of MB."""
+    I = Inputs()
+    I.x = _arr(64, 24)                       # linear result 64 x 20 x 4 = 5 KB per call
+    I.Q = _arr(1, 256, 8)                    # MyAtt results 256 x (7 + 10) x 4 = 17 KB
+    I.K = _arr(1, 256, 6)
+    I.a = _arr(3, 64, 24)
+    I.m2 = _arr(3, 24, 64)                   # bmm result 48 KB
+    I.go = _arr(64, 20)                      # gradients shaped like the results above
+    I.gout = _arr(1, 256, 7)
+    I.bmm_go = _arr(3, 64, 64)
+    cases = _cases(I)
+    big = ["linear", "linear-3d-strided", "softmax", "bmm", "Linear-call", "MyAtt-call",
+           "MyAtt-state_dict", "Linear-new", "MyAtt-new", "linear-err-dtype",
+           "MyAtt-call-err-shape", "MyAtt-load", "Linear-new-err-memory"]
+    big += [k for k in cases if "backward" in k or "pickle" in k]
+    fns = [cases[k] for k in big]
+
+    def round_():
+        for fn in fns:
+            fn()
+
+    for _ in range(200):
+        round_()
+    gc.collect()
+    start = _rss()
+    for _ in range(N_RSS):
+        round_()
+    gc.collect()
+    growth = _rss() - start
+    assert growth < 16 * 2 ** 20, f"resident size grew by {growth / 2**20:.1f} MiB"
+
+
+def test_tracemalloc_sees_kernel_workspaces():
+    """The kernels' workspaces are allocated through PyMem_RawMalloc, so tracemalloc
+    counts them: the peak during a packed GEMM exceeds the result by the workspace, and
+    all of it is freed when the call returns."""
+    x = _arr(128, 256, dtype=np.float64)
+    w = _arr(2048, 256, dtype=np.float64)           # b panels: up to 2048 x 64 x 8 = 1 MiB
+    myatt.linear(x, w)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        out = myatt.linear(x, w)
+        after, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert after - before <= out.nbytes + 4096            # only the result stays
+    workspace = peak - before - out.nbytes
+    assert workspace >= 64 * 1024, f"tracemalloc saw only {workspace} bytes of workspace"
+
+
+def test_myatt_workspace_traced():
+    """MyAtt's row-block workspace and its GEMMs' panels are traced and freed too."""
+    m = myatt.MyAtt(64, 64, 256, 256, 64, dtype=np.float64)
+    Q, K, V = _arr(1, 256, 64), _arr(1, 256, 64), _arr(1, 256, 256)
+    m(Q, K, V)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        out, attn = m(Q, K, V)
+        after, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    results = out.nbytes + attn.nbytes
+    converted = Q[0].nbytes * 2 + K[0].nbytes * 2 + V[0].nbytes * 2   # float32 -> float64
+    assert after - before <= results + 4096
+    assert peak - before - results - converted > 0
