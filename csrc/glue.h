@@ -134,6 +134,13 @@ PyObject *object_from_state(PyTypeObject *type, PyObject *args, PyObject *kwargs
  * the instance __dict__ of a subclass or None). */
 PyObject *reduce_object(PyObject *self, PyObject *args, PyObject *kwargs);
 
+/* The methods both types share: _from_state (unpickling), from_torch (with the
+ * myatt._interop function that reads the torch module: "linear_spec" or
+ * "myatt_spec") and _repr_html_. */
+PyObject *from_state_method(PyTypeObject *cls, PyObject *args);
+PyObject *from_torch_with(PyTypeObject *cls, PyObject *module, const char *spec_func);
+PyObject *repr_html_method(PyObject *self, PyObject *ignored);
+
 /* module.func(arg), `module` a helper module of the package ("myatt._interop"). */
 PyObject *call_package_helper(const char *module, const char *func, PyObject *arg);
 

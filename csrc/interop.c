@@ -73,3 +73,28 @@ PyObject *call_package_helper(const char *module, const char *func, PyObject *ar
     Py_DECREF(mod);
     return result;
 }
+
+PyObject *from_state_method(PyTypeObject *cls, PyObject *args)
+{
+    PyObject *cargs, *ckwargs, *sd;
+    if (!PyArg_ParseTuple(args, "OOO:_from_state", &cargs, &ckwargs, &sd))
+        return NULL;
+    return object_from_state(cls, cargs, ckwargs, sd);
+}
+
+PyObject *from_torch_with(PyTypeObject *cls, PyObject *module, const char *spec_func)
+{
+    PyObject *spec = call_package_helper("myatt._interop", spec_func, module);
+    if (spec == NULL)
+        return NULL;
+    PyObject *r = NULL, *cargs, *ckwargs, *sd;
+    if (PyArg_ParseTuple(spec, "OOO:from_torch", &cargs, &ckwargs, &sd))
+        r = object_from_state(cls, cargs, ckwargs, sd);
+    Py_DECREF(spec);
+    return r;
+}
+
+PyObject *repr_html_method(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return call_package_helper("myatt._display", "html", self);
+}

@@ -406,29 +406,9 @@ static PyObject *Linear_reduce(LinearObject *self, PyObject *Py_UNUSED(ignored))
     return r;
 }
 
-static PyObject *Linear_from_state(PyTypeObject *cls, PyObject *args)
-{
-    PyObject *cargs, *ckwargs, *sd;
-    if (!PyArg_ParseTuple(args, "OOO:_from_state", &cargs, &ckwargs, &sd))
-        return NULL;
-    return object_from_state(cls, cargs, ckwargs, sd);
-}
-
 static PyObject *Linear_from_torch(PyTypeObject *cls, PyObject *module)
 {
-    PyObject *spec = call_package_helper("myatt._interop", "linear_spec", module);
-    if (spec == NULL)
-        return NULL;
-    PyObject *r = NULL, *cargs, *ckwargs, *sd;
-    if (PyArg_ParseTuple(spec, "OOO:from_torch", &cargs, &ckwargs, &sd))
-        r = object_from_state(cls, cargs, ckwargs, sd);
-    Py_DECREF(spec);
-    return r;
-}
-
-static PyObject *Linear_repr_html(LinearObject *self, PyObject *Py_UNUSED(ignored))
-{
-    return call_package_helper("myatt._display", "html", (PyObject *)self);
+    return from_torch_with(cls, module, "linear_spec");
 }
 
 PyDoc_STRVAR(Linear_reduce_doc,
@@ -495,11 +475,11 @@ static PyMethodDef Linear_methods[] = {
     {"__call__", (PyCFunction)(void (*)(void))Linear_call,
      METH_VARARGS | METH_KEYWORDS | METH_COEXIST, Linear_call_doc},
     {"__reduce__", (PyCFunction)Linear_reduce, METH_NOARGS, Linear_reduce_doc},
-    {"_from_state", (PyCFunction)Linear_from_state, METH_VARARGS | METH_CLASS,
+    {"_from_state", (PyCFunction)from_state_method, METH_VARARGS | METH_CLASS,
      Linear_from_state_doc},
     {"from_torch", (PyCFunction)Linear_from_torch, METH_O | METH_CLASS,
      Linear_from_torch_doc},
-    {"_repr_html_", (PyCFunction)Linear_repr_html, METH_NOARGS, Linear_repr_html_doc},
+    {"_repr_html_", (PyCFunction)repr_html_method, METH_NOARGS, Linear_repr_html_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -415,29 +415,9 @@ static PyObject *MyAtt_reduce(MyAttObject *self, PyObject *Py_UNUSED(ignored))
     return r;
 }
 
-static PyObject *MyAtt_from_state(PyTypeObject *cls, PyObject *args)
-{
-    PyObject *cargs, *ckwargs, *sd;
-    if (!PyArg_ParseTuple(args, "OOO:_from_state", &cargs, &ckwargs, &sd))
-        return NULL;
-    return object_from_state(cls, cargs, ckwargs, sd);
-}
-
 static PyObject *MyAtt_from_torch(PyTypeObject *cls, PyObject *module)
 {
-    PyObject *spec = call_package_helper("myatt._interop", "myatt_spec", module);
-    if (spec == NULL)
-        return NULL;
-    PyObject *r = NULL, *cargs, *ckwargs, *sd;
-    if (PyArg_ParseTuple(spec, "OOO:from_torch", &cargs, &ckwargs, &sd))
-        r = object_from_state(cls, cargs, ckwargs, sd);
-    Py_DECREF(spec);
-    return r;
-}
-
-static PyObject *MyAtt_repr_html(MyAttObject *self, PyObject *Py_UNUSED(ignored))
-{
-    return call_package_helper("myatt._display", "html", (PyObject *)self);
+    return from_torch_with(cls, module, "myatt_spec");
 }
 
 PyDoc_STRVAR(MyAtt_reduce_doc,
@@ -514,11 +494,11 @@ static PyMethodDef MyAtt_methods[] = {
     {"__call__", (PyCFunction)(void (*)(void))MyAtt_call,
      METH_VARARGS | METH_KEYWORDS | METH_COEXIST, MyAtt_call_doc},
     {"__reduce__", (PyCFunction)MyAtt_reduce, METH_NOARGS, MyAtt_reduce_doc},
-    {"_from_state", (PyCFunction)MyAtt_from_state, METH_VARARGS | METH_CLASS,
+    {"_from_state", (PyCFunction)from_state_method, METH_VARARGS | METH_CLASS,
      MyAtt_from_state_doc},
     {"from_torch", (PyCFunction)MyAtt_from_torch, METH_O | METH_CLASS,
      MyAtt_from_torch_doc},
-    {"_repr_html_", (PyCFunction)MyAtt_repr_html, METH_NOARGS, MyAtt_repr_html_doc},
+    {"_repr_html_", (PyCFunction)repr_html_method, METH_NOARGS, MyAtt_repr_html_doc},
     {NULL, NULL, 0, NULL},
 };
 
