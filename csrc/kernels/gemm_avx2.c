@@ -15,13 +15,21 @@
  * 64 x nr in L1 (4-6 KiB), the block of c mc x ~512 (480 KiB) kept in L2. */
 #if defined(__x86_64__) || defined(__i386__)
 
-#pragma GCC target("avx2,fma")
-
 #include <immintrin.h>
 #include <stdint.h>
 
-#include "gemm_copy_avx.h"
 #include "gemm_internal.h"
+
+/* Everything below is compiled for this instruction set whatever the build's
+ * flags: gcc takes a target pragma, clang the same attribute pushed onto every
+ * function (it ignores the gcc pragma). */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
+#pragma GCC target("avx2,fma")
+#endif
+
+#include "gemm_copy_avx.h"
 
 /* c[6, 16] = (accumulate ? c : 0) + a_panel[kc][6]^T @ b_panel[kc][16] */
 static void gemm_f32_avx2_kernel_6x16(int64_t kc, const float *a_panel, const float *b_panel,
@@ -164,5 +172,9 @@ const gemm_microkernel_f32 gemm_microkernel_f32_avx2 = {
 const gemm_microkernel_f64 gemm_microkernel_f64_avx2 = {
     "avx2", 4, 12, 120, 64, 504, gemm_f64_avx2_kernel_4x12, gemm_f64_avx2_small, gemm_copy_t_f64, NULL,
 };
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
 
 #endif

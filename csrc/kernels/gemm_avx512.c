@@ -22,13 +22,21 @@
  * faster, measured in CPU time against torch on a loaded 2-core Zen 4.) */
 #if defined(__x86_64__) || defined(__i386__)
 
-#pragma GCC target("avx512f,avx512vl,fma")
-
 #include <immintrin.h>
 #include <stdint.h>
 
-#include "gemm_copy_avx.h"
 #include "gemm_internal.h"
+
+/* Everything below is compiled for this instruction set whatever the build's
+ * flags: gcc takes a target pragma, clang the same attribute pushed onto every
+ * function (it ignores the gcc pragma). */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,fma"))), apply_to = function)
+#else
+#pragma GCC target("avx512f,avx512vl,fma")
+#endif
+
+#include "gemm_copy_avx.h"
 
 /* c[8, 24] = (accumulate ? c : 0) + a_panel[kc][8]^T @ b_panel[kc][24], one FMA
  * chain per output continuing from c (the float64 contract, gemm_internal.h) */
@@ -278,5 +286,9 @@ const gemm_microkernel_f64 gemm_microkernel_f64_avx512 = {
     "avx512", 8, 24, 120, 64, 504, gemm_f64_avx512_kernel_8x24, gemm_f64_avx512_small, gemm_copy_t_f64,
     gemm_f64_avx512_edge,
 };
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
 
 #endif
