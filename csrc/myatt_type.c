@@ -87,7 +87,24 @@ static PyArrayObject *batch0(PyArrayObject *a, int typenum)
 }
 
 /* What torch would fail on, in the order torch meets it; 0 or -1 with ValueError. */
+static int check_qkv_fail(MyAttObject *self, PyArrayObject *q, PyArrayObject *k,
+                          PyArrayObject *v);
+
 static int check_qkv(MyAttObject *self, PyArrayObject *q, PyArrayObject *k, PyArrayObject *v)
+{
+    /* the common case without formatting any shape; the messages: check_qkv_fail */
+    if (PyArray_NDIM(q) == 3 && PyArray_NDIM(k) == 3 && PyArray_NDIM(v) == 3
+            && PyArray_DIM(q, 0) != 0 && PyArray_DIM(k, 0) != 0
+            && PyArray_DIM(q, 1) == PyArray_DIM(k, 1)
+            && PyArray_DIM(q, 2) + PyArray_DIM(k, 2) == self->attn->in_features
+            && PyArray_DIM(v, 0) == 1 && PyArray_DIM(v, 1) == self->value_size1
+            && PyArray_DIM(q, 2) + PyArray_DIM(v, 2) == self->attn_combine->in_features)
+        return 0;
+    return check_qkv_fail(self, q, k, v);
+}
+
+static int check_qkv_fail(MyAttObject *self, PyArrayObject *q, PyArrayObject *k,
+                          PyArrayObject *v)
 {
     char sq[SHAPE_STR_LEN], sk[SHAPE_STR_LEN], sv[SHAPE_STR_LEN];
     SHAPE_OF(sq, q);
