@@ -198,3 +198,26 @@ const char *shape_str(char *buf, size_t len, int ndim, const npy_intp *dims)
         snprintf(buf + pos, len - pos, ndim == 1 ? ",)" : ")");
     return buf;
 }
+
+PyObject *call_with_tuple(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                          PyObject *kwnames, ternaryfunc call)
+{
+    PyObject *tuple = PyTuple_New(nargs), *kwargs = NULL, *result = NULL;
+    if (tuple == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nkw > 0) {
+        if ((kwargs = PyDict_New()) == NULL)
+            goto done;
+        for (Py_ssize_t i = 0; i < nkw; i++)
+            if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0)
+                goto done;
+    }
+    result = call(self, tuple, kwargs);
+done:
+    Py_DECREF(tuple);
+    Py_XDECREF(kwargs);
+    return result;
+}

@@ -100,6 +100,13 @@ PyObject *new_array(int ndim, const npy_intp *dims, int typenum, const char *wha
  * allocate), replace it by one whose message starts with `what`. */
 void name_memory_error(const char *what);
 
+/* A vectorcall's arguments (args[0:nargs] positional, then the values of
+ * kwnames) handed to a tp_call-style `call` as a tuple and a dict (or NULL):
+ * the slow path of the vectorcall entry points, so that every call other than
+ * the plain positional one is parsed (and refused) exactly as before. */
+PyObject *call_with_tuple(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                          PyObject *kwnames, ternaryfunc call);
+
 /* "Linear" for myatt.Linear: the part of tp_name after the last dot. */
 const char *type_short_name(PyTypeObject *type);
 
