@@ -75,6 +75,11 @@ PyArrayObject *as_real_array(PyObject *obj, const char *what)
 
 PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous)
 {
+    /* Already as asked (the common case): `a` itself, as PyArray_FromArray
+     * would return it, without building and checking a descriptor. */
+    if (PyArray_TYPE(a) == typenum && PyArray_ISALIGNED(a) && PyArray_ISNOTSWAPPED(a)
+            && (!contiguous || PyArray_IS_C_CONTIGUOUS(a)))
+        return (PyArrayObject *)Py_NewRef(a);
     int flags = NPY_ARRAY_ALIGNED | NPY_ARRAY_NOTSWAPPED | NPY_ARRAY_FORCECAST;
     if (contiguous)
         flags |= NPY_ARRAY_C_CONTIGUOUS;

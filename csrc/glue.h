@@ -69,6 +69,18 @@ PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, const voi
                             npy_intp rs_w, npy_intp cs_w, npy_intp n, int with_bias,
                             int typenum);
 
+/* ---- releasing the GIL ----------------------------------------------------- */
+
+/* The kernels run without the GIL (other threads go on) unless the work is
+ * tiny: below MYATT_GIL_MIN_WORK multiply-adds (elements for softmax, times 8)
+ * releasing and re-taking it costs as much as the computation (the seed's
+ * module: ~0.1 us of ~1 us).  Use as a bracket, like Py_BEGIN_ALLOW_THREADS. */
+#define MYATT_GIL_MIN_WORK 32768.0
+#define MYATT_BEGIN_COMPUTE(work) \
+    { PyThreadState *myatt_saved_ = (double)(work) >= MYATT_GIL_MIN_WORK ? PyEval_SaveThread() : NULL;
+#define MYATT_END_COMPUTE \
+      if (myatt_saved_ != NULL) PyEval_RestoreThread(myatt_saved_); }
+
 /* ---- argument conversion (convert.c) -------------------------------------- */
 
 /* Any array-like as an ndarray (new reference), without copying what need not

@@ -42,12 +42,12 @@ PyObject *linear_apply(PyArrayObject *x, const void *weight, npy_intp rs_w, npy_
     const void *xd = PyArray_DATA(rows);
     void *od = PyArray_DATA((PyArrayObject *)out);
     int rc;
-    Py_BEGIN_ALLOW_THREADS
+    MYATT_BEGIN_COMPUTE((double)m * (double)k * (double)n)
     if (typenum == NPY_FLOAT)
         rc = linear_forward_f32(od, xd, rs_x, cs_x, weight, rs_w, cs_w, bias, m, k, n);
     else
         rc = linear_forward_f64(od, xd, rs_x, cs_x, weight, rs_w, cs_w, bias, m, k, n);
-    Py_END_ALLOW_THREADS
+    MYATT_END_COMPUTE
     Py_DECREF(rows);
     if (rc < 0) {
         Py_DECREF(out);

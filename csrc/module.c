@@ -157,12 +157,12 @@ static PyObject *myatt_softmax(PyObject *module, PyObject *args, PyObject *kwds)
     axis_split(x, axis, &outer, &n, &inner);
     const void *xd = PyArray_DATA(x);
     void *od = PyArray_DATA((PyArrayObject *)out);
-    Py_BEGIN_ALLOW_THREADS
+    MYATT_BEGIN_COMPUTE(8.0 * (double)outer * (double)n * (double)inner)
     if (typenum == NPY_FLOAT)
         softmax_forward_f32(od, xd, outer, n, inner);
     else
         softmax_forward_f64(od, xd, outer, n, inner);
-    Py_END_ALLOW_THREADS
+    MYATT_END_COMPUTE
     Py_DECREF(x);
     return out;
 }
@@ -205,7 +205,7 @@ static PyObject *myatt_bmm(PyObject *module, PyObject *args, PyObject *kwds)
         goto fail;
     void *od = PyArray_DATA((PyArrayObject *)out);
     int rc;
-    Py_BEGIN_ALLOW_THREADS
+    MYATT_BEGIN_COMPUTE((double)bt * (double)n * (double)m * (double)p)
     if (typenum == NPY_FLOAT)
         rc = bmm_forward_f32(od, PyArray_DATA(a), ESTRIDE(a, 0), ESTRIDE(a, 1), ESTRIDE(a, 2),
                              PyArray_DATA(b), ESTRIDE(b, 0), ESTRIDE(b, 1), ESTRIDE(b, 2),
@@ -214,7 +214,7 @@ static PyObject *myatt_bmm(PyObject *module, PyObject *args, PyObject *kwds)
         rc = bmm_forward_f64(od, PyArray_DATA(a), ESTRIDE(a, 0), ESTRIDE(a, 1), ESTRIDE(a, 2),
                              PyArray_DATA(b), ESTRIDE(b, 0), ESTRIDE(b, 1), ESTRIDE(b, 2),
                              bt, n, m, p);
-    Py_END_ALLOW_THREADS
+    MYATT_END_COMPUTE
     if (rc < 0) {
         Py_CLEAR(out);
         PyErr_NoMemory();

@@ -122,10 +122,6 @@ static int batch0_matrix(PyArrayObject *a, int typenum, matrix *m)
     return 0;
 }
 
-/* Products below this many multiply-adds run without releasing the GIL: for
- * the seed's sizes releasing and taking it back costs as much as the work. */
-#define MYATT_GIL_MIN_WORK 32768.0
-
 /* What torch would fail on, in the order torch meets it; 0 or -1 with ValueError. */
 static int check_qkv_fail(MyAttObject *self, PyArrayObject *q, PyArrayObject *k,
                           PyArrayObject *v);
@@ -218,8 +214,8 @@ static PyObject *myatt_forward(MyAttObject *self, PyObject *Q, PyObject *K, PyOb
     LinearObject *a = self->attn, *c = self->attn_combine;
     const double work = (double)S * ((double)(dq + dk) * (double)v1 + (double)v1 * (double)v2
                                      + (double)(dq + v2) * (double)os);
-    PyThreadState *ts = work >= MYATT_GIL_MIN_WORK ? PyEval_SaveThread() : NULL;
     int rc;
+    MYATT_BEGIN_COMPUTE(work)
     if (typenum == NPY_FLOAT)
         rc = myatt_forward_f32(PyArray_DATA(out), PyArray_DATA(weights),
                                q.data, q.rs, q.cs, k.data, k.rs, k.cs, v.data, v.rs, v.cs,
@@ -232,8 +228,7 @@ static PyObject *myatt_forward(MyAttObject *self, PyObject *Q, PyObject *K, PyOb
                                PyArray_DATA(a->weight), PyArray_DATA(a->bias),
                                PyArray_DATA(c->weight), PyArray_DATA(c->bias),
                                S, dq, dk, v1, v2, os);
-    if (ts != NULL)
-        PyEval_RestoreThread(ts);
+    MYATT_END_COMPUTE
     if (rc < 0) {
         PyErr_NoMemory();
         goto fail;
