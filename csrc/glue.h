@@ -39,6 +39,7 @@ myatt_state *myatt_state_of_type(PyTypeObject *type);
 
 typedef struct {
     PyObject_HEAD
+    vectorcallfunc vectorcall;  /* layer(x) without an args tuple (linear_type.c) */
     Py_ssize_t in_features, out_features;
     int typenum;                /* NPY_FLOAT or NPY_DOUBLE */
     PyArrayObject *weight;      /* [out, in], C-contiguous, never handed out itself */
