@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "alloc.h"
 #include "cpu.h"

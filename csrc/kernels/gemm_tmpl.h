@@ -366,10 +366,16 @@ static int SUF(gemm_run_src)(const SUF(gemm_microkernel) *uk,
             for (int64_t i = 0; i < m; i++) {
                 T *row = a_cat + i * k;
                 const T *r1 = A->a1 + i * A->rs1, *r2 = A->a2 + i * A->rs2;
-                for (int64_t p = 0; p < A->k1; p++)
-                    row[p] = r1[p * A->cs1];
-                for (int64_t p = A->k1; p < k; p++)
-                    row[p] = r2[(p - A->k1) * A->cs2];
+                if (A->cs1 == 1 && A->k1 > 0)
+                    memcpy(row, r1, (size_t)A->k1 * sizeof(T));
+                else
+                    for (int64_t p = 0; p < A->k1; p++)
+                        row[p] = r1[p * A->cs1];
+                if (A->cs2 == 1)
+                    memcpy(row + A->k1, r2, (size_t)(k - A->k1) * sizeof(T));
+                else
+                    for (int64_t p = A->k1; p < k; p++)
+                        row[p] = r2[(p - A->k1) * A->cs2];
             }
             A_one = (SUF(gemm_a)){a_cat, k, 1, k, NULL, 0, 0};
             A = &A_one;
