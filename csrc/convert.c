@@ -75,6 +75,11 @@ PyArrayObject *as_real_array(PyObject *obj, const char *what)
 
 PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous)
 {
+    /* Already as asked (the common case): `a` itself, as PyArray_FromArray
+     * would return it, without building and checking a descriptor. */
+    if (PyArray_TYPE(a) == typenum && PyArray_ISALIGNED(a) && PyArray_ISNOTSWAPPED(a)
+            && (!contiguous || PyArray_IS_C_CONTIGUOUS(a)))
+        return (PyArrayObject *)Py_NewRef(a);
     int flags = NPY_ARRAY_ALIGNED | NPY_ARRAY_NOTSWAPPED | NPY_ARRAY_FORCECAST;
     if (contiguous)
         flags |= NPY_ARRAY_C_CONTIGUOUS;
@@ -197,4 +202,27 @@ const char *shape_str(char *buf, size_t len, int ndim, const npy_intp *dims)
     if (pos < len)
         snprintf(buf + pos, len - pos, ndim == 1 ? ",)" : ")");
     return buf;
+}
+
+PyObject *call_with_tuple(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                          PyObject *kwnames, ternaryfunc call)
+{
+    PyObject *tuple = PyTuple_New(nargs), *kwargs = NULL, *result = NULL;
+    if (tuple == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nkw > 0) {
+        if ((kwargs = PyDict_New()) == NULL)
+            goto done;
+        for (Py_ssize_t i = 0; i < nkw; i++)
+            if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0)
+                goto done;
+    }
+    result = call(self, tuple, kwargs);
+done:
+    Py_DECREF(tuple);
+    Py_XDECREF(kwargs);
+    return result;
 }

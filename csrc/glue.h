@@ -39,6 +39,7 @@ myatt_state *myatt_state_of_type(PyTypeObject *type);
 
 typedef struct {
     PyObject_HEAD
+    vectorcallfunc vectorcall;  /* layer(x) without an args tuple (linear_type.c) */
     Py_ssize_t in_features, out_features;
     int typenum;                /* NPY_FLOAT or NPY_DOUBLE */
     PyArrayObject *weight;      /* [out, in], C-contiguous, never handed out itself */
@@ -68,6 +69,18 @@ PyObject *linear_apply(PyArrayObject *x, const void *weight, npy_intp rs_w, npy_
 PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, const void *weight,
                             npy_intp rs_w, npy_intp cs_w, npy_intp n, int with_bias,
                             int typenum);
+
+/* ---- releasing the GIL ----------------------------------------------------- */
+
+/* The kernels run without the GIL (other threads go on) unless the work is
+ * tiny: below MYATT_GIL_MIN_WORK multiply-adds (elements for softmax, times 8)
+ * releasing and re-taking it costs as much as the computation (the seed's
+ * module: ~0.1 us of ~1 us).  Use as a bracket, like Py_BEGIN_ALLOW_THREADS. */
+#define MYATT_GIL_MIN_WORK 32768.0
+#define MYATT_BEGIN_COMPUTE(work) \
+    { PyThreadState *myatt_saved_ = (double)(work) >= MYATT_GIL_MIN_WORK ? PyEval_SaveThread() : NULL;
+#define MYATT_END_COMPUTE \
+      if (myatt_saved_ != NULL) PyEval_RestoreThread(myatt_saved_); }
 
 /* ---- argument conversion (convert.c) -------------------------------------- */
 
@@ -99,6 +112,13 @@ PyObject *new_array(int ndim, const npy_intp *dims, int typenum, const char *wha
 /* If the current exception is a MemoryError (a copy of an input NumPy could not
  * allocate), replace it by one whose message starts with `what`. */
 void name_memory_error(const char *what);
+
+/* A vectorcall's arguments (args[0:nargs] positional, then the values of
+ * kwnames) handed to a tp_call-style `call` as a tuple and a dict (or NULL):
+ * the slow path of the vectorcall entry points, so that every call other than
+ * the plain positional one is parsed (and refused) exactly as before. */
+PyObject *call_with_tuple(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                          PyObject *kwnames, ternaryfunc call);
 
 /* "Linear" for myatt.Linear: the part of tp_name after the last dot. */
 const char *type_short_name(PyTypeObject *type);

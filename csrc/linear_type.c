@@ -4,7 +4,10 @@
 
 #include "kernels/linear.h"
 
+#include <stddef.h>
 #include <string.h>
+
+#include <structmember.h>
 
 /* ---- the computation, shared with myatt.linear ---------------------------- */
 
@@ -42,12 +45,12 @@ PyObject *linear_apply(PyArrayObject *x, const void *weight, npy_intp rs_w, npy_
     const void *xd = PyArray_DATA(rows);
     void *od = PyArray_DATA((PyArrayObject *)out);
     int rc;
-    Py_BEGIN_ALLOW_THREADS
+    MYATT_BEGIN_COMPUTE((double)m * (double)k * (double)n)
     if (typenum == NPY_FLOAT)
         rc = linear_forward_f32(od, xd, rs_x, cs_x, weight, rs_w, cs_w, bias, m, k, n);
     else
         rc = linear_forward_f64(od, xd, rs_x, cs_x, weight, rs_w, cs_w, bias, m, k, n);
-    Py_END_ALLOW_THREADS
+    MYATT_END_COMPUTE
     Py_DECREF(rows);
     if (rc < 0) {
         Py_DECREF(out);
@@ -65,6 +68,9 @@ static PyArrayObject *new_param(int ndim, npy_intp *dims, int typenum, const cha
     return (PyArrayObject *)new_array(ndim, dims, typenum, what);
 }
 
+static PyObject *Linear_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                   PyObject *kwnames);
+
 LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_features,
                             Py_ssize_t out_features, int bias, int typenum)
 {
@@ -72,6 +78,7 @@ LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_f
     LinearObject *self = (LinearObject *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
+    self->vectorcall = Linear_vectorcall;
     self->in_features = in_features;
     self->out_features = out_features;
     self->typenum = typenum;
@@ -169,6 +176,26 @@ static PyObject *Linear_forward(LinearObject *self, PyObject *args, PyObject *kw
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:Linear.forward", kwlist, &input))
         return NULL;
     return linear_forward(self, input);
+}
+
+/* layer(x) and layer.forward(x): one positional argument goes straight to
+ * linear_forward; any other call takes the tuple path above (same parsing and
+ * messages as before). */
+static PyObject *Linear_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                   PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs == 1 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0))
+        return linear_forward((LinearObject *)self, args[0]);
+    return call_with_tuple(self, args, nargs, kwnames, (ternaryfunc)Linear_call);
+}
+
+static PyObject *Linear_forward_fast(LinearObject *self, PyObject *const *args,
+                                     Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (nargs == 1 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0))
+        return linear_forward(self, args[0]);
+    return call_with_tuple((PyObject *)self, args, nargs, kwnames, (ternaryfunc)Linear_forward);
 }
 
 /* ---- state_dict ------------------------------------------------------------ */
@@ -465,7 +492,7 @@ PyDoc_STRVAR(Linear_load_state_dict_doc,
 "unexpected keys raise KeyError. Returns (missing_keys, unexpected_keys).");
 
 static PyMethodDef Linear_methods[] = {
-    {"forward", (PyCFunction)(void (*)(void))Linear_forward, METH_VARARGS | METH_KEYWORDS,
+    {"forward", (PyCFunction)(void (*)(void))Linear_forward_fast, METH_FASTCALL | METH_KEYWORDS,
      Linear_forward_doc},
     {"backward", (PyCFunction)(void (*)(void))Linear_backward, METH_VARARGS | METH_KEYWORDS,
      Linear_backward_doc},
@@ -494,7 +521,13 @@ static PyGetSetDef Linear_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+static PyMemberDef Linear_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(LinearObject, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyType_Slot Linear_slots[] = {
+    {Py_tp_members, Linear_members},
     {Py_tp_new, Linear_new},
     {Py_tp_dealloc, Linear_dealloc},
     {Py_tp_call, Linear_call},
@@ -508,7 +541,8 @@ static PyType_Slot Linear_slots[] = {
 PyType_Spec linear_type_spec = {
     .name = "myatt.Linear",
     .basicsize = sizeof(LinearObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_IMMUTABLETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_IMMUTABLETYPE
+             | Py_TPFLAGS_HAVE_VECTORCALL,
     .slots = Linear_slots,
 };
 

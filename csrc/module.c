@@ -28,15 +28,11 @@ PyDoc_STRVAR(linear_doc,
 "input[..., in] @ weight[out, in].T + bias[out], as torch.nn.functional.linear.\n\n"
 "float64 if any operand is float64, else float32; always a new C-contiguous array.");
 
-static PyObject *myatt_linear(PyObject *module, PyObject *args, PyObject *kwds)
+static PyObject *linear_impl(PyObject *input_obj, PyObject *weight_obj, PyObject *bias_obj)
 {
-    static char *kwlist[] = {"input", "weight", "bias", NULL};
-    PyObject *input_obj, *weight_obj, *bias_obj = Py_None, *result = NULL;
+    PyObject *result = NULL;
     PyArrayObject *rx = NULL, *rw = NULL, *rb = NULL, *x = NULL, *w = NULL, *b = NULL;
     char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN];
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:linear", kwlist,
-                                     &input_obj, &weight_obj, &bias_obj))
-        return NULL;
     if ((rx = as_real_array(input_obj, "linear(): input")) == NULL
             || (rw = as_real_array(weight_obj, "linear(): weight")) == NULL
             || (bias_obj != Py_None
@@ -73,6 +69,29 @@ fail:
     Py_XDECREF(w);
     Py_XDECREF(b);
     return result;
+}
+
+static PyObject *myatt_linear(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"input", "weight", "bias", NULL};
+    PyObject *input_obj, *weight_obj, *bias_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:linear", kwlist,
+                                     &input_obj, &weight_obj, &bias_obj))
+        return NULL;
+    return linear_impl(input_obj, weight_obj, bias_obj);
+}
+
+/* The module functions' METH_FASTCALL entry points: positional calls go
+ * straight to the work, any other call through the tuple parser above (same
+ * parsing and messages as before). */
+#define NO_KWNAMES(kwnames) ((kwnames) == NULL || PyTuple_GET_SIZE(kwnames) == 0)
+
+static PyObject *myatt_linear_fast(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames)
+{
+    if ((nargs == 2 || nargs == 3) && NO_KWNAMES(kwnames))
+        return linear_impl(args[0], args[1], nargs == 3 ? args[2] : Py_None);
+    return call_with_tuple(module, args, nargs, kwnames, myatt_linear);
 }
 
 /* ---- softmax --------------------------------------------------------------- */
@@ -127,12 +146,8 @@ PyDoc_STRVAR(softmax_doc,
 "Any ndim and axis (a 0-d input gives a 0-d array); NaN in a slice makes the\n"
 "slice NaN. Always a new C-contiguous array.");
 
-static PyObject *myatt_softmax(PyObject *module, PyObject *args, PyObject *kwds)
+static PyObject *softmax_impl(PyObject *module, PyObject *input_obj, PyObject *dim_obj)
 {
-    static char *kwlist[] = {"input", "dim", NULL};
-    PyObject *input_obj, *dim_obj = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:softmax", kwlist, &input_obj, &dim_obj))
-        return NULL;
     PyArrayObject *raw = as_real_array(input_obj, "softmax(): input");
     if (raw == NULL)
         return NULL;
@@ -157,14 +172,31 @@ static PyObject *myatt_softmax(PyObject *module, PyObject *args, PyObject *kwds)
     axis_split(x, axis, &outer, &n, &inner);
     const void *xd = PyArray_DATA(x);
     void *od = PyArray_DATA((PyArrayObject *)out);
-    Py_BEGIN_ALLOW_THREADS
+    MYATT_BEGIN_COMPUTE(8.0 * (double)outer * (double)n * (double)inner)
     if (typenum == NPY_FLOAT)
         softmax_forward_f32(od, xd, outer, n, inner);
     else
         softmax_forward_f64(od, xd, outer, n, inner);
-    Py_END_ALLOW_THREADS
+    MYATT_END_COMPUTE
     Py_DECREF(x);
     return out;
+}
+
+static PyObject *myatt_softmax(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"input", "dim", NULL};
+    PyObject *input_obj, *dim_obj = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:softmax", kwlist, &input_obj, &dim_obj))
+        return NULL;
+    return softmax_impl(module, input_obj, dim_obj);
+}
+
+static PyObject *myatt_softmax_fast(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                                    PyObject *kwnames)
+{
+    if ((nargs == 1 || nargs == 2) && NO_KWNAMES(kwnames))
+        return softmax_impl(module, args[0], nargs == 2 ? args[1] : NULL);
+    return call_with_tuple(module, args, nargs, kwnames, myatt_softmax);
 }
 
 /* ---- bmm ------------------------------------------------------------------- */
@@ -174,14 +206,11 @@ PyDoc_STRVAR(bmm_doc,
 "[b, n, m] @ [b, m, p] -> [b, n, p], as torch.bmm.\n\n"
 "float64 if either operand is float64, else float32; always a new C-contiguous array.");
 
-static PyObject *myatt_bmm(PyObject *module, PyObject *args, PyObject *kwds)
+static PyObject *bmm_impl(PyObject *a_obj, PyObject *b_obj)
 {
-    static char *kwlist[] = {"input", "mat2", NULL};
-    PyObject *a_obj, *b_obj, *out = NULL;
+    PyObject *out = NULL;
     PyArrayObject *ra = NULL, *rb = NULL, *a = NULL, *b = NULL;
     char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN];
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:bmm", kwlist, &a_obj, &b_obj))
-        return NULL;
     if ((ra = as_real_array(a_obj, "bmm(): input")) == NULL
             || (rb = as_real_array(b_obj, "bmm(): mat2")) == NULL)
         goto fail;
@@ -205,7 +234,7 @@ static PyObject *myatt_bmm(PyObject *module, PyObject *args, PyObject *kwds)
         goto fail;
     void *od = PyArray_DATA((PyArrayObject *)out);
     int rc;
-    Py_BEGIN_ALLOW_THREADS
+    MYATT_BEGIN_COMPUTE((double)bt * (double)n * (double)m * (double)p)
     if (typenum == NPY_FLOAT)
         rc = bmm_forward_f32(od, PyArray_DATA(a), ESTRIDE(a, 0), ESTRIDE(a, 1), ESTRIDE(a, 2),
                              PyArray_DATA(b), ESTRIDE(b, 0), ESTRIDE(b, 1), ESTRIDE(b, 2),
@@ -214,7 +243,7 @@ static PyObject *myatt_bmm(PyObject *module, PyObject *args, PyObject *kwds)
         rc = bmm_forward_f64(od, PyArray_DATA(a), ESTRIDE(a, 0), ESTRIDE(a, 1), ESTRIDE(a, 2),
                              PyArray_DATA(b), ESTRIDE(b, 0), ESTRIDE(b, 1), ESTRIDE(b, 2),
                              bt, n, m, p);
-    Py_END_ALLOW_THREADS
+    MYATT_END_COMPUTE
     if (rc < 0) {
         Py_CLEAR(out);
         PyErr_NoMemory();
@@ -225,6 +254,23 @@ fail:
     Py_XDECREF(a);
     Py_XDECREF(b);
     return out;
+}
+
+static PyObject *myatt_bmm(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"input", "mat2", NULL};
+    PyObject *a_obj, *b_obj;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:bmm", kwlist, &a_obj, &b_obj))
+        return NULL;
+    return bmm_impl(a_obj, b_obj);
+}
+
+static PyObject *myatt_bmm_fast(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
+{
+    if (nargs == 2 && NO_KWNAMES(kwnames))
+        return bmm_impl(args[0], args[1]);
+    return call_with_tuple(module, args, nargs, kwnames, myatt_bmm);
 }
 
 /* ---- backward kernels: linear_backward, softmax_backward, bmm_backward ------- */
@@ -508,11 +554,12 @@ static PyObject *myatt_kernel_path(PyObject *module, PyObject *Py_UNUSED(ignored
 /* ---- the module ------------------------------------------------------------ */
 
 static PyMethodDef myatt_methods[] = {
-    {"linear", (PyCFunction)(void (*)(void))myatt_linear, METH_VARARGS | METH_KEYWORDS,
+    {"linear", (PyCFunction)(void (*)(void))myatt_linear_fast, METH_FASTCALL | METH_KEYWORDS,
      linear_doc},
-    {"softmax", (PyCFunction)(void (*)(void))myatt_softmax, METH_VARARGS | METH_KEYWORDS,
+    {"softmax", (PyCFunction)(void (*)(void))myatt_softmax_fast, METH_FASTCALL | METH_KEYWORDS,
      softmax_doc},
-    {"bmm", (PyCFunction)(void (*)(void))myatt_bmm, METH_VARARGS | METH_KEYWORDS, bmm_doc},
+    {"bmm", (PyCFunction)(void (*)(void))myatt_bmm_fast, METH_FASTCALL | METH_KEYWORDS,
+     bmm_doc},
     {"linear_backward", (PyCFunction)(void (*)(void))myatt_linear_backward,
      METH_VARARGS | METH_KEYWORDS, linear_backward_doc},
     {"softmax_backward", (PyCFunction)(void (*)(void))myatt_softmax_backward,

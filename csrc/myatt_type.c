@@ -7,13 +7,19 @@
 
 #include <stddef.h>
 
+#include <structmember.h>
+
 typedef struct {
     PyObject_HEAD
+    vectorcallfunc vectorcall;    /* MyAtt_vectorcall: m(Q, K, V) without an args tuple */
     Py_ssize_t query_size, key_size, value_size1, value_size2, output_size;
     int typenum;
     LinearObject *attn;           /* Linear(query_size + key_size, value_size1)   */
     LinearObject *attn_combine;   /* Linear(query_size + value_size2, output_size) */
 } MyAttObject;
+
+static PyObject *MyAtt_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                  PyObject *kwnames);
 
 static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
@@ -44,6 +50,7 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     MyAttObject *self = (MyAttObject *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
+    self->vectorcall = MyAtt_vectorcall;
     self->query_size = qs;
     self->key_size = ks;
     self->value_size1 = v1;
@@ -86,8 +93,54 @@ static PyArrayObject *batch0(PyArrayObject *a, int typenum)
     return cast;
 }
 
+/* Batch item 0 of a checked 3-D array as the kernel reads it: its data and
+ * element strides.  An array already of `typenum`, aligned and in native byte
+ * order is read in place (no view object: the same pointer and strides the
+ * view a[0] would have); anything else goes through batch0, and *hold keeps
+ * the converted copy alive (NULL when reading in place). */
+typedef struct {
+    PyArrayObject *hold;
+    const void *data;
+    npy_intp rs, cs;
+} matrix;
+
+static int batch0_matrix(PyArrayObject *a, int typenum, matrix *m)
+{
+    if (PyArray_TYPE(a) == typenum && PyArray_ISALIGNED(a) && PyArray_ISNOTSWAPPED(a)) {
+        const npy_intp item = (npy_intp)PyArray_ITEMSIZE(a);
+        m->hold = NULL;
+        m->data = PyArray_DATA(a);
+        m->rs = PyArray_STRIDES(a)[1] / item;
+        m->cs = PyArray_STRIDES(a)[2] / item;
+        return 0;
+    }
+    if ((m->hold = batch0(a, typenum)) == NULL)
+        return -1;
+    m->data = PyArray_DATA(m->hold);
+    m->rs = ESTRIDE(m->hold, 0);
+    m->cs = ESTRIDE(m->hold, 1);
+    return 0;
+}
+
 /* What torch would fail on, in the order torch meets it; 0 or -1 with ValueError. */
+static int check_qkv_fail(MyAttObject *self, PyArrayObject *q, PyArrayObject *k,
+                          PyArrayObject *v);
+
 static int check_qkv(MyAttObject *self, PyArrayObject *q, PyArrayObject *k, PyArrayObject *v)
+{
+    /* the common case without formatting any shape; the messages: check_qkv_fail */
+    if (PyArray_NDIM(q) == 3 && PyArray_NDIM(k) == 3 && PyArray_NDIM(v) == 3
+            && PyArray_DIM(q, 0) != 0 && PyArray_DIM(k, 0) != 0
+            && PyArray_DIM(q, 1) == PyArray_DIM(k, 1)
+            && PyArray_DIM(q, 2) + PyArray_DIM(k, 2) == self->attn->in_features
+            && PyArray_DIM(v, 0) == 1 && PyArray_DIM(v, 1) == self->value_size1
+            && PyArray_DIM(q, 2) + PyArray_DIM(v, 2) == self->attn_combine->in_features)
+        return 0;
+    return check_qkv_fail(self, q, k, v);
+}
+
+static int check_qkv_fail(MyAttObject *self, PyArrayObject *q, PyArrayObject *k,
+                          PyArrayObject *v)
 {
     char sq[SHAPE_STR_LEN], sk[SHAPE_STR_LEN], sv[SHAPE_STR_LEN];
     SHAPE_OF(sq, q);
@@ -135,7 +188,8 @@ static int check_qkv(MyAttObject *self, PyArrayObject *q, PyArrayObject *k, PyAr
 
 static PyObject *myatt_forward(MyAttObject *self, PyObject *Q, PyObject *K, PyObject *V)
 {
-    PyArrayObject *rq = NULL, *rk = NULL, *rv = NULL, *q = NULL, *k = NULL, *v = NULL;
+    PyArrayObject *rq = NULL, *rk = NULL, *rv = NULL;
+    matrix q = {NULL}, k = {NULL}, v = {NULL};
     PyArrayObject *out = NULL, *weights = NULL;
     PyObject *result = NULL;
     int typenum = self->typenum;
@@ -144,13 +198,13 @@ static PyObject *myatt_forward(MyAttObject *self, PyObject *Q, PyObject *K, PyOb
             || (rk = as_real_array(K, "MyAtt: K")) == NULL
             || (rv = as_real_array(V, "MyAtt: V")) == NULL
             || check_qkv(self, rq, rk, rv) < 0
-            || (q = batch0(rq, typenum)) == NULL
-            || (k = batch0(rk, typenum)) == NULL
-            || (v = batch0(rv, typenum)) == NULL)
+            || batch0_matrix(rq, typenum, &q) < 0
+            || batch0_matrix(rk, typenum, &k) < 0
+            || batch0_matrix(rv, typenum, &v) < 0)
         goto fail;
 
-    npy_intp S = PyArray_DIM(q, 0), dq = PyArray_DIM(q, 1), dk = PyArray_DIM(k, 1);
-    npy_intp v1 = PyArray_DIM(v, 0), v2 = PyArray_DIM(v, 1), os = self->output_size;
+    npy_intp S = PyArray_DIM(rq, 1), dq = PyArray_DIM(rq, 2), dk = PyArray_DIM(rk, 2);
+    npy_intp v1 = PyArray_DIM(rv, 1), v2 = PyArray_DIM(rv, 2), os = self->output_size;
     npy_intp out_dims[3] = {1, S, os}, w_dims[2] = {S, v1};
     if ((out = (PyArrayObject *)new_array(3, out_dims, typenum, "MyAtt: output")) == NULL
             || (weights = (PyArrayObject *)new_array(2, w_dims, typenum,
@@ -158,25 +212,23 @@ static PyObject *myatt_forward(MyAttObject *self, PyObject *Q, PyObject *K, PyOb
         goto fail;
 
     LinearObject *a = self->attn, *c = self->attn_combine;
+    const double work = (double)S * ((double)(dq + dk) * (double)v1 + (double)v1 * (double)v2
+                                     + (double)(dq + v2) * (double)os);
     int rc;
-    Py_BEGIN_ALLOW_THREADS
+    MYATT_BEGIN_COMPUTE(work)
     if (typenum == NPY_FLOAT)
         rc = myatt_forward_f32(PyArray_DATA(out), PyArray_DATA(weights),
-                               PyArray_DATA(q), ESTRIDE(q, 0), ESTRIDE(q, 1),
-                               PyArray_DATA(k), ESTRIDE(k, 0), ESTRIDE(k, 1),
-                               PyArray_DATA(v), ESTRIDE(v, 0), ESTRIDE(v, 1),
+                               q.data, q.rs, q.cs, k.data, k.rs, k.cs, v.data, v.rs, v.cs,
                                PyArray_DATA(a->weight), PyArray_DATA(a->bias),
                                PyArray_DATA(c->weight), PyArray_DATA(c->bias),
                                S, dq, dk, v1, v2, os);
     else
         rc = myatt_forward_f64(PyArray_DATA(out), PyArray_DATA(weights),
-                               PyArray_DATA(q), ESTRIDE(q, 0), ESTRIDE(q, 1),
-                               PyArray_DATA(k), ESTRIDE(k, 0), ESTRIDE(k, 1),
-                               PyArray_DATA(v), ESTRIDE(v, 0), ESTRIDE(v, 1),
+                               q.data, q.rs, q.cs, k.data, k.rs, k.cs, v.data, v.rs, v.cs,
                                PyArray_DATA(a->weight), PyArray_DATA(a->bias),
                                PyArray_DATA(c->weight), PyArray_DATA(c->bias),
                                S, dq, dk, v1, v2, os);
-    Py_END_ALLOW_THREADS
+    MYATT_END_COMPUTE
     if (rc < 0) {
         PyErr_NoMemory();
         goto fail;
@@ -187,9 +239,9 @@ fail:
     Py_XDECREF(rq);
     Py_XDECREF(rk);
     Py_XDECREF(rv);
-    Py_XDECREF(q);
-    Py_XDECREF(k);
-    Py_XDECREF(v);
+    Py_XDECREF(q.hold);
+    Py_XDECREF(k.hold);
+    Py_XDECREF(v.hold);
     Py_XDECREF(out);
     Py_XDECREF(weights);
     return result;
@@ -211,6 +263,26 @@ static PyObject *MyAtt_forward(MyAttObject *self, PyObject *args, PyObject *kwds
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:MyAtt.forward", kwlist, &Q, &K, &V))
         return NULL;
     return myatt_forward(self, Q, K, V);
+}
+
+/* m(Q, K, V) and m.forward(Q, K, V): three positional arguments go straight
+ * to myatt_forward; any other call (keywords, a wrong count) takes the tuple
+ * path above, so its parsing and messages are PyArg_ParseTupleAndKeywords'. */
+static PyObject *MyAtt_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                  PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs == 3 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0))
+        return myatt_forward((MyAttObject *)self, args[0], args[1], args[2]);
+    return call_with_tuple(self, args, nargs, kwnames, (ternaryfunc)MyAtt_call);
+}
+
+static PyObject *MyAtt_forward_fast(MyAttObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                    PyObject *kwnames)
+{
+    if (nargs == 3 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0))
+        return myatt_forward(self, args[0], args[1], args[2]);
+    return call_with_tuple((PyObject *)self, args, nargs, kwnames, (ternaryfunc)MyAtt_forward);
 }
 
 /* ---- backward -------------------------------------------------------------- */
@@ -484,7 +556,7 @@ PyDoc_STRVAR(MyAtt_load_state_dict_doc,
 "Returns (missing_keys, unexpected_keys).");
 
 static PyMethodDef MyAtt_methods[] = {
-    {"forward", (PyCFunction)(void (*)(void))MyAtt_forward, METH_VARARGS | METH_KEYWORDS,
+    {"forward", (PyCFunction)(void (*)(void))MyAtt_forward_fast, METH_FASTCALL | METH_KEYWORDS,
      MyAtt_forward_doc},
     {"backward", (PyCFunction)(void (*)(void))MyAtt_backward, METH_VARARGS | METH_KEYWORDS,
      MyAtt_backward_doc},
@@ -518,7 +590,13 @@ static PyGetSetDef MyAtt_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+static PyMemberDef MyAtt_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(MyAttObject, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyType_Slot MyAtt_slots[] = {
+    {Py_tp_members, MyAtt_members},
     {Py_tp_new, MyAtt_new},
     {Py_tp_dealloc, MyAtt_dealloc},
     {Py_tp_call, MyAtt_call},
@@ -532,6 +610,7 @@ static PyType_Slot MyAtt_slots[] = {
 PyType_Spec myatt_type_spec = {
     .name = "myatt.MyAtt",
     .basicsize = sizeof(MyAttObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_IMMUTABLETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_IMMUTABLETYPE
+             | Py_TPFLAGS_HAVE_VECTORCALL,
     .slots = MyAtt_slots,
 };

@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "alloc.h"
 #include "cpu.h"
@@ -36,7 +37,9 @@ static int gemm_use_direct(int64_t m, int64_t n, int64_t k, int mr, int64_t cs_b
     (void)m, (void)n, (void)k, (void)mr, (void)cs_b;
     return GEMM_FORCE_PATH == 2;
 #else
-    return (double)m * (double)n * (double)k <= GEMM_SMALL_WORK || (m < mr && cs_b == 1);
+    const double work = (double)m * (double)n * (double)k;
+    return work <= GEMM_SMALL_WORK
+           || (m < mr && (cs_b == 1 || work <= GEMM_SMALL_ROWS_WORK));
 #endif
 }
 

@@ -69,6 +69,12 @@ static inline int64_t gemm_sum_block(int64_t k)
  * portable kernel, so the choice is about speed only. */
 #define GEMM_SMALL_WORK 2048.0
 
+/* ... and m < mr up to this many multiply-adds when B is a transposed weight
+ * (cs_b != 1): packing B and A for one row then runs a full MR-row tile of
+ * which one row is kept (the seed's 1 x 96 @ 96 x 32: the direct loop, with
+ * its transposing strip copy, skips both allocations). */
+#define GEMM_SMALL_ROWS_WORK 32768.0
+
 /* Most bytes one thread's packed B block may take (see gemm_packed in
  * gemm_tmpl.h).  It lives in L3 while every MC block of rows streams over it;
  * when k is so long that kc x NC does not fit, NC shrinks, so A is re-packed
@@ -79,6 +85,10 @@ static inline int64_t gemm_sum_block(int64_t k)
 /* Fewest multiply-adds (m * n * k) per thread for gemm to use threads: below
  * about 1 M (2 MFLOP, ~50 us on one core) waking a thread does not pay. */
 #define GEMM_THREAD_MIN_WORK (1024.0 * 1024.0)
+
+/* gemm_cat: a two-source A of at most this many bytes is copied (concatenated)
+ * on the stack when the product takes the direct loop. */
+#define GEMM_CAT_STACK_BYTES 4096
 
 
 typedef void (*gemm_kernel_f32_fn)(int64_t kc, const float *a_panel, const float *b_panel,

@@ -340,16 +340,47 @@ static int SUF(gemm_run_src)(const SUF(gemm_microkernel) *uk,
     /* 2. Threads, when the product is big enough to pay for waking them: bands
      *    of c (never of k), whole tiles per band. */
     const double work = (double)m * (double)n * (double)k;   /* multiply-adds */
-    int nthreads = mk_get_num_threads();
-    if (work < GEMM_THREAD_MIN_WORK * nthreads)
-        nthreads = (int)(work / GEMM_THREAD_MIN_WORK);
+    int nthreads = 1;   /* work below 2 * GEMM_THREAD_MIN_WORK: one thread whatever the
+                         * setting (and no look-up of the core count for tiny products) */
+    if (work >= 2.0 * GEMM_THREAD_MIN_WORK) {
+        nthreads = mk_get_num_threads();
+        if (work < GEMM_THREAD_MIN_WORK * nthreads)
+            nthreads = (int)(work / GEMM_THREAD_MIN_WORK);
+    }
 
     /* 3. Small products, where packing would dominate, and a few rows against
      *    a B with contiguous rows, where the direct loop runs along those rows
      *    and full tiles would mostly multiply zero padding.  (Every column of
      *    the direct loop is computed alone, so bands of columns of any width
      *    give the same bits.) */
-    const int direct = A->k1 >= k && gemm_use_direct(m, n, k, uk->mr, cs_b);   /* one source */
+    int direct = gemm_use_direct(m, n, k, uk->mr, cs_b);
+    /* A two-source A (gemm_cat) small enough is concatenated on the stack, so
+     * the direct loop sees one source: the same arithmetic as a gemm on the
+     * concatenated copy (the path depends on m, n, k and cs_b only). */
+    _Alignas(64) T a_cat[GEMM_CAT_STACK_BYTES / sizeof(T)];
+    SUF(gemm_a) A_one;
+    if (direct && A->k1 < k) {
+        if (m * k > (int64_t)(GEMM_CAT_STACK_BYTES / sizeof(T))) {
+            direct = 0;
+        } else {
+            for (int64_t i = 0; i < m; i++) {
+                T *row = a_cat + i * k;
+                const T *r1 = A->a1 + i * A->rs1, *r2 = A->a2 + i * A->rs2;
+                if (A->cs1 == 1 && A->k1 > 0)
+                    memcpy(row, r1, (size_t)A->k1 * sizeof(T));
+                else
+                    for (int64_t p = 0; p < A->k1; p++)
+                        row[p] = r1[p * A->cs1];
+                if (A->cs2 == 1)
+                    memcpy(row + A->k1, r2, (size_t)(k - A->k1) * sizeof(T));
+                else
+                    for (int64_t p = A->k1; p < k; p++)
+                        row[p] = r2[(p - A->k1) * A->cs2];
+            }
+            A_one = (SUF(gemm_a)){a_cat, k, 1, k, NULL, 0, 0};
+            A = &A_one;
+        }
+    }
     const int64_t kc = GEMM_CHAINS(T) ? uk->kc : gemm_sum_block(k);
     const int split_n = direct || n >= m;     /* else the longer dimension */
     const int64_t unit = direct ? 64 : split_n ? uk->nr : uk->mr;

@@ -22,6 +22,8 @@
  * for every block: 2.4x slower than torch at S = 1024, sizes 1024). */
 #define MYATT_ROW_BLOCK 64
 #define MYATT_WORKSPACE_BYTES ((int64_t)4 << 20)
+/* A forward workspace up to this size lives on the stack. */
+#define MYATT_STACK_BYTES 4096
 
 #define T float
 #define SUF(name) name##_f32

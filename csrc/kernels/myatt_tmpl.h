@@ -48,7 +48,11 @@ int SUF(myatt_forward)(T *out, T *attn_weights,
      *      applied [rb, v2] = attn_weights_blk @ v      (v1 == 0 gives zeros)
      *      out_blk          = [q_blk | applied] @ w_comb^T + b_comb */
     const int64_t rows = SUF(myatt_block_rows)(S, v2);
-    T *applied = mk_alloc(mk_bytes(mk_bytes((size_t)rows, (size_t)v2), sizeof(T)));
+    /* small workspaces (the seed's: one row) on the stack, no allocator call */
+    _Alignas(64) T applied_stack[MYATT_STACK_BYTES / sizeof(T)];
+    const int on_stack = rows * v2 <= (int64_t)(MYATT_STACK_BYTES / sizeof(T));
+    T *applied = on_stack ? applied_stack
+                          : mk_alloc(mk_bytes(mk_bytes((size_t)rows, (size_t)v2), sizeof(T)));
     if (applied == NULL)
         return -1;
     for (int64_t r0 = 0; r0 < S && status == 0; r0 += rows) {
@@ -59,7 +63,8 @@ int SUF(myatt_forward)(T *out, T *attn_weights,
                                 applied, v2, 1, w_comb, 1, ld_comb, b_comb, rb, o, ld_comb, 0);
     }
 
-    mk_free(applied);
+    if (!on_stack)
+        mk_free(applied);
     return status == 0 ? 0 : -1;
 }
 

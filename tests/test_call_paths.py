@@ -1,0 +1,138 @@
+"""The fast call paths (vectorcall / METH_FASTCALL) and the tuple paths they fall back to.
+
+A plain positional call (m(Q, K, V), layer(x), myatt.linear(x, w, b), ...) skips the
+argument tuple; every other call (keywords, wrong counts) is parsed as before.  Both
+must give the same results (checked against torch) and the same errors.
+"""
+import numpy as np
+import pytest
+import torch
+
+import myatt
+from oracle import assert_matches, run, torch_linear, torch_myatt
+
+SEED = (32, 32, 32, 64, 32)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(7)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_myatt_call_forms_match_torch(rng, dtype):
+    m = myatt.MyAtt(*SEED, dtype=dtype)
+    Q = rng.standard_normal((1, 1, 32)).astype(dtype)
+    K = rng.standard_normal((1, 1, 32)).astype(dtype)
+    V = rng.standard_normal((1, 32, 64)).astype(dtype)
+    out_t, aw_t = run(torch_myatt(m), Q, K, V, dtype=dtype)
+    calls = [lambda: m(Q, K, V), lambda: m(Q, K, V=V), lambda: m(Q=Q, K=K, V=V),
+             lambda: m.forward(Q, K, V), lambda: m.forward(Q, K=K, V=V),
+             lambda: m.__call__(Q, K, V), lambda: myatt.MyAtt.__call__(m, Q, K, V)]
+    for call in calls:
+        out, aw = call()
+        assert_matches(out, out_t)
+        assert_matches(aw, aw_t)
+
+
+@pytest.mark.parametrize("call", [
+    lambda m, Q, K, V: m(Q, K),
+    lambda m, Q, K, V: m(Q, K, V, V),
+    lambda m, Q, K, V: m(Q, K, W=V),
+    lambda m, Q, K, V: m.forward(),
+    lambda m, Q, K, V: m.forward(Q, K, V, Q=Q),
+])
+def test_myatt_bad_calls_raise_type_error(rng, call):
+    m = myatt.MyAtt(*SEED)
+    Q = np.zeros((1, 1, 32), np.float32)
+    V = np.zeros((1, 32, 64), np.float32)
+    with pytest.raises(TypeError, match=r"MyAtt\.(__call__|forward)\(\)"):
+        call(m, Q, Q, V)
+
+
+def test_subclass_call_and_forward_overrides(rng):
+    class Plain(myatt.MyAtt):
+        pass
+
+    class OwnCall(myatt.MyAtt):
+        def __call__(self, *args):
+            return "own"
+
+    class OwnLinearCall(myatt.Linear):
+        def __call__(self, x):
+            return "own"
+
+    Q = rng.standard_normal((1, 1, 32)).astype(np.float32)
+    V = rng.standard_normal((1, 32, 64)).astype(np.float32)
+    p = Plain(*SEED)
+    out_t, aw_t = run(torch_myatt(p), Q, Q, V, dtype=np.float32)
+    out, aw = p(Q, Q, V)
+    assert_matches(out, out_t)
+    assert_matches(aw, aw_t)
+    assert OwnCall(*SEED)(Q, Q, V) == "own"
+    assert OwnLinearCall(3, 2)(np.ones(3)) == "own"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_linear_call_forms_match_torch(rng, dtype):
+    layer = myatt.Linear(64, 32, dtype=dtype)
+    x = rng.standard_normal((2, 64)).astype(dtype)
+    want = run(torch_linear(layer), x, dtype=dtype)
+    for call in (lambda: layer(x), lambda: layer(input=x), lambda: layer.forward(x),
+                 lambda: layer.forward(input=x)):
+        assert_matches(call(), want)
+    for bad in (lambda: layer(), lambda: layer(x, x), lambda: layer.forward(x, input=x),
+                lambda: layer(inp=x)):
+        with pytest.raises(TypeError, match=r"Linear\.(__call__|forward)\(\)"):
+            bad()
+
+
+def test_module_functions_call_forms_match_torch(rng):
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    w = (rng.standard_normal((32, 64)) / 8).astype(np.float32)
+    b = rng.standard_normal(32).astype(np.float32)
+    tx, tw, tb = (torch.from_numpy(a) for a in (x, w, b))
+    lin = torch.nn.functional.linear(tx, tw, tb)
+    for call in (lambda: myatt.linear(x, w, b), lambda: myatt.linear(x, w, bias=b),
+                 lambda: myatt.linear(input=x, weight=w, bias=b)):
+        assert_matches(call(), lin)
+    assert_matches(myatt.linear(x, w), torch.nn.functional.linear(tx, tw))
+    assert_matches(myatt.linear(x, w, None), torch.nn.functional.linear(tx, tw))
+
+    for call in (lambda: myatt.softmax(x), lambda: myatt.softmax(x, -1),
+                 lambda: myatt.softmax(x, dim=-1), lambda: myatt.softmax(input=x)):
+        assert_matches(call(), torch.softmax(tx, -1))
+    assert_matches(myatt.softmax(x, 0), torch.softmax(tx, 0))
+
+    a = rng.standard_normal((2, 3, 4))
+    c = rng.standard_normal((2, 4, 5))
+    want = torch.bmm(torch.from_numpy(a), torch.from_numpy(c))
+    for call in (lambda: myatt.bmm(a, c), lambda: myatt.bmm(a, mat2=c),
+                 lambda: myatt.bmm(input=a, mat2=c)):
+        assert_matches(call(), want)
+
+    for bad, name in ((lambda: myatt.linear(x), "linear"),
+                      (lambda: myatt.linear(x, w, b, b), "linear"),
+                      (lambda: myatt.softmax(), "softmax"),
+                      (lambda: myatt.softmax(x, 0, 1), "softmax"),
+                      (lambda: myatt.softmax(x, axis=0), "softmax"),
+                      (lambda: myatt.bmm(a), "bmm"),
+                      (lambda: myatt.bmm(a, c, c), "bmm")):
+        with pytest.raises(TypeError, match=rf"{name}\(\)"):
+            bad()
+
+
+def test_fast_path_reads_strided_and_other_dtypes(rng):
+    """The in-place batch-0 read covers aligned native arrays of the module's dtype;
+    strided, byte-swapped, other-dtype and non-array inputs take the converting path."""
+    m = myatt.MyAtt(*SEED)
+    tm = torch_myatt(m)
+    Qb = rng.standard_normal((3, 2, 64)).astype(np.float32)
+    Q = Qb[1:, :, ::2]                      # batch item 0 at an offset, column stride 2
+    K = np.asfortranarray(rng.standard_normal((2, 2, 32)))          # float64, F order
+    V = rng.standard_normal((1, 32, 64)).astype(">f4")              # byte-swapped
+    out_t, aw_t = run(tm, Q[:1], K[:1], V, dtype=np.float32)
+    for args in ((Q, K, V), (Q, K.tolist(), torch.from_numpy(V.astype(np.float32)))):
+        out, aw = m(*args)
+        assert_matches(out, out_t)
+        assert_matches(aw, aw_t)
