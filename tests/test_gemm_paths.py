@@ -7,7 +7,8 @@ suite once per path) and, through subprocesses, every path this CPU supports.
 
 Sizes are chosen around every kernel's blocking: micro-tiles MR x NR (float32 /
 float64) of 4 x 8 / 4 x 4 (portable), 6 x 16 / 4 x 12 (avx2), 8 x 48 / 8 x 24 (avx512),
-KC = 64 (the summation block), MC = 120 .. 256, NC = 480 .. 4096, and the small
+KC = the float32 summation block (k, k // 2 or 192) and 64 / 384 (float64 portable / SIMD),
+MC = 64 .. 256, NC = 480 .. 4096, and the small
 direct loop (m * n * k <= 2048, or m < MR with contiguous rows of B). Operands are scaled as
 nn.Linear initialises a weight, so products stay unit-scale and default assert_close
 tolerances apply (see test_long_reductions.py for unit-scale long sums).
@@ -31,10 +32,11 @@ from oracle import assert_matches
 PATHS = ["portable", "avx2", "avx512"]
 
 # m, n, k values one below, at and one above each kernel's MR, NR, KC, MC boundary.
-M_EDGES = [1, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 23, 24, 25, 119, 120, 121, 239, 240, 241, 257]
+M_EDGES = [1, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 23, 24, 25, 63, 64, 65, 119, 120, 121, 239, 240, 241,
+           257]
 N_EDGES = [1, 3, 4, 5, 7, 8, 9, 11, 12, 13, 15, 16, 17, 23, 24, 25, 31, 32, 33, 47, 48, 49, 63, 64, 65,
            95, 96, 97]
-K_EDGES = [1, 2, 63, 64, 65, 127, 128, 129, 200]
+K_EDGES = [1, 2, 63, 64, 65, 127, 128, 129, 191, 192, 193, 200, 383, 384, 385, 386, 769]
 
 
 @pytest.fixture

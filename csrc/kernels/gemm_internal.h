@@ -111,7 +111,8 @@ typedef void (*gemm_small_f64_fn)(double *c, int64_t rs_c, int64_t cs_c,
                                   int64_t m, int64_t n, int64_t k, int64_t kc, int c_holds_value);
 
 /* An optional transposing copy (gemm_copy_avx.h), for packing a B whose
- * columns are contiguous (rs_b == 1: B = weight^T) into a KC x NR panel:
+ * columns are contiguous (rs_b == 1: B = weight^T) into a KC x NR panel, and
+ * an A with contiguous rows into an MR x KC panel (NB = mr, cs_b = rs_a):
  *   strip[p * NB + j] = b[p + j * cs_b]  (p < kb, j < nb), 0 for nb <= j < NB.
  * A copy only: it never changes the bits of a result. */
 typedef void (*gemm_copy_t_f32_fn)(float *strip, int NB, const float *b, int64_t cs_b,
@@ -139,7 +140,7 @@ typedef struct {
                                 * float32 sums in blocks of gemm_sum_block(k) instead of kc */
     gemm_kernel_f32_fn kernel;
     gemm_small_f32_fn small;   /* the direct loop with the same arithmetic */
-    gemm_copy_t_f32_fn copy_t; /* packs B = weight^T panels faster, or NULL */
+    gemm_copy_t_f32_fn copy_t; /* packs A and B = weight^T panels faster, or NULL */
     gemm_edge_f32_fn edge;     /* edge tiles in place (cs_c == 1), or NULL */
 } gemm_microkernel_f32;
 

@@ -35,10 +35,12 @@ static void SUF(gemm_init_zero)(T *c, int64_t rs_c, int64_t cs_c, int64_t m, int
  *   a_pack[q * panel_len + p * mr + i] = A[q * mr + i, p]
  * with rows past mc zero, so the micro-kernel always sees full panels.
  * panel_len >= kc * mr keeps every panel 64-byte aligned.  The loops run along
- * A's contiguous direction: rows of A (cs_a == 1), or for a transposed A
- * (rs_a == 1) columns, mr at a time (reading kc rows of A at a large stride
- * one element each would thrash a few L1 sets). */
-static void SUF(gemm_pack_a)(T *a_pack, const T *a, int64_t rs_a, int64_t cs_a,
+ * A's contiguous direction: rows of A (cs_a == 1), through the path's
+ * transposing copy when it has one (a scalar copy took 11 % of a 2048^3
+ * product), or for a transposed A (rs_a == 1) columns, mr at a time (reading
+ * kc rows of A at a large stride one element each would thrash a few L1 sets). */
+static void SUF(gemm_pack_a)(const SUF(gemm_microkernel) *uk,
+                             T *a_pack, const T *a, int64_t rs_a, int64_t cs_a,
                              int64_t mc, int64_t kc, int mr, int64_t panel_len)
 {
     for (int64_t ir = 0; ir < mc; ir += mr) {
@@ -55,14 +57,19 @@ static void SUF(gemm_pack_a)(T *a_pack, const T *a, int64_t rs_a, int64_t cs_a,
             }
             continue;
         }
+        /* Rows of A are read kc elements at a time, too short for the hardware
+         * prefetcher: ask for the next KC block of these rows now (a hint only;
+         * past the end of A it is harmless). */
+        if (cs_a == 1)
+            for (int64_t i = 0; i < m_r; i++)
+                for (int64_t p = 0; p < kc; p += GEMM_PANEL_ALIGN / (int64_t)sizeof(T))
+                    __builtin_prefetch(a + (ir + i) * rs_a + kc + p);
+        if (cs_a == 1 && uk->copy_t != NULL) {   /* panel[p, i] = A[ir + i, p], zero-padded */
+            uk->copy_t(panel, mr, a + ir * rs_a, rs_a, kc, m_r);
+            continue;
+        }
         for (int64_t i = 0; i < m_r; i++) {
             const T *a_row = a + (ir + i) * rs_a;    /* A[ir + i, 0:kc] */
-            /* Rows of A are read kc elements at a time, too short for the
-             * hardware prefetcher: ask for the next KC block of this row now
-             * (a hint only; past the end of A it is harmless). */
-            if (cs_a == 1)
-                for (int64_t p = 0; p < kc; p += GEMM_PANEL_ALIGN / (int64_t)sizeof(T))
-                    __builtin_prefetch(a_row + kc + p);
             for (int64_t p = 0; p < kc; p++)
                 panel[p * mr + i] = a_row[p * cs_a];
         }
@@ -84,16 +91,17 @@ typedef struct {
 
 /* Pack A[i0:i0+mc, p0:p0+kc] of a (possibly two-source) A: the columns of
  * each source go to their rows of the panels (A[:, p] -> panel row p - p0). */
-static void SUF(gemm_pack_a_src)(T *a_pack, const SUF(gemm_a) *A, int64_t i0, int64_t p0,
+static void SUF(gemm_pack_a_src)(const SUF(gemm_microkernel) *uk,
+                                 T *a_pack, const SUF(gemm_a) *A, int64_t i0, int64_t p0,
                                  int64_t mc, int64_t kc, int mr, int64_t panel_len)
 {
     int64_t n1 = A->k1 - p0;   /* columns of the block in a1 */
     n1 = n1 < 0 ? 0 : n1 > kc ? kc : n1;
     if (n1 > 0)
-        SUF(gemm_pack_a)(a_pack, A->a1 + i0 * A->rs1 + p0 * A->cs1, A->rs1, A->cs1,
+        SUF(gemm_pack_a)(uk, a_pack, A->a1 + i0 * A->rs1 + p0 * A->cs1, A->rs1, A->cs1,
                          mc, n1, mr, panel_len);
     if (kc > n1)
-        SUF(gemm_pack_a)(a_pack + n1 * mr, A->a2 + i0 * A->rs2 + (p0 + n1 - A->k1) * A->cs2,
+        SUF(gemm_pack_a)(uk, a_pack + n1 * mr, A->a2 + i0 * A->rs2 + (p0 + n1 - A->k1) * A->cs2,
                          A->rs2, A->cs2, mc, kc - n1, mr, panel_len);
 }
 
@@ -123,8 +131,11 @@ static void SUF(gemm_pack_b)(const SUF(gemm_microkernel) *uk,
             for (int64_t p = 0; p < kc; p++) {
                 const T *b_row = b + p * rs_b + jr * cs_b;   /* B[p, jr:jr+n_r] */
                 T *dst = panel + p * nr;
-                for (int64_t j = 0; j < n_r; j++)
-                    dst[j] = b_row[j * cs_b];
+                if (cs_b == 1)
+                    memcpy(dst, b_row, (size_t)n_r * sizeof(T));
+                else
+                    for (int64_t j = 0; j < n_r; j++)
+                        dst[j] = b_row[j * cs_b];
                 for (int64_t j = n_r; j < nr; j++)           /* zero-pad the edge panel */
                     dst[j] = 0;
             }
@@ -231,7 +242,7 @@ static int SUF(gemm_packed)(const SUF(gemm_microkernel) *uk,
                     const int accumulate_blk = c_holds_value || pc > 0;
 
                     /* A[ic:ic+mc_blk, pc:pc+kc_blk] -> a_pack */
-                    SUF(gemm_pack_a_src)(a_pack, A, ic, pc, mc_blk, kc_blk, mr, a_panel_len);
+                    SUF(gemm_pack_a_src)(uk, a_pack, A, ic, pc, mc_blk, kc_blk, mr, a_panel_len);
 
                     for (int64_t jr = 0; jr < nc_blk; jr += nr) {          /* NR columns */
                         const T *b_panel = b_blk + (jr / nr) * b_panel_len;
