@@ -4,9 +4,11 @@
     python benchmarks/bench.py            # full run (a few minutes)
     python benchmarks/bench.py --quick    # seconds: seed and mid sizes only
 
-Measures the module forward and each kernel alone (linear, softmax, bmm), float32
-and float64, at the seed's shape, at mid and at large sizes, at 1 thread and at all
-cores, plus a float32 GEMM alone; prints one table with median times, the ratios
+Measures the module forward, one training step (forward + backward: every
+gradient, against torch autograd and hand-written NumPy gradients) and each kernel
+alone (linear, softmax, bmm), float32 and float64, at the seed's shape, at mid and
+at large sizes, at 1 thread and at all cores, plus a float32 GEMM alone; prints
+one table with median times, the ratios
 myatt/torch and myatt/NumPy, GFLOP/s and the share of the machine's FMA peak,
 which it measures first with benchmarks/peak.c (compiled here with `cc`).
 
@@ -227,12 +229,35 @@ def level_ops(level, dtype, rng):
     aw = np.ascontiguousarray(np_softmax(scores)[None])                # [1, S, v1]
     taw = torch.from_numpy(aw)
 
+    # one training step: forward, then every gradient for random upstream gradients
+    gout = rng.standard_normal((1, S, o)).astype(dtype)
+    gaw = rng.standard_normal((S, v1)).astype(dtype)
+    tgout, tgaw = torch.from_numpy(gout), torch.from_numpy(gaw)
+    tinputs = [t.clone().requires_grad_() for t in (tQ, tK, tV)]
+    tparams = dict(tm.named_parameters())
+    names = ["Q", "K", "V", *tparams]
+
+    def myatt_train():
+        m(Q, K, V)
+        return m.backward(Q, K, V, gout, gaw)
+
+    def torch_train():
+        with torch.enable_grad():
+            out, attn_weights = tm(*tinputs)
+            grads = torch.autograd.grad((out, attn_weights), [*tinputs, *tparams.values()],
+                                        (tgout, tgaw))
+        return dict(zip(names, grads))
+
     flops_lin1 = 2 * S * (q + k) * v1
     flops_bmm = 2 * S * v1 * v2
     flops_lin2 = 2 * S * (q + v2) * o
+    flops_module = flops_lin1 + flops_bmm + flops_lin2
     return [
-        ("module", flops_lin1 + flops_bmm + flops_lin2, None,
+        ("module", flops_module, None,
          lambda: m(Q, K, V), lambda: tm(tQ, tK, tV), lambda: nm(Q, K, V)),
+        # autograd's count: the backward of each product is two products of its size
+        ("train", 3 * flops_module, None,
+         myatt_train, torch_train, lambda: nm.train_step(Q, K, V, gout, gaw)),
         ("linear", flops_lin1, None,
          lambda: myatt.linear(x1, w1, b1), lambda: F.linear(tx1, tw1, tb1),
          lambda: np_linear(x1, w1, b1)),
@@ -245,6 +270,9 @@ def level_ops(level, dtype, rng):
 
 
 def first(result):
+    """The array a row compares: the output (forward), the attn.weight gradient (train)."""
+    if isinstance(result, dict):
+        return result["attn.weight"]
     return result[0] if isinstance(result, tuple) else result
 
 
@@ -376,8 +404,9 @@ def run(args):
                 (fns[0](), fns[1]()))
     print("-" * len(HEADER))
     print("|myatt-torch|: max abs difference of the outputs (a sanity check, not a test); "
-          "=torch: share of output elements bit-identical to torch's; "
-          "rate: GFLOP/s for linear/bmm/module (softmax: elements/s); %peak: of the "
+          "=torch: share of output elements bit-identical to torch's (train: of the "
+          "attn.weight gradient); train: forward + backward, every gradient, counted as 3x "
+          "the forward's FLOPs; rate: GFLOP/s (softmax: elements/s); %peak: of the "
           "measured FMA peak x threads")
     return dict(peak=peak, rows=rows, quick=quick, machine=cpu_model(), cores=ncores,
                 commit=git_commit(), date=datetime.datetime.now(datetime.timezone.utc).isoformat())

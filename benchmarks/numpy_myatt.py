@@ -1,8 +1,10 @@
 """The tutorial's MyAtt in plain NumPy: the benchmark's NumPy baseline.
 
 What a NumPy user would write: x @ W.T + b, a numerically stable softmax
-(subtract the max, exp, multiply by the reciprocal of the sum) and matmul.
-Same weights as a myatt.MyAtt (taken from its state_dict), same dtype.
+(subtract the max, exp, multiply by the reciprocal of the sum) and matmul, and
+for training the gradients by hand (backward keeps the forward's intermediates,
+as autograd does).  Same weights as a myatt.MyAtt (taken from its state_dict),
+same dtype.
 """
 import numpy as np
 
@@ -36,7 +38,32 @@ class NumpyMyAtt:
         self.w2, self.b2 = sd["attn_combine.weight"], sd["attn_combine.bias"]
 
     def __call__(self, Q, K, V):
-        attn_weights = softmax(linear(np.concatenate((Q[0], K[0]), axis=-1), self.w1, self.b1))
+        return self._forward(Q, K, V)[:2]
+
+    def _forward(self, Q, K, V):
+        x1 = np.concatenate((Q[0], K[0]), axis=-1)
+        attn_weights = softmax(linear(x1, self.w1, self.b1))
         attn_applied = bmm(attn_weights[None], V)
-        output = linear(np.concatenate((Q[0], attn_applied[0]), axis=-1), self.w2, self.b2)[None]
-        return output, attn_weights
+        x2 = np.concatenate((Q[0], attn_applied[0]), axis=-1)
+        output = linear(x2, self.w2, self.b2)[None]
+        return output, attn_weights, x1, x2
+
+    def train_step(self, Q, K, V, grad_output, grad_attn_weights):
+        """Forward, then the gradients of sum(output * grad_output) + sum(attn_weights *
+        grad_attn_weights), keyed as myatt.MyAtt.backward keys them."""
+        _, a, x1, x2 = self._forward(Q, K, V)
+        q = Q.shape[-1]
+        go = grad_output[0]                                  # [S, o]
+        gx2 = go @ self.w2                                   # [S, q + v2]
+        ga = gx2[:, q:] @ V[0].T + grad_attn_weights         # [S, v1]
+        gs = a * (ga - (ga * a).sum(axis=-1, keepdims=True))
+        gx1 = gs @ self.w1                                   # [S, q + k]
+        gV = np.zeros_like(V)
+        gV[0] = a.T @ gx2[:, q:]
+        gQ = np.zeros_like(Q)
+        gQ[0] = gx2[:, :q] + gx1[:, :q]
+        gK = np.zeros_like(K)
+        gK[0] = gx1[:, q:]
+        return {"Q": gQ, "K": gK, "V": gV,
+                "attn.weight": gs.T @ x1, "attn.bias": gs.sum(axis=0),
+                "attn_combine.weight": go.T @ x2, "attn_combine.bias": go.sum(axis=0)}

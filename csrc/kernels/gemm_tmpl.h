@@ -35,28 +35,40 @@ static void SUF(gemm_init_zero)(T *c, int64_t rs_c, int64_t cs_c, int64_t m, int
  *   a_pack[q * panel_len + p * mr + i] = A[q * mr + i, p]
  * with rows past mc zero, so the micro-kernel always sees full panels.
  * panel_len >= kc * mr keeps every panel 64-byte aligned.  The loops run along
- * A's contiguous direction: rows of A (cs_a == 1), through the path's
- * transposing copy when it has one (a scalar copy took 11 % of a 2048^3
- * product), or for a transposed A (rs_a == 1) columns, mr at a time (reading
- * kc rows of A at a large stride one element each would thrash a few L1 sets). */
+ * A's contiguous direction: for a transposed A (rs_a == 1, e.g. grad_out^T in a
+ * weight gradient) whole columns A[0:mc, p], each cut into the panels' rows
+ * (reading mr elements of kc columns at a large stride, panel by panel, kept
+ * a few L1 sets busy: 6 % of a large backward); else rows of A, through the
+ * path's transposing copy when it has one (a scalar copy took 11 % of a 2048^3
+ * product). */
 static void SUF(gemm_pack_a)(const SUF(gemm_microkernel) *uk,
                              T *a_pack, const T *a, int64_t rs_a, int64_t cs_a,
                              int64_t mc, int64_t kc, int mr, int64_t panel_len)
 {
-    for (int64_t ir = 0; ir < mc; ir += mr) {
-        T *panel = a_pack + (ir / mr) * panel_len;   /* [kc, mr] */
-        const int64_t m_r = gemm_min(mr, mc - ir);
-        if (rs_a == 1 && cs_a != 1) {
-            for (int64_t p = 0; p < kc; p++) {
-                const T *a_col = a + ir + p * cs_a;  /* A[ir:ir+m_r, p] */
-                T *dst = panel + p * mr;
+    if (rs_a == 1 && cs_a != 1) {
+        for (int64_t p = 0; p < kc; p++) {
+            const T *a_col = a + p * cs_a;                       /* A[0:mc, p] */
+            /* and column p + 8, a jump of 8 strides the hardware does not foresee */
+            for (int64_t i = 0; i < mc; i += GEMM_PANEL_ALIGN / (int64_t)sizeof(T))
+                __builtin_prefetch(a_col + 8 * cs_a + i);
+            T *dst = a_pack + p * mr;                            /* row p of panel 0 */
+            for (int64_t ir = 0; ir < mc; ir += mr, dst += panel_len) {
+                const int64_t m_r = gemm_min(mr, mc - ir);
+                if (m_r == 8 && mr == 8) {   /* the SIMD paths' mr: one vector move */
+                    memcpy(dst, a_col + ir, 8 * sizeof(T));
+                    continue;
+                }
                 for (int64_t i = 0; i < m_r; i++)
-                    dst[i] = a_col[i];
+                    dst[i] = a_col[ir + i];
                 for (int64_t i = m_r; i < mr; i++)   /* zero-pad the edge panel */
                     dst[i] = 0;
             }
-            continue;
         }
+        return;
+    }
+    for (int64_t ir = 0; ir < mc; ir += mr) {
+        T *panel = a_pack + (ir / mr) * panel_len;   /* [kc, mr] */
+        const int64_t m_r = gemm_min(mr, mc - ir);
         /* Rows of A are read kc elements at a time, too short for the hardware
          * prefetcher: ask for the next KC block of these rows now (a hint only;
          * past the end of A it is harmless). */

@@ -27,8 +27,9 @@ int mk_get_num_threads(void);
  * hang), it would be a third pool beside torch's and NumPy's (OMP_NUM_THREADS
  * and friends would then act on us in surprising ways), and we need only
  * "run these n tasks and wait".  This pool is re-created in a forked child
- * (pthread_atfork), never nests, and never spins: idle threads sleep on a
- * condition variable. */
+ * (pthread_atfork) and never nests.  A thread out of work polls for up to
+ * 0.2 ms before it sleeps on a condition variable (waking a sleeping thread
+ * cost as much as a mid-size product: see MK_SPIN_NS in threads.c). */
 typedef void (*mk_task_fn)(void *arg, int task);
 
 void mk_parallel_run(int ntasks, mk_task_fn fn, void *arg);
