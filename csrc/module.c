@@ -539,6 +539,21 @@ static PyObject *myatt_get_num_threads(PyObject *module, PyObject *Py_UNUSED(ign
     return PyLong_FromLong(mk_get_num_threads());
 }
 
+PyDoc_STRVAR(empty_cache_doc,
+"empty_cache($module, /)\n--\n\n"
+"Free the kernels' cached workspaces.\n\n"
+"Kernels keep freed workspaces (packed panels, row blocks) of 32 KiB and more,\n"
+"up to 32 MiB in all, and reuse them in later calls instead of asking the OS\n"
+"for fresh pages each time.  This gives that memory back.");
+
+static PyObject *myatt_empty_cache(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    Py_BEGIN_ALLOW_THREADS
+    mk_empty_cache();
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(kernel_path_doc,
 "kernel_path($module, /)\n--\n\n"
 "The instruction-set path of the kernels: 'avx512', 'avx2' or 'portable'.\n\n"
@@ -569,6 +584,7 @@ static PyMethodDef myatt_methods[] = {
     {"manual_seed", myatt_manual_seed, METH_O, manual_seed_doc},
     {"set_num_threads", myatt_set_num_threads, METH_O, set_num_threads_doc},
     {"get_num_threads", myatt_get_num_threads, METH_NOARGS, get_num_threads_doc},
+    {"empty_cache", myatt_empty_cache, METH_NOARGS, empty_cache_doc},
     {"kernel_path", myatt_kernel_path, METH_NOARGS, kernel_path_doc},
     {NULL, NULL, 0, NULL},
 };

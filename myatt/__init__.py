@@ -7,7 +7,7 @@
 Kernels: linear, softmax, bmm, and their gradients linear_backward,
 softmax_backward, bmm_backward.  Types: Linear, MyAtt (with .backward, from_torch,
 pickle, copy).  Generator: manual_seed.  Threads: set_num_threads, get_num_threads.
-Instruction set in use: kernel_path.  Optimisers (torch.optim's rules, in NumPy, on the live parameters): SGD, Adam.
+Instruction set in use: kernel_path.  Cached kernel workspaces: empty_cache.  Optimisers (torch.optim's rules, in NumPy, on the live parameters): SGD, Adam.
 Validation against torch: compare.  Plots: plot_attention (needs matplotlib).
 PyTorch is never needed, and never imported by ``import myatt``.
 """
@@ -16,6 +16,7 @@ from ._myatt import (
     MyAtt,
     bmm,
     bmm_backward,
+    empty_cache,
     get_num_threads,
     kernel_path,
     linear,
@@ -41,6 +42,7 @@ __all__ = [
     "bmm",
     "bmm_backward",
     "compare",
+    "empty_cache",
     "get_num_threads",
     "kernel_path",
     "linear",

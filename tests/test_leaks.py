@@ -301,11 +301,13 @@ def test_resident_size():
 
 def test_tracemalloc_sees_kernel_workspaces():
     """The kernels' workspaces are allocated through PyMem_RawMalloc, so tracemalloc
-    counts them: the peak during a packed GEMM exceeds the result by the workspace, and
-    all of it is freed when the call returns."""
+    counts them: the peak during a packed GEMM exceeds the result by the workspace.
+    When the call returns, the large ones stay in the workspace cache (bounded: 32 MiB)
+    and the next call reuses them; empty_cache() frees them."""
     x = _arr(128, 256, dtype=np.float64)
-    w = _arr(2048, 256, dtype=np.float64)           # b panels: up to 2048 x 64 x 8 = 1 MiB
+    w = _arr(2048, 256, dtype=np.float64)           # packed B: 256 x 504 x 8 = 1 MiB
     myatt.linear(x, w)
+    myatt.empty_cache()
     gc.collect()
     tracemalloc.start()
     try:
@@ -313,11 +315,21 @@ def test_tracemalloc_sees_kernel_workspaces():
         tracemalloc.reset_peak()
         out = myatt.linear(x, w)
         after, peak = tracemalloc.get_traced_memory()
+        cached = after - before - out.nbytes
+        del out
+        tracemalloc.reset_peak()
+        again = myatt.linear(x, w)                        # served from the cache
+        after_again, peak_again = tracemalloc.get_traced_memory()
+        myatt.empty_cache()
+        emptied, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert after - before <= out.nbytes + 4096            # only the result stays
-    workspace = peak - before - out.nbytes
+    workspace = peak - before - again.nbytes
     assert workspace >= 64 * 1024, f"tracemalloc saw only {workspace} bytes of workspace"
+    assert 64 * 1024 <= cached <= 32 * 2 ** 20             # what stayed: the cached panels
+    assert after_again - after <= 4096                    # the same blocks, reused
+    assert peak_again - after <= again.nbytes + 4096      # no new workspace allocated
+    assert emptied - before <= again.nbytes + 4096        # empty_cache() freed them all
 
 
 def test_myatt_workspace_traced():
@@ -325,12 +337,14 @@ def test_myatt_workspace_traced():
     m = myatt.MyAtt(64, 64, 256, 256, 64, dtype=np.float64)
     Q, K, V = _arr(1, 256, 64), _arr(1, 256, 64), _arr(1, 256, 256)
     m(Q, K, V)
+    myatt.empty_cache()
     gc.collect()
     tracemalloc.start()
     try:
         before, _ = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
         out, attn = m(Q, K, V)
+        myatt.empty_cache()
         after, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
