@@ -53,6 +53,26 @@ def test_hundreds(rng, dtype, b, n, m, p):
     assert_matches(myatt.bmm(a, c), torch_bmm(a, c, dtype))
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_many_small_items_over_threads(rng, dtype, threads):
+    """Items too small for the gemm's own threads are dealt out to threads whole:
+    the same results as torch (and as one thread) for any thread count, forward
+    and backward."""
+    saved = myatt.get_num_threads()
+    try:
+        myatt.set_num_threads(threads)
+        a = data(rng, (37, 64, 48), dtype)
+        c = scaled(rng, (37, 48, 80), dtype, 48)
+        go = scaled(rng, (37, 64, 80), dtype, 80)
+        assert_matches(myatt.bmm(a, c), torch_bmm(a, c, dtype))
+        ta, tc = to_torch(a, dtype).requires_grad_(), to_torch(c, dtype).requires_grad_()
+        want = torch.autograd.grad(torch.bmm(ta, tc), (ta, tc), to_torch(go, dtype))
+        for got, expected in zip(myatt.bmm_backward(go, a, c), want):
+            assert_matches(got, expected)
+    finally:
+        myatt.set_num_threads(saved)
+
+
 def test_batches_are_independent(rng, dtype):
     """Each batch item is its own product (no mixing of batch strides)."""
     a = data(rng, (4, 6, 5), dtype)

@@ -43,6 +43,9 @@ def _workload(dtype):
     xs = _arr(rng, 2, 40, k, dtype=dtype)[:, ::2, ::-1]        # strided, reversed
     a = _arr(rng, 3, 70, 90, dtype=dtype)
     m2 = np.asfortranarray(_arr(rng, 3, 90, 110, dtype=dtype))
+    a_many = _arr(rng, 40, 64, 48, dtype=dtype)                # items dealt out to threads
+    m_many = _arr(rng, 40, 48, 70, dtype=dtype)
+    go_many = _arr(rng, 40, 64, 70, dtype=dtype)
     sm = _arr(rng, 60, 33, 17, dtype=dtype)
     m = myatt.MyAtt(64, 48, 96, 80, 72, dtype=dtype)
     lin = myatt.Linear(k, 270, dtype=dtype)
@@ -53,6 +56,8 @@ def _workload(dtype):
         "linear": lambda: (myatt.linear(x, w, b),),
         "linear-strided": lambda: (myatt.linear(xs, w),),
         "bmm": lambda: (myatt.bmm(a, m2),),
+        "bmm-many-items": lambda: (myatt.bmm(a_many, m_many),
+                                   *myatt.bmm_backward(go_many, a_many, m_many)),
         "softmax": lambda: (myatt.softmax(sm, 1), myatt.softmax(sm, -1)),
         "Linear": lambda: (lin(x),),
         "MyAtt": lambda: m(Q, K, V),
