@@ -146,23 +146,47 @@ static void gemm_f64_avx2_kernel_4x12(int64_t kc, const double *a_panel, const d
 /* The direct loops, with FMA (vectorised over up to four vector registers of columns). */
 #define T float
 #define GEMM_MADD(s, x, y) __builtin_fmaf((x), (y), (s))
+#define GEMM_SMALL_V __m256
+#define GEMM_SMALL_VLEN 8
+#define GEMM_SMALL_VLOADU(p) _mm256_loadu_ps(p)
+#define GEMM_SMALL_VSTOREU(p, v) _mm256_storeu_ps((p), (v))
+#define GEMM_SMALL_VSET1(x) _mm256_set1_ps(x)
+#define GEMM_SMALL_VFMA(x, y, s) _mm256_fmadd_ps((x), (y), (s))
 #define GEMM_SMALL_COPY_T gemm_copy_t_f32
 #define GEMM_SMALL_COLS 32
 #define GEMM_SMALL_NAME gemm_f32_avx2_small
 #include "gemm_small_tmpl.h"
 #undef T
 #undef GEMM_MADD
+#undef GEMM_SMALL_V
+#undef GEMM_SMALL_VLEN
+#undef GEMM_SMALL_VLOADU
+#undef GEMM_SMALL_VSTOREU
+#undef GEMM_SMALL_VSET1
+#undef GEMM_SMALL_VFMA
 #undef GEMM_SMALL_COPY_T
 #undef GEMM_SMALL_NAME
 #undef GEMM_SMALL_COLS
 #define T double
 #define GEMM_MADD(s, x, y) __builtin_fma((x), (y), (s))
+#define GEMM_SMALL_V __m256d
+#define GEMM_SMALL_VLEN 4
+#define GEMM_SMALL_VLOADU(p) _mm256_loadu_pd(p)
+#define GEMM_SMALL_VSTOREU(p, v) _mm256_storeu_pd((p), (v))
+#define GEMM_SMALL_VSET1(x) _mm256_set1_pd(x)
+#define GEMM_SMALL_VFMA(x, y, s) _mm256_fmadd_pd((x), (y), (s))
 #define GEMM_SMALL_COPY_T gemm_copy_t_f64
 #define GEMM_SMALL_COLS 16
 #define GEMM_SMALL_NAME gemm_f64_avx2_small
 #include "gemm_small_tmpl.h"
 #undef T
 #undef GEMM_MADD
+#undef GEMM_SMALL_V
+#undef GEMM_SMALL_VLEN
+#undef GEMM_SMALL_VLOADU
+#undef GEMM_SMALL_VSTOREU
+#undef GEMM_SMALL_VSET1
+#undef GEMM_SMALL_VFMA
 #undef GEMM_SMALL_COPY_T
 #undef GEMM_SMALL_NAME
 #undef GEMM_SMALL_COLS

@@ -10,6 +10,11 @@
  *                       fma/fmaf for the portable path (libm: the hardware
  *                       instruction when present), __builtin_fma* for the SIMD
  *                       paths (compiled for the ISA of the includer)
+ *   GEMM_SMALL_V        (optional, SIMD paths) a vector type of GEMM_SMALL_VLEN
+ *                       elements, with GEMM_SMALL_VLOADU(p), GEMM_SMALL_VSTOREU(p, v),
+ *                       GEMM_SMALL_VSET1(x) and GEMM_SMALL_VFMA(x, y, s) = s + x * y
+ *                       in one rounding (the same arithmetic as GEMM_MADD, lane
+ *                       by lane); GEMM_SMALL_COLS / 4 must be a multiple of VLEN
  * defined.  No include guard on purpose.  Contract: gemm_small_f32_fn in
  * gemm_internal.h.
  *
@@ -24,6 +29,8 @@
  * packed micro-kernel does, so the two give the same bits: float32, the sum of
  * its kc blocks, each summed from zero in increasing p with GEMM_MADD and then
  * added onto c; float64 (GEMM_CHAINS), one GEMM_MADD chain continuing from c. */
+
+#include <string.h>
 
 #define GEMM_SMALL_CAT_(x, y) x##y
 #define GEMM_SMALL_CAT(x, y) GEMM_SMALL_CAT_(x, y)
@@ -68,32 +75,58 @@ void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
         for (int64_t i = 0; i < m; i++) {
             const T *a_row = a + i * rs_a + pc * cs_a;   /* A[i, pc:pc+kb] */
             T *c_blk = c + i * rs_c;                     /* C[i, j0:j0+nb] */
-            T acc[GEMM_SMALL_COLS];                      /* [NB] used */
-            if (GEMM_CHAINS(T) && onto_c && cs_c == 1 && nb == NB)
-                for (int j = 0; j < NB; j++)
-                    acc[j] = c_blk[j];
-            else if (GEMM_CHAINS(T) && onto_c)
-                for (int j = 0; j < NB; j++)
-                    acc[j] = j < nb ? c_blk[j * cs_c] : 0;
-            else
-                for (int j = 0; j < NB; j++)
-                    acc[j] = 0;
+            const int whole = cs_c == 1 && nb == NB;     /* c's row segment is contiguous */
+            /* io[]: the chain's start (float64 onto c), then the block sum */
+            T io[GEMM_SMALL_COLS], acc[GEMM_SMALL_COLS];
+            const int chain_from_c = GEMM_CHAINS(T) && onto_c;
+            for (int j = 0; j < NB; j++)
+                io[j] = 0;
+            if (chain_from_c && whole)
+                memcpy(io, c_blk, (size_t)NB * sizeof(T));
+            else if (chain_from_c)
+                for (int64_t j = 0; j < nb; j++)
+                    io[j] = c_blk[j * cs_c];
+#ifdef GEMM_SMALL_V
+            /* vector accumulators, spelled out: in a plain T array the compiler
+             * stored and reloaded them on every step (1 x 64 @ 64 x 32 ran 3x
+             * slower than its FMA latency allows) */
+            enum { VLEN = GEMM_SMALL_VLEN };
+            GEMM_SMALL_V vacc[GEMM_SMALL_COLS / VLEN];
+            (void)acc;
+#pragma GCC unroll 8
+            for (int v = 0; v < NB / VLEN; v++)
+                vacc[v] = GEMM_SMALL_VLOADU(io + v * VLEN);
+            for (int64_t p = 0; p < kb; p++) {
+                const GEMM_SMALL_V a_ip = GEMM_SMALL_VSET1(a_row[p * cs_a]);
+                const T *b_p = b_strip + p * rs_s;       /* B[pc+p, j0:j0+NB] */
+#pragma GCC unroll 8
+                for (int v = 0; v < NB / VLEN; v++)
+                    vacc[v] = GEMM_SMALL_VFMA(a_ip, GEMM_SMALL_VLOADU(b_p + v * VLEN), vacc[v]);
+            }
+#pragma GCC unroll 8
+            for (int v = 0; v < NB / VLEN; v++)
+                GEMM_SMALL_VSTOREU(io + v * VLEN, vacc[v]);
+#else
+            for (int j = 0; j < NB; j++)
+                acc[j] = io[j];
             for (int64_t p = 0; p < kb; p++) {
                 const T a_ip = a_row[p * cs_a];
                 const T *b_p = b_strip + p * rs_s;       /* B[pc+p, j0:j0+NB] */
                 for (int j = 0; j < NB; j++)
                     acc[j] = GEMM_MADD(acc[j], a_ip, b_p[j]);
             }
-            if (cs_c == 1 && nb == NB) {
+            for (int j = 0; j < NB; j++)
+                io[j] = acc[j];
+#endif
+            if (whole) {
                 if (onto_c && !GEMM_CHAINS(T))
                     for (int j = 0; j < NB; j++)
-                        c_blk[j] = c_blk[j] + acc[j];
+                        c_blk[j] = c_blk[j] + io[j];
                 else
-                    for (int j = 0; j < NB; j++)
-                        c_blk[j] = acc[j];
+                    memcpy(c_blk, io, (size_t)NB * sizeof(T));
             } else {
                 for (int64_t j = 0; j < nb; j++)
-                    c_blk[j * cs_c] = onto_c && !GEMM_CHAINS(T) ? c_blk[j * cs_c] + acc[j] : acc[j];
+                    c_blk[j * cs_c] = onto_c && !GEMM_CHAINS(T) ? c_blk[j * cs_c] + io[j] : io[j];
             }
         }
         continue;
@@ -119,6 +152,11 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
 {
     enum { COLS = GEMM_SMALL_COLS };
     _Alignas(64) T strip[GEMM_SMALL_STRIP_ELEMS];   /* [kb][NB], when B is copied */
+    /* float64's kc is a cache block only (its chains continue from c): make its
+     * strips fit the copy buffer (with the packed path's KC of 384 they did
+     * not, and every product took the scalar fallback below: 2x slower) */
+    if (GEMM_CHAINS(T) && kc > GEMM_SMALL_STRIP_ELEMS / COLS)
+        kc = GEMM_SMALL_STRIP_ELEMS / COLS;
     for (int64_t j0 = 0; j0 < n; j0 += COLS) {
         const int64_t nb = n - j0 < COLS ? n - j0 : COLS;
         T *c_j = c + j0 * cs_c;             /* C[:, j0:j0+nb] */
