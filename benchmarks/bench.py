@@ -152,14 +152,26 @@ def measure_peak():
 # --------------------------------------------------------------------------- #
 # Timing
 # --------------------------------------------------------------------------- #
+# longer than the idle polling of the thread pools in the process: OpenBLAS's
+# (2**28 cycles by default, ~0.1 s) and OpenMP's (GOMP_SPINCOUNT, KMP_BLOCKTIME)
+QUIET_SECONDS = 0.2
+
+
 class Timing:
     def __init__(self, min_total, min_reps, min_sample):
         self.min_total = min_total     # seconds of timed calls per measurement, at least
         self.min_reps = min_reps       # samples per measurement, at least
         self.min_sample = min_sample   # seconds per sample (fast calls are batched)
 
-    def __call__(self, fn):
-        """Median seconds per call over samples of batched calls."""
+    def __call__(self, fn, quiet_first=False):
+        """Median seconds per call over samples of batched calls.
+
+        quiet_first: wait until the other libraries' idle threads have stopped
+        spinning first (OpenBLAS's and OpenMP's workers poll for milliseconds
+        after each call; on a 2-core machine they took the core a 2-thread call
+        of the next library needed)."""
+        if quiet_first:
+            time.sleep(QUIET_SECONDS)
         fn()                                   # warm-up (allocations, caches, thread pools)
         t0 = time.perf_counter()
         fn()
@@ -369,7 +381,7 @@ def run(args):
     myatt.manual_seed(0)
 
     def add(case, threads, flops, elems, dtype, fns, results):
-        tm_, tt_, tn_ = (timing(f) for f in fns)
+        tm_, tt_, tn_ = (timing(f, quiet_first=threads > 1) for f in fns)
         share = None
         gflops = flops / tm_ / 1e9 if flops else None
         if gflops is not None and peak_core:
