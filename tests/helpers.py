@@ -59,3 +59,38 @@ def shape_re(shape):
 def name_re(*names):
     """A regex matching any of the argument names as a whole word."""
     return "|".join(r"(?<![A-Za-z0-9_])" + re.escape(n) + r"(?![A-Za-z0-9_])" for n in names)
+
+
+# myatt's kernel path -> the torch CPU capability (torch.backends.cpu.get_cpu_capability(),
+# chosen with ATEN_CPU_CAPABILITY) whose last-axis softmax kernel that path reproduces bit
+# for bit: same vector width, reduction orders and exp (Sleef's; libm's for "portable")
+TORCH_CAPABILITY = {"avx512": "AVX512", "avx2": "AVX2", "portable": "DEFAULT"}
+
+
+def torch_runs_our_softmax():
+    """Whether torch's softmax here is the kernel myatt's path reproduces bit for bit.
+    CI pairs every MYATT_KERNEL run with torch's matching capability and sets
+    MYATT_REQUIRE_TORCH_KERNEL=1, which makes a mismatch an error."""
+    import os
+
+    import myatt
+    import torch
+
+    same = TORCH_CAPABILITY[myatt.kernel_path()] == torch.backends.cpu.get_cpu_capability()
+    if os.environ.get("MYATT_REQUIRE_TORCH_KERNEL") == "1":
+        assert same, (f"myatt path {myatt.kernel_path()} but torch capability "
+                      f"{torch.backends.cpu.get_cpu_capability()}: set ATEN_CPU_CAPABILITY")
+    return same
+
+
+def assert_same_bits(got, expected):
+    """Bit-identical arrays (NaN where the other has NaN, whatever the payload)."""
+    got = np.asarray(got)
+    expected = np.asarray(expected.detach().numpy() if hasattr(expected, "detach") else expected)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    nan = np.isnan(got)
+    np.testing.assert_array_equal(nan, np.isnan(expected))
+    uint = np.uint32 if got.dtype == np.float32 else np.uint64
+    diff = (got.view(uint) != expected.view(uint)) & ~nan
+    assert not diff.any(), (f"{diff.sum()} of {diff.size} elements differ from torch's bits, "
+                            f"largest difference {np.max(np.abs(got - expected)[diff]):.3g}")

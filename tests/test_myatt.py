@@ -7,6 +7,7 @@ import torch
 
 import myatt
 import oracle
+from helpers import assert_same_bits, torch_runs_our_softmax
 from oracle import assert_matches, run, to_torch, torch_dtype, torch_myatt
 
 KEYS = ["attn.weight", "attn.bias", "attn_combine.weight", "attn_combine.bias"]
@@ -62,6 +63,23 @@ def test_seed_demo_shapes(rng, dtype):
     out, attn = check_against_oracle(m, Q, K, V)
     assert out.shape == (1, 1, 32)
     assert attn.shape == (1, 32)
+
+
+@pytest.mark.parametrize("sizes,S", [((48, 40, 48, 72, 36), 64), ((256, 256, 252, 264, 240), 128),
+                                     ((64, 32, 96, 48, 24), 200)], ids=str)
+def test_torchs_bits(rng, dtype, sizes, S):
+    """Where torch's GEMM (MKL) keeps to its main kernel's summation order (rows in
+    whole groups of 4, columns in whole groups of 12: docs/torch-summation-order.md)
+    and torch runs the softmax kernel our path reproduces, both outputs are torch's,
+    bit for bit: the linear layers, the softmax and the bmm all compute what torch
+    computes."""
+    m = make(sizes, dtype)
+    Q, K, V = inputs(rng, sizes, S, dtype)
+    out, attn = check_against_oracle(m, Q, K, V)
+    t_out, t_attn = run(torch_myatt(m), Q, K, V, dtype=dtype)
+    if torch_runs_our_softmax():    # else check_against_oracle held them to assert_close
+        assert_same_bits(attn, t_attn)
+        assert_same_bits(out, t_out)
 
 
 def test_forward_method_and_call_agree(rng, dtype):

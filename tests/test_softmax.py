@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import myatt
+from helpers import assert_same_bits, torch_runs_our_softmax
 from oracle import assert_matches, to_torch, torch_dtype
 
 SHAPES = [
@@ -37,6 +38,29 @@ def case_id(case):
 def test_every_axis(rng, dtype, shape, dim):
     x = (3.0 * rng.standard_normal(shape)).astype(dtype)
     assert_matches(myatt.softmax(x, dim), torch.softmax(to_torch(x, dtype), dim))
+
+
+@pytest.mark.parametrize("cols", [1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100, 255, 256, 1000,
+                                  1024, 4097])
+@pytest.mark.parametrize("scale", [0.1, 1.0, 10.0, 100.0])
+def test_last_axis_is_torchs_bits(rng, dtype, cols, scale):
+    """Along the last axis each path is torch's kernel for the matching CPU capability
+    (helpers.TORCH_CAPABILITY): the same vector width, reduction orders and exp, so the
+    same bits, including rows of -inf, with +inf or NaN.  Where torch runs another
+    kernel (a path forced below torch's), the usual tolerance applies."""
+    x = (scale * rng.standard_normal((9, cols))).astype(dtype)
+    x[1] = -np.inf
+    x[2, cols // 2:] = -np.inf
+    x[3, cols // 3] = np.inf
+    x[4, cols // 2] = np.nan
+    x[5] += 1e4
+    x[6] -= 200.0                                       # exp underflows to 0 at the end
+    out = myatt.softmax(x, -1)
+    expected = torch.softmax(to_torch(x, dtype), -1)
+    if torch_runs_our_softmax():
+        assert_same_bits(out, expected)
+    else:
+        assert_matches(out, expected)
 
 
 def test_default_dim_is_last(rng, dtype):

@@ -1,6 +1,8 @@
 """Every softmax path against torch: the softmax test files run again in a fresh
 interpreter once per path, MYATT_KERNEL=portable|avx2|avx512 (the choice is made
-once per process).  A path the CPU cannot run falls back to the best lower one;
+once per process), each beside torch's kernel for the same instruction set
+(ATEN_CPU_CAPABILITY), so that the last axis is compared bit for bit.  A path the
+CPU cannot run falls back to the best lower one;
 test_softmax_special.test_requested_path_in_use checks the choice."""
 import os
 import subprocess
@@ -8,13 +10,16 @@ import sys
 
 import pytest
 
+from helpers import TORCH_CAPABILITY
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
 @pytest.mark.parametrize("path", ["portable", "avx2", "avx512"])
 def test_softmax_path_matches_torch(path):
-    env = dict(os.environ, MYATT_KERNEL=path)
+    # torch's matching kernel too, so the last-axis softmax is compared bit for bit
+    env = dict(os.environ, MYATT_KERNEL=path, ATEN_CPU_CAPABILITY=TORCH_CAPABILITY[path].lower())
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
            os.path.join(HERE, "test_softmax.py"), os.path.join(HERE, "test_softmax_special.py"),
            os.path.join(HERE, "test_long_reductions.py"), "-k", "softmax or path"]

@@ -59,13 +59,22 @@ def test_long_slices(rng, dtype, shape, dim):
     xl = x3.astype(np.longdouble)
     el = np.exp(xl - xl.max(axis=dim, keepdims=True))
     exact = el / el.sum(axis=dim, keepdims=True)
-    rel = np.abs(myatt.softmax(x3, dim).astype(np.longdouble) - exact) / exact
-    # float32: x - max rounds by up to ulp(max)/2 (|max| ~ 13: ~4 eps relative after
-    # exp), exp adds <= 1 ulp, the sum (accumulated in double) and the product by
+
+    def rel_error(y):
+        return (np.abs(np.asarray(y).astype(np.longdouble) - exact) / exact).max()
+
+    rel = rel_error(myatt.softmax(x3, dim))
+    if dim == -1:
+        # the last axis is torch's kernel, bit for bit (test_softmax_paths.py), so
+        # its error is torch's own: the spec's bar for long reductions
+        assert rel <= rel_error(torch.softmax(to_torch(x3, dtype), dim))
+        return
+    # other axes sum in double: float32: x - max rounds by up to ulp(max)/2 (|max| ~
+    # 13: ~4 eps relative after exp), exp adds <= 1 ulp, the sum and the product by
     # 1/sum about 1 each.  float64 sums 10^5 terms in float64 (measured: ~20 eps):
     # held to 1e-12, still 10^5 times tighter than assert_close's rtol.
     bound = 16 * np.finfo(np.float32).eps if dtype == np.float32 else 1e-12
-    assert rel.max() <= bound
+    assert rel <= bound
 
 
 def test_every_tail_length_last_axis(rng, dtype):

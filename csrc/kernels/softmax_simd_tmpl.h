@@ -8,14 +8,20 @@
  *   VF, VMASK      the vector type of T and its lane-mask type; VLEN lanes
  *   V_SET1(x) V_LOADU(p) V_STOREU(p, v) V_ADD V_SUB V_MUL V_MAX(a, b)
  *                  V_MAX keeps b when a is NaN (x86 max semantics; see below)
+ *   V_MAX_NAN(a, b)       lane-wise max, NaN when either lane is NaN (at::vec::maximum)
+ *   V_BLEND(m, a, b)      lanes in m from b, the others from a
+ *   V_HSUM(v) V_HMAX(v)   the lanes of v reduced to a T in torch's order for this
+ *                         ISA and dtype (a shuffle tree, or ISA(fold_sum/max) below)
  *   V_MASK_FIRST(k)       the first k lanes (0 <= k <= VLEN)
  *   V_LOAD_OR(m, p, fill) lanes in m from p, the others = fill (reads only lanes in m)
  *   V_STORE_MASK(p, m, v) writes only the lanes in m
  *   V_ZERO_OUTSIDE(m, v)  lanes outside m set to 0
- *   V_EXP(v)              exp, <= 1 ulp, NaN -> NaN, -inf -> 0, see the ISA file
+ *   V_EXP(v)              exp: Sleef's expf_u10 / exp_u10 (softmax_exp_sleef.h)
  *
- * Three fused passes per slice, as torch does: (1) max, (2) e = exp(x - max)
- * stored into out while summing, (3) out *= 1 / sum.
+ * The last axis (the module's case) is torch's kernel, bit for bit (see
+ * ISA(softmax_row)).  Other axes: three fused passes per slice, as torch does:
+ * (1) max, (2) e = exp(x - max) stored into out while summing, (3) out *= 1 / sum,
+ * with sums kept in double (not torch's bits, within its tolerance).
  *
  * NaN and inf: the max may skip a NaN (V_MAX), which does not matter: a NaN x
  * gives exp(NaN - max) = NaN, hence a NaN sum and a NaN slice.  A slice of -inf
@@ -23,9 +29,8 @@
  * inf - inf = NaN the same way, as in torch.  x - max very negative (or -inf)
  * gives exactly 0 (V_EXP clamps its argument), never garbage.
  *
- * Sums: T vector accumulators over blocks of a few hundred elements, each
- * block's sum added into a double: the float32 sum of a 10^5-long row is then
- * as accurate as a float can hold it (float64: blocked, like a pairwise sum). */
+ * Sums along other axes: T vector accumulators over blocks of a few dozen
+ * rows, each block's sum added into a double. */
 
 #include <math.h>
 #include <stdint.h>
@@ -43,98 +48,94 @@ API void ISA(softmax_exp)(T *out, const T *inp, int64_t n)
     }
 }
 
-/* ---- last axis: each row inp[r, 0:n] ---- */
+/* ---- last axis: each row inp[r, 0:n], as torch's _vec_softmax_lastdim ---- */
 
-/* lanes of v added in double */
-FN double ISA(lanes_sum)(VF v)
+/* The lanes of v folded in order from lane 0: torch's generic reduction of a
+ * vector (its V_HSUM / V_HMAX where it has no shuffle tree, i.e. for double). */
+FN T ISA(fold_sum)(VF v)
 {
     T a[VLEN];
     V_STOREU(a, v);
-    double s = 0;
-    for (int l = 0; l < VLEN; l++)
-        s += a[l];
+    T s = a[0];
+    for (int l = 1; l < VLEN; l++)
+        s = s + a[l];
     return s;
 }
 
-/* Row block length of the sum: a multiple of 4 * VLEN; each lane sums at
- * most 1024 / (4 * VLEN) <= 32 terms before the block goes into the double. */
-#define ROW_BLOCK 1024
+/* at::vec::maximum on one lane: NaN if either is NaN */
+FN T ISA(max_nan)(T a, T b)
+{
+    return isnan(a) || isnan(b) ? (T)NAN : b > a ? b : a;
+}
 
+FN T ISA(fold_max)(VF v)
+{
+    T a[VLEN];
+    V_STOREU(a, v);
+    T m = a[0];
+    for (int l = 1; l < VLEN; l++)
+        m = ISA(max_nan)(m, a[l]);
+    return m;
+}
+
+/* One row, torch's four passes with its vector width (VLEN) and reduction
+ * orders (vec::reduce_all), so the result is torch's bit for bit:
+ *   1. max: a row shorter than VLEN is folded in order; else lane-wise over
+ *      whole vectors from the first, the tail's lanes merged into the first
+ *      lanes, then the lanes reduced (V_HMAX);
+ *   2. out = exp(x - max) (Sleef's exp, as torch);
+ *   3. sum of out, reduced exactly as the max (fused into pass 2 here: the same
+ *      additions in the same order);
+ *   4. out *= 1 / sum.
+ * NaN anywhere gives a NaN max, hence a NaN row; a row of only -inf, or one
+ * holding +inf, gives -inf - -inf or inf - inf = NaN the same way, as in torch. */
 FN void ISA(softmax_row)(T *out_r, const T *inp_r, int64_t n)
 {
+    const int64_t full = n - n % VLEN;   /* elements in whole vectors */
+    const VF zero = V_SET1((T)0);
+    const VMASK tail = V_MASK_FIRST((int)(n - full));
+
     /* 1. max */
-    const VF neg_inf = V_SET1(-INFINITY);
-    VF m0 = neg_inf, m1 = neg_inf, m2 = neg_inf, m3 = neg_inf;
-    int64_t j = 0;
-    for (; j + 4 * VLEN <= n; j += 4 * VLEN) {
-        m0 = V_MAX(V_LOADU(inp_r + j), m0);
-        m1 = V_MAX(V_LOADU(inp_r + j + VLEN), m1);
-        m2 = V_MAX(V_LOADU(inp_r + j + 2 * VLEN), m2);
-        m3 = V_MAX(V_LOADU(inp_r + j + 3 * VLEN), m3);
+    T max = inp_r[0];
+    if (n < VLEN) {
+        for (int64_t j = 1; j < n; j++)
+            max = ISA(max_nan)(max, inp_r[j]);
+    } else {
+        VF acc = V_LOADU(inp_r);
+        for (int64_t j = VLEN; j < full; j += VLEN)
+            acc = V_MAX_NAN(acc, V_LOADU(inp_r + j));
+        if (full < n)
+            acc = V_BLEND(tail, acc, V_MAX_NAN(acc, V_LOAD_OR(tail, inp_r + full, zero)));
+        max = V_HMAX(acc);
     }
-    for (; j + VLEN <= n; j += VLEN)
-        m0 = V_MAX(V_LOADU(inp_r + j), m0);
-    if (j < n)
-        m1 = V_MAX(V_LOAD_OR(V_MASK_FIRST((int)(n - j)), inp_r + j, neg_inf), m1);
-    m0 = V_MAX(V_MAX(m0, m1), V_MAX(m2, m3));
-    T lanes[VLEN];
-    V_STOREU(lanes, m0);
-    T max = lanes[0];
-    for (int l = 1; l < VLEN; l++)
-        if (lanes[l] > max || isnan(lanes[l]))
-            max = lanes[l];
     const VF vmax = V_SET1(max);
 
-    /* 2. out = exp(x - max), summed */
-    double total = 0;
-    const VF zero = V_SET1((T)0);
-    j = 0;
-    while (j + 4 * VLEN <= n) {
-        const int64_t end = j + ROW_BLOCK <= n ? j + ROW_BLOCK : n;
-        VF s0 = zero, s1 = zero, s2 = zero, s3 = zero;
-        for (; j + 4 * VLEN <= end; j += 4 * VLEN) {
-            const VF e0 = V_EXP(V_SUB(V_LOADU(inp_r + j), vmax));
-            const VF e1 = V_EXP(V_SUB(V_LOADU(inp_r + j + VLEN), vmax));
-            const VF e2 = V_EXP(V_SUB(V_LOADU(inp_r + j + 2 * VLEN), vmax));
-            const VF e3 = V_EXP(V_SUB(V_LOADU(inp_r + j + 3 * VLEN), vmax));
-            V_STOREU(out_r + j, e0);
-            V_STOREU(out_r + j + VLEN, e1);
-            V_STOREU(out_r + j + 2 * VLEN, e2);
-            V_STOREU(out_r + j + 3 * VLEN, e3);
-            s0 = V_ADD(s0, e0);
-            s1 = V_ADD(s1, e1);
-            s2 = V_ADD(s2, e2);
-            s3 = V_ADD(s3, e3);
-        }
-        total += ISA(lanes_sum)(V_ADD(V_ADD(s0, s1), V_ADD(s2, s3)));
+    /* 2. and 3. out = exp(x - max), and its sum */
+    VF acc = zero;   /* + 0 changes no exp value: as torch's start from the first vector */
+    for (int64_t j = 0; j < full; j += VLEN) {
+        const VF e = V_EXP(V_SUB(V_LOADU(inp_r + j), vmax));
+        V_STOREU(out_r + j, e);
+        acc = V_ADD(acc, e);
     }
-    {
-        VF s0 = zero;
-        for (; j + VLEN <= n; j += VLEN) {
-            const VF e = V_EXP(V_SUB(V_LOADU(inp_r + j), vmax));
-            V_STOREU(out_r + j, e);
-            s0 = V_ADD(s0, e);
-        }
-        if (j < n) {
-            const VMASK m = V_MASK_FIRST((int)(n - j));
-            const VF e = V_EXP(V_SUB(V_LOAD_OR(m, inp_r + j, vmax), vmax));
-            V_STORE_MASK(out_r + j, m, e);
-            s0 = V_ADD(s0, V_ZERO_OUTSIDE(m, e));
-        }
-        total += ISA(lanes_sum)(s0);
+    if (full < n) {
+        const VF e = V_EXP(V_SUB(V_LOAD_OR(tail, inp_r + full, zero), vmax));
+        V_STORE_MASK(out_r + full, tail, e);
+        acc = V_BLEND(tail, acc, V_ADD(acc, e));
     }
+    T sum = out_r[0];
+    if (n < VLEN)
+        for (int64_t j = 1; j < n; j++)
+            sum = sum + out_r[j];
+    else
+        sum = V_HSUM(acc);
 
-    /* 3. multiply by the reciprocal of the (T) sum, as torch does */
-    const VF inv = V_SET1((T)1 / (T)total);
-    j = 0;
-    for (; j + VLEN <= n; j += VLEN)
-        V_STOREU(out_r + j, V_MUL(V_LOADU(out_r + j), inv));
-    if (j < n) {
-        const VMASK m = V_MASK_FIRST((int)(n - j));
-        V_STORE_MASK(out_r + j, m, V_MUL(V_LOAD_OR(m, out_r + j, zero), inv));
-    }
+    /* 4. multiply by the reciprocal */
+    const VF inv = V_SET1((T)1 / sum);
+    for (int64_t j = 0; j < full; j += VLEN)
+        V_STOREU(out_r + j, V_MUL(inv, V_LOADU(out_r + j)));
+    if (full < n)
+        V_STORE_MASK(out_r + full, tail, V_MUL(inv, V_LOAD_OR(tail, out_r + full, zero)));
 }
-#undef ROW_BLOCK
 
 /* ---- middle axis: columns of each plane inp[o] of shape [n, inner] ---- */
 

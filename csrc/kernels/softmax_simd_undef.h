@@ -11,6 +11,10 @@
 #undef V_SUB
 #undef V_MUL
 #undef V_MAX
+#undef V_MAX_NAN
+#undef V_BLEND
+#undef V_HSUM
+#undef V_HMAX
 #undef V_MASK_FIRST
 #undef V_LOAD_OR
 #undef V_STORE_MASK

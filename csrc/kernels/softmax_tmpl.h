@@ -4,62 +4,63 @@
  *   EXP        expf or exp (libm)
  * defined.  No include guard on purpose.  Contract: softmax.h. */
 
-/* Pairwise sum of x[0:n] (NumPy's scheme): 8 running partial sums over blocks
- * of up to 128 elements, blocks combined as a binary tree.  The error grows
- * like log(n), not n, so a long float32 row is summed at least as accurately
- * as torch's lane-wise vector sum. */
-static T SUF(softmax_sum)(const T *x, int64_t n)
+/* Lanes of torch's portable vector (its DEFAULT build: 32 bytes, 8 floats or
+ * 4 doubles), which the last-axis case below mirrors. */
+#define SOFTMAX_LANES ((int)(32 / sizeof(T)))
+
+/* at::vec::maximum on one lane: NaN if either is NaN */
+static inline T SUF(softmax_max_nan)(T a, T b)
 {
-    if (n < 8) {
-        T s = 0;
-        for (int64_t i = 0; i < n; i++)
-            s += x[i];
-        return s;
-    }
-    if (n <= 128) {
-        T r[8];
-        for (int l = 0; l < 8; l++)
-            r[l] = x[l];
-        int64_t i = 8;
-        for (; i + 8 <= n; i += 8)
-            for (int l = 0; l < 8; l++)
-                r[l] += x[i + l];
-        T s = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-        for (; i < n; i++)
-            s += x[i];
-        return s;
-    }
-    int64_t half = n / 2;
-    half -= half % 8;
-    return SUF(softmax_sum)(x, half) + SUF(softmax_sum)(x + half, n - half);
+    return isnan(a) || isnan(b) ? (T)NAN : b > a ? b : a;
 }
 
-/* Last-axis case: softmax of each row of inp[rows, n]. */
+/* torch's vec::reduce_all(op, x, n) with SOFTMAX_LANES lanes and no shuffle
+ * tree: a row shorter than a vector folded in order; else lane-wise over whole
+ * vectors from the first, the tail merged into the first lanes, and the lanes
+ * folded in order. */
+static T SUF(softmax_reduce)(const T *x, int64_t n, int is_max)
+{
+    enum { L = SOFTMAX_LANES };
+    T r = x[0];
+    if (n < L) {
+        for (int64_t j = 1; j < n; j++)
+            r = is_max ? SUF(softmax_max_nan)(r, x[j]) : r + x[j];
+        return r;
+    }
+    T acc[L];
+    for (int l = 0; l < L; l++)
+        acc[l] = x[l];
+    int64_t j = L;
+    for (; j + L <= n; j += L)
+        for (int l = 0; l < L; l++)
+            acc[l] = is_max ? SUF(softmax_max_nan)(acc[l], x[j + l]) : acc[l] + x[j + l];
+    for (int l = 0; j + l < n; l++)
+        acc[l] = is_max ? SUF(softmax_max_nan)(acc[l], x[j + l]) : acc[l] + x[j + l];
+    r = acc[0];
+    for (int l = 1; l < L; l++)
+        r = is_max ? SUF(softmax_max_nan)(r, acc[l]) : r + acc[l];
+    return r;
+}
+
+/* Last-axis case: softmax of each row of inp[rows, n], torch's portable
+ * kernel (_vec_softmax_lastdim on its DEFAULT build, libm's exp) bit for bit:
+ * max, out = exp(x - max), sum of out, out *= 1 / sum. */
 static void SUF(softmax_rows)(T *out, const T *inp, int64_t rows, int64_t n)
 {
     for (int64_t r = 0; r < rows; r++) {
         const T *inp_r = inp + r * n;   /* [n] */
         T *out_r = out + r * n;         /* [n], may be inp_r */
-
-        /* 1. max, NaN-propagating: once max is NaN no comparison replaces it */
-        T max = -INFINITY;
-        for (int64_t j = 0; j < n; j++) {
-            const T x = inp_r[j];
-            if (x > max || isnan(x))
-                max = x;
-        }
-
-        /* 2. out = exp(x - max); a row of only -inf or with +inf gives
-         *    inf - inf = NaN here, as in torch */
+        /* a NaN gives a NaN max, hence a NaN row; a row of only -inf, or with
+         * +inf, gives inf - inf = NaN here, as in torch */
+        const T max = SUF(softmax_reduce)(inp_r, n, 1);
         for (int64_t j = 0; j < n; j++)
             out_r[j] = EXP(inp_r[j] - max);
-
-        /* 3. sum, then multiply by its reciprocal (as torch does) */
-        const T inv_sum = (T)1 / SUF(softmax_sum)(out_r, n);
+        const T inv_sum = (T)1 / SUF(softmax_reduce)(out_r, n, 0);
         for (int64_t j = 0; j < n; j++)
-            out_r[j] *= inv_sum;
+            out_r[j] = inv_sum * out_r[j];
     }
 }
+#undef SOFTMAX_LANES
 
 /* Columns handled together in the strided case: per-column max and sum live on
  * the stack, so the kernel needs no workspace and cannot fail. */
