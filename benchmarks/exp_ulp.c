@@ -1,11 +1,12 @@
-/* Accuracy sweep of the vector exp of the softmax kernels (softmax_exp_coef.h).
+/* Accuracy sweep of the vector exp of the softmax kernels: Sleef's expf_u10 /
+ * exp_u10 as torch computes them (csrc/kernels/softmax_exp_sleef.h).
  *
- * float32: every float x in [-104, 89] (about 2.2e9 values; below -104 and
- * above 89 the argument is clamped, giving 0 and inf, which is also checked)
- * against double exp, in ulps of the float result (the denormal spacing below
- * 2^-126).  float64: a dense sweep, every step-th double (bit pattern) in
- * [-746, 710] (default step: about 10^8 values), against long double expl.
- * Both also check NaN -> NaN, -inf -> 0, +inf -> inf.
+ * float32: every float x in [-104, 89] (about 2.2e9 values; below -104 the
+ * result is 0, above 88.72 it overflows to inf, which is also checked) against
+ * double exp, in ulps of the float result (the denormal spacing below 2^-126).
+ * float64: a dense sweep, every step-th double (bit pattern) in [-746, 710]
+ * (default step: about 10^8 values), against long double expl.  Both also
+ * check NaN -> NaN, -inf -> 0, +inf -> inf.
  *
  *   cc -O2 -Icsrc/kernels benchmarks/exp_ulp.c csrc/kernels/softmax_avx2.c \
  *      csrc/kernels/softmax_avx512.c -lm -o /tmp/exp_ulp

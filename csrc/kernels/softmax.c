@@ -1,11 +1,9 @@
 /* softmax along the middle axis of a contiguous [outer, n, inner] array.
  *
- * The portable path (softmax_tmpl.h, once per dtype) uses libm's expf / exp,
- * correctly rounded to within an ulp; it is the reference.  The vector paths
- * are in softmax_avx2.c and softmax_avx512.c (softmax_simd_tmpl.h), picked here
- * at run time.
- *
- * The path is cpu.h's choice, the same as the GEMM's. */
+ * The portable path (softmax_tmpl.h, once per dtype) uses libm's expf / exp
+ * and, along the last axis, torch's DEFAULT-build kernel.  The vector paths are
+ * in softmax_avx2.c and softmax_avx512.c (softmax_simd_tmpl.h), picked here at
+ * run time: the path is cpu.h's choice, the same as the GEMM's. */
 #include "softmax.h"
 #include "cpu.h"
 #include "softmax_internal.h"

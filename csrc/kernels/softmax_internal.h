@@ -1,10 +1,8 @@
 /* Inside the softmax family: the implementations that softmax.c dispatches to.
- * Every path has the contract of softmax.h; the portable one (libm exp) is the
- * reference the vector paths are tested against (tests/test_softmax_paths.py).
- *
- * Vector paths (AVX2, AVX-512): float32 and float64, with a vectorised exp
- * (softmax_exp_coef.h) whose max error, measured by benchmarks/exp_ulp.c, is
- * 0.988 ulp for float32 (every float) and under 1 ulp for float64 (dense sweep). */
+ * Every path has the contract of softmax.h.  Along the last axis each one is
+ * torch's kernel for the same instruction set, bit for bit (portable: torch's
+ * DEFAULT build, libm's exp; AVX2 / AVX-512: Sleef's exp, softmax_exp_sleef.h);
+ * tests/test_softmax.py and tests/test_softmax_paths.py check it against torch. */
 #ifndef MYATT_KERNELS_SOFTMAX_INTERNAL_H
 #define MYATT_KERNELS_SOFTMAX_INTERNAL_H
 
