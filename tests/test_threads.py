@@ -47,6 +47,7 @@ def _workload(dtype):
     m_many = _arr(rng, 40, 48, 70, dtype=dtype)
     go_many = _arr(rng, 40, 64, 70, dtype=dtype)
     sm = _arr(rng, 60, 33, 17, dtype=dtype)
+    sm_big = _arr(rng, 40, 300, 9, dtype=dtype)               # slices dealt out to threads
     m = myatt.MyAtt(64, 48, 96, 80, 72, dtype=dtype)
     lin = myatt.Linear(k, 270, dtype=dtype)
     Q = _arr(rng, 2, 150, 64, dtype=dtype)
@@ -59,6 +60,7 @@ def _workload(dtype):
         "bmm-many-items": lambda: (myatt.bmm(a_many, m_many),
                                    *myatt.bmm_backward(go_many, a_many, m_many)),
         "softmax": lambda: (myatt.softmax(sm, 1), myatt.softmax(sm, -1)),
+        "softmax-threads": lambda: (myatt.softmax(sm_big, 1), myatt.softmax(sm_big, -1)),
         "Linear": lambda: (lin(x),),
         "MyAtt": lambda: m(Q, K, V),
     }

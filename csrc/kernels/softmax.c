@@ -7,6 +7,7 @@
 #include "softmax.h"
 #include "cpu.h"
 #include "softmax_internal.h"
+#include "threads.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -29,7 +30,9 @@
 #undef SUF
 #undef EXP
 
-void softmax_forward_f32(float *out, const float *inp, int64_t outer, int64_t n, int64_t inner)
+/* The path's kernel for a range of slices (outer), on this thread. */
+static void softmax_forward_f32_one(float *out, const float *inp, int64_t outer, int64_t n,
+                                    int64_t inner)
 {
 #ifdef MYATT_SOFTMAX_X86
     switch (mk_cpu_isa()) {
@@ -46,7 +49,8 @@ void softmax_forward_f32(float *out, const float *inp, int64_t outer, int64_t n,
     softmax_forward_f32_portable(out, inp, outer, n, inner);
 }
 
-void softmax_forward_f64(double *out, const double *inp, int64_t outer, int64_t n, int64_t inner)
+static void softmax_forward_f64_one(double *out, const double *inp, int64_t outer, int64_t n,
+                                    int64_t inner)
 {
 #ifdef MYATT_SOFTMAX_X86
     switch (mk_cpu_isa()) {
@@ -62,6 +66,58 @@ void softmax_forward_f64(double *out, const double *inp, int64_t outer, int64_t 
 #endif
     softmax_forward_f64_portable(out, inp, outer, n, inner);
 }
+
+/* Threads: runs of whole slices (rows, for the last axis), as torch splits
+ * them, so results do not depend on the thread count; only when each thread
+ * gets at least SOFTMAX_THREAD_MIN_ELEMS elements (about 20 us of work). */
+#define SOFTMAX_THREAD_MIN_ELEMS (32 * 1024)
+
+static int softmax_threads(int64_t outer, int64_t n, int64_t inner)
+{
+    const double elems = (double)outer * (double)n * (double)inner;
+    if (outer < 2 || elems < 2.0 * SOFTMAX_THREAD_MIN_ELEMS)
+        return 1;
+    int t = mk_get_num_threads();
+    if (t > outer)
+        t = (int)outer;
+    if (t > elems / SOFTMAX_THREAD_MIN_ELEMS)
+        t = (int)(elems / SOFTMAX_THREAD_MIN_ELEMS);
+    return t;
+}
+
+#define SOFTMAX_PARALLEL(T, SUF)                                                          \
+    typedef struct {                                                                      \
+        T *out;                                                                           \
+        const T *inp;                                                                     \
+        int64_t outer, n, inner, per_task;                                                \
+    } softmax_job_##SUF;                                                                  \
+                                                                                          \
+    static void softmax_task_##SUF(void *arg, int task)                                   \
+    {                                                                                     \
+        const softmax_job_##SUF *j = arg;                                                 \
+        const int64_t o0 = task * j->per_task;                                            \
+        const int64_t count = j->outer - o0 < j->per_task ? j->outer - o0 : j->per_task;  \
+        const int64_t slice = j->n * j->inner;                                            \
+        if (count > 0)                                                                    \
+            softmax_forward_##SUF##_one(j->out + o0 * slice, j->inp + o0 * slice, count,  \
+                                        j->n, j->inner);                                  \
+    }                                                                                     \
+                                                                                          \
+    void softmax_forward_##SUF(T *out, const T *inp, int64_t outer, int64_t n,           \
+                               int64_t inner)                                             \
+    {                                                                                     \
+        const int t = softmax_threads(outer, n, inner);                                   \
+        if (t <= 1) {                                                                     \
+            softmax_forward_##SUF##_one(out, inp, outer, n, inner);                       \
+            return;                                                                       \
+        }                                                                                 \
+        softmax_job_##SUF job = {out, inp, outer, n, inner, (outer + t - 1) / t};         \
+        mk_parallel_run(t, softmax_task_##SUF, &job);                                     \
+    }
+
+SOFTMAX_PARALLEL(float, f32)
+SOFTMAX_PARALLEL(double, f64)
+#undef SOFTMAX_PARALLEL
 
 /* The backward has the portable path only: one pass of a dot product and a
  * scale, bound by memory rather than by exp. */

@@ -5,7 +5,8 @@
  * (the axis is the middle one; inner == 1 is the last-axis case). out and inp
  * are both contiguous and may be the same buffer (in place).  NaN anywhere in a
  * slice makes the whole slice NaN, and a slice of -inf only is NaN, as in torch.
- * Any size may be 0.  Work is single-threaded. */
+ * Any size may be 0.  Large inputs are split over threads in runs of whole
+ * slices (threads.h); the bits do not depend on the thread count. */
 #ifndef MYATT_KERNELS_SOFTMAX_H
 #define MYATT_KERNELS_SOFTMAX_H
 
