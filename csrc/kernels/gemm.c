@@ -100,19 +100,11 @@ static void gemm_f64_portable_kernel_4x4(int64_t kc, const double *a_panel, cons
 #define GEMM_SMALL_COLS 16
 #define GEMM_SMALL_NAME gemm_f32_portable_small
 #include "gemm_small_tmpl.h"
-#undef T
-#undef GEMM_SMALL_NAME
-#undef GEMM_SMALL_COLS
-#undef GEMM_MADD
 #define GEMM_MADD(s, x, y) fma((x), (y), (s))
 #define T double
 #define GEMM_SMALL_COLS 16
 #define GEMM_SMALL_NAME gemm_f64_portable_small
 #include "gemm_small_tmpl.h"
-#undef T
-#undef GEMM_SMALL_NAME
-#undef GEMM_SMALL_COLS
-#undef GEMM_MADD
 
 /* ---------------------------------------------------------------------------
  * The micro-kernel table and the one place a kernel is chosen.

@@ -156,17 +156,6 @@ static void gemm_f64_avx2_kernel_4x12(int64_t kc, const double *a_panel, const d
 #define GEMM_SMALL_COLS 32
 #define GEMM_SMALL_NAME gemm_f32_avx2_small
 #include "gemm_small_tmpl.h"
-#undef T
-#undef GEMM_MADD
-#undef GEMM_SMALL_V
-#undef GEMM_SMALL_VLEN
-#undef GEMM_SMALL_VLOADU
-#undef GEMM_SMALL_VSTOREU
-#undef GEMM_SMALL_VSET1
-#undef GEMM_SMALL_VFMA
-#undef GEMM_SMALL_COPY_T
-#undef GEMM_SMALL_NAME
-#undef GEMM_SMALL_COLS
 #define T double
 #define GEMM_MADD(s, x, y) __builtin_fma((x), (y), (s))
 #define GEMM_SMALL_V __m256d
@@ -179,17 +168,6 @@ static void gemm_f64_avx2_kernel_4x12(int64_t kc, const double *a_panel, const d
 #define GEMM_SMALL_COLS 16
 #define GEMM_SMALL_NAME gemm_f64_avx2_small
 #include "gemm_small_tmpl.h"
-#undef T
-#undef GEMM_MADD
-#undef GEMM_SMALL_V
-#undef GEMM_SMALL_VLEN
-#undef GEMM_SMALL_VLOADU
-#undef GEMM_SMALL_VSTOREU
-#undef GEMM_SMALL_VSET1
-#undef GEMM_SMALL_VFMA
-#undef GEMM_SMALL_COPY_T
-#undef GEMM_SMALL_NAME
-#undef GEMM_SMALL_COLS
 
 const gemm_microkernel_f32 gemm_microkernel_f32_avx2 = {
     "avx2", 6, 16, 240, 64, 512, gemm_f32_avx2_kernel_6x16, gemm_f32_avx2_small, gemm_copy_t_f32, NULL,

@@ -269,17 +269,6 @@ static void gemm_f64_avx512_edge(int64_t kc, const double *a_panel, const double
 #define GEMM_SMALL_COLS 64
 #define GEMM_SMALL_NAME gemm_f32_avx512_small
 #include "gemm_small_tmpl.h"
-#undef T
-#undef GEMM_MADD
-#undef GEMM_SMALL_V
-#undef GEMM_SMALL_VLEN
-#undef GEMM_SMALL_VLOADU
-#undef GEMM_SMALL_VSTOREU
-#undef GEMM_SMALL_VSET1
-#undef GEMM_SMALL_VFMA
-#undef GEMM_SMALL_COPY_T
-#undef GEMM_SMALL_NAME
-#undef GEMM_SMALL_COLS
 #define T double
 #define GEMM_MADD(s, x, y) __builtin_fma((x), (y), (s))
 #define GEMM_SMALL_V __m512d
@@ -292,17 +281,6 @@ static void gemm_f64_avx512_edge(int64_t kc, const double *a_panel, const double
 #define GEMM_SMALL_COLS 32
 #define GEMM_SMALL_NAME gemm_f64_avx512_small
 #include "gemm_small_tmpl.h"
-#undef T
-#undef GEMM_MADD
-#undef GEMM_SMALL_V
-#undef GEMM_SMALL_VLEN
-#undef GEMM_SMALL_VLOADU
-#undef GEMM_SMALL_VSTOREU
-#undef GEMM_SMALL_VSET1
-#undef GEMM_SMALL_VFMA
-#undef GEMM_SMALL_COPY_T
-#undef GEMM_SMALL_NAME
-#undef GEMM_SMALL_COLS
 
 const gemm_microkernel_f32 gemm_microkernel_f32_avx512 = {
     "avx512", 8, 48, 240, 64, 480, gemm_f32_avx512_kernel_8x48, gemm_f32_avx512_small, gemm_copy_t_f32,

@@ -15,8 +15,8 @@
  *                       GEMM_SMALL_VSET1(x) and GEMM_SMALL_VFMA(x, y, s) = s + x * y
  *                       in one rounding (the same arithmetic as GEMM_MADD, lane
  *                       by lane); GEMM_SMALL_COLS / 4 must be a multiple of VLEN
- * defined.  No include guard on purpose.  Contract: gemm_small_f32_fn in
- * gemm_internal.h.
+ * defined; it undefines them all at its end, ready for the next inclusion.
+ * No include guard on purpose.  Contract: gemm_small_f32_fn in gemm_internal.h.
  *
  * Order of work: a strip of NB columns of c at a time (NB = GEMM_SMALL_COLS,
  * or a half or a quarter of it for a narrow tail), one kc block of k at a
@@ -177,3 +177,16 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
 #undef GEMM_SMALL_CAT
 #undef GEMM_SMALL_STRIP
 #undef GEMM_SMALL_STRIP_ELEMS
+
+/* the parameters, for the next inclusion */
+#undef T
+#undef GEMM_MADD
+#undef GEMM_SMALL_V
+#undef GEMM_SMALL_VLEN
+#undef GEMM_SMALL_VLOADU
+#undef GEMM_SMALL_VSTOREU
+#undef GEMM_SMALL_VSET1
+#undef GEMM_SMALL_VFMA
+#undef GEMM_SMALL_COPY_T
+#undef GEMM_SMALL_NAME
+#undef GEMM_SMALL_COLS
