@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 
 import myatt
-from helpers import PROMO_DTYPES, data, dtype_id, result_dtype, name_re, scaled, shape_re
+from helpers import (PROMO_DTYPES, assert_same_bits, data, dtype_id, name_re, result_dtype, scaled,
+                     shape_re, torch_runs_our_softmax)
 from oracle import assert_matches, to_torch
 from test_layouts import LAYOUTS, Guard
 
@@ -188,6 +189,39 @@ def check_softmax(rng, dtype, shape, dim, scale=3.0):
 @pytest.mark.parametrize("shape,dim", SOFTMAX_CASES, ids=[f"{s}-dim{d}" for s, d in SOFTMAX_CASES])
 def test_softmax_every_axis(rng, dtype, shape, dim):
     check_softmax(rng, dtype, shape, dim)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5])
+@pytest.mark.parametrize("cols", [1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100, 255, 1000, 4097])
+def test_softmax_last_axis_is_torchs_bits(rng, dtype, rows, cols):
+    """Along the last axis each path is torch's softmax backward for the matching CPU
+    capability, bit for bit (docs/torch-softmax.md), including torch's FMA in the float32
+    tail of a single row.  (torch's float32 result for several rows on 1 torch thread
+    differs from its own result on 2+: we follow the multi-threaded one.)"""
+    x = (3.0 * rng.standard_normal((rows, cols))).astype(dtype)
+    go = data(rng, (rows, cols), dtype)
+    tx = leaf(x, dtype)
+    y = torch.softmax(tx, -1)
+    (expected,) = torch.autograd.grad(y, tx, to_torch(go, dtype))
+    ours = myatt.softmax_backward(go, y.detach().numpy(), -1)
+    if torch_runs_our_softmax() and (rows == 1 or torch.get_num_threads() > 1):
+        assert_same_bits(ours, expected)
+    else:
+        assert_matches(ours, expected)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 7, 8, 16, 17, 33, 64, 100, 128, 129, 257, 1000, 4096])
+@pytest.mark.parametrize("cols", [1, 3, 12, 16, 17, 32, 36, 48, 100, 256])
+def test_linear_bias_gradient_is_torchs_bits(rng, dtype, rows, cols):
+    """The bias gradient is torch's grad.sum(0) (its cascade sum, colsum.h), bit for bit
+    on every path: magnitudes spread over six decades, so any other order shows."""
+    go = (rng.standard_normal((rows, cols)) * 10.0 ** rng.integers(-3, 4, (rows, cols))).astype(dtype)
+    x, w = data(rng, (rows, 5), dtype), data(rng, (cols, 5), dtype)
+    _, _, gb = myatt.linear_backward(go, x, w, np.zeros(cols, dtype))
+    tb = leaf(np.zeros(cols, dtype), dtype)
+    (expected,) = torch.autograd.grad(F.linear(to_torch(x, dtype), to_torch(w, dtype), tb), tb,
+                                      to_torch(go, dtype))
+    assert_same_bits(gb, expected)
 
 
 def test_softmax_default_dim_and_keywords(rng, dtype):

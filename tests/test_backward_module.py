@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import myatt
+from helpers import assert_same_bits, torch_runs_our_softmax
 from oracle import assert_matches, to_torch, torch_linear, torch_myatt
 from test_backward_kernels import assert_fd, fd_grad
 from test_layouts import LAYOUTS, Guard
@@ -75,6 +76,25 @@ def test_sizes(rng, dtype, sizes, S, with_ga):
     m = myatt.MyAtt(*sizes, dtype=dtype)
     Q, K, V = inputs(rng, sizes, S, dtype)
     check(m, Q, K, V, *upstream(rng, m, S, dtype, with_ga))
+
+
+@pytest.mark.parametrize("with_ga", [False, True], ids=["no_ga", "ga"])
+@pytest.mark.parametrize("sizes,S", [((48, 36, 48, 72, 36), 64), ((240, 264, 252, 264, 240), 128),
+                                     ((48, 36, 96, 48, 48), 200)], ids=str)
+def test_torchs_bits(rng, dtype, sizes, S, with_ga):
+    """Where MKL keeps to its main kernel's order (rows in whole groups of 4, columns in
+    whole groups of 12: docs/torch-summation-order.md) and torch runs the softmax kernel
+    our path reproduces, every gradient is torch autograd's, bit for bit: the products
+    sum in MKL's order, the softmax backward and the bias sums are torch's kernels, and
+    the two gradients of Q (and of attn_weights) are added as autograd adds them."""
+    m = myatt.MyAtt(*sizes, dtype=dtype)
+    Q, K, V = inputs(rng, sizes, S, dtype)
+    go, ga = upstream(rng, m, S, dtype, with_ga)
+    g = check(m, Q, K, V, go, ga)
+    if torch_runs_our_softmax() and torch.get_num_threads() > 1:
+        expected = torch_myatt_grads(m, Q, K, V, go, ga)
+        for k in KEYS:
+            assert_same_bits(g[k], expected[k])
 
 
 @pytest.mark.parametrize("S", [2, 3, 17, 64, 65, 257])

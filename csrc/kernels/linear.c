@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "colsum.h"
 #include "gemm.h"
 
 int linear_forward_f32(float *out,
@@ -33,24 +34,20 @@ int linear_forward_f64(double *out,
 /* Backward: three gemm calls, transposes through swapped strides again:
  *   grad_inp    [m, k] = grad_out [m, n] @ weight [n, k]
  *   grad_weight [n, k] = grad_out^T [n, m] (rs = cs_go, cs = rs_go) @ inp [m, k]
- *   grad_bias   [1, n] = ones [1, m] @ grad_out [m, n], the ones being a single 1
- *                        read through zero strides: the column sums come out of the
- *                        gemm's blocked summation, with no ones vector allocated. */
+ * and the bias gradient, the column sums of grad_out, in torch's order (colsum.h). */
 int linear_backward_f32(float *grad_inp, float *grad_weight, float *grad_bias,
                         const float *grad_out, int64_t rs_go, int64_t cs_go,
                         const float *inp, int64_t rs_inp, int64_t cs_inp,
                         const float *weight, int64_t rs_w, int64_t cs_w,
                         int64_t m, int64_t k, int64_t n)
 {
-    static const float one = 1;
     int status = 0;
     status |= gemm_f32(grad_inp, k, 1, grad_out, rs_go, cs_go, weight, rs_w, cs_w,
                        NULL, m, k, n, 0);
     status |= gemm_f32(grad_weight, k, 1, grad_out, cs_go, rs_go, inp, rs_inp, cs_inp,
                        NULL, n, k, m, 0);
     if (grad_bias != NULL)
-        status |= gemm_f32(grad_bias, n, 1, &one, 0, 0, grad_out, rs_go, cs_go,
-                           NULL, 1, n, m, 0);
+        colsum_f32(grad_bias, grad_out, rs_go, cs_go, m, n);
     return status == 0 ? 0 : -1;
 }
 
@@ -60,14 +57,12 @@ int linear_backward_f64(double *grad_inp, double *grad_weight, double *grad_bias
                         const double *weight, int64_t rs_w, int64_t cs_w,
                         int64_t m, int64_t k, int64_t n)
 {
-    static const double one = 1;
     int status = 0;
     status |= gemm_f64(grad_inp, k, 1, grad_out, rs_go, cs_go, weight, rs_w, cs_w,
                        NULL, m, k, n, 0);
     status |= gemm_f64(grad_weight, k, 1, grad_out, cs_go, rs_go, inp, rs_inp, cs_inp,
                        NULL, n, k, m, 0);
     if (grad_bias != NULL)
-        status |= gemm_f64(grad_bias, n, 1, &one, 0, 0, grad_out, rs_go, cs_go,
-                           NULL, 1, n, m, 0);
+        colsum_f64(grad_bias, grad_out, rs_go, cs_go, m, n);
     return status == 0 ? 0 : -1;
 }

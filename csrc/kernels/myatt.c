@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "alloc.h"
+#include "colsum.h"
 #include "gemm.h"
 #include "softmax.h"
 

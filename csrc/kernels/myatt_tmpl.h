@@ -75,12 +75,21 @@ int SUF(myatt_forward)(T *out, T *attn_weights,
  * attn_weights and applied are recomputed (the same gemm and softmax calls as
  * the forward on a row range, so the same bits: no output's sum depends on how
  * the rows are split), used, and dropped.  The workspace is three panels:
- *   aw [R, v1]  attn_weights of the block
+ *   aw [R, v1]  attn_weights of the block, then grad of Q through the attn layer
+ *               ([R, dq]: the panel is max(v1, dq) wide)
  *   ga [R, v1]  grad of attn_weights, then (in place) grad of the scores
  *   ad [R, v2]  applied, then (once its uses are done) grad of applied
  * Weight, bias and V gradients are sums over S: the first block writes them,
- * later blocks accumulate.  R is a multiple of MYATT_ROW_BLOCK (a multiple of
- * the gemm's summation block), so these sums have the same bits whatever R is. */
+ * later blocks accumulate.
+ *
+ * torch's bits: where a tensor gets two gradients (Q through both layers,
+ * attn_weights from the output and from the bmm), each is computed in full and
+ * then the two added, as autograd does (not one accumulated onto the other);
+ * the bias gradients are torch's column sums (colsum.h), the softmax backward
+ * torch's kernel.  With all of S in one block (the usual case: R rows fill
+ * MYATT_WORKSPACE_BYTES) the gradients are then torch's, bit for bit, wherever
+ * MKL keeps to its main kernel's order; with several blocks, the sums over S
+ * are cut at block boundaries (within torch's tolerance, not its bits). */
 int SUF(myatt_backward)(T *grad_q, T *grad_k, T *grad_v,
                         T *grad_w_attn, T *grad_b_attn, T *grad_w_comb, T *grad_b_comb,
                         const T *grad_out, int64_t rs_go, int64_t cs_go,
@@ -92,7 +101,6 @@ int SUF(myatt_backward)(T *grad_q, T *grad_k, T *grad_v,
                         const T *w_comb, const T *b_comb,
                         int64_t S, int64_t dq, int64_t dk, int64_t v1, int64_t v2, int64_t o)
 {
-    static const T one = 1;   /* ones[1, rb] through zero strides: column sums by gemm */
     const int64_t ld_attn = dq + dk;
     const int64_t ld_comb = dq + v2;
 
@@ -107,13 +115,20 @@ int SUF(myatt_backward)(T *grad_q, T *grad_k, T *grad_v,
         return 0;
     }
 
-    const int64_t rows = SUF(myatt_block_rows)(S, v1 > v2 ? v1 : v2);
+    const int64_t w_aw = v1 > dq ? v1 : dq;   /* aw: attn_weights, later grad of Q */
+    const int64_t width = w_aw > v2 ? w_aw : v2;
+    const int64_t rows = SUF(myatt_block_rows)(S, width);
     const size_t panel_v1 = mk_bytes(mk_bytes((size_t)rows, (size_t)v1), sizeof(T));
     const size_t panel_v2 = mk_bytes(mk_bytes((size_t)rows, (size_t)v2), sizeof(T));
-    T *aw = mk_alloc(panel_v1);
+    T *aw = mk_alloc(mk_bytes(mk_bytes((size_t)rows, (size_t)w_aw), sizeof(T)));
     T *ga = mk_alloc(panel_v1);
     T *ad = mk_alloc(panel_v2);
-    int status = aw == NULL || ga == NULL || ad == NULL ? -1 : 0;
+    /* several blocks: each block's bias sum of attn, added onto the others */
+    T *b_blk = rows < S && grad_b_attn != NULL ? mk_alloc(mk_bytes((size_t)v1, sizeof(T))) : NULL;
+    int status = aw == NULL || ga == NULL || ad == NULL || (rows < S && grad_b_attn != NULL
+                                                             && b_blk == NULL) ? -1 : 0;
+    if (grad_b_comb != NULL)   /* column sums of all of grad_out at once */
+        SUF(colsum)(grad_b_comb, grad_out, rs_go, cs_go, S, o);
 
     for (int64_t r0 = 0; r0 < S && status == 0; r0 += rows) {
         const int64_t rb = S - r0 < rows ? S - r0 : rows;
@@ -132,15 +147,12 @@ int SUF(myatt_backward)(T *grad_q, T *grad_k, T *grad_v,
         status |= SUF(gemm)(ad, v2, 1, aw, v1, 1, v, rs_v, cs_v, NULL, rb, v2, v1, 0);
 
         /* 3. attn_combine: out = q @ cq^T + applied @ ca^T + b_comb
-         *    grad_w_comb[:, :dq] += go^T @ q,  grad_w_comb[:, dq:] += go^T @ applied,
-         *    grad_b_comb += column sums of go */
+         *    grad_w_comb[:, :dq] += go^T @ q,  grad_w_comb[:, dq:] += go^T @ applied
+         *    (grad_b_comb: above) */
         status |= SUF(gemm)(grad_w_comb, ld_comb, 1, go_blk, cs_go, rs_go, q_blk, rs_q, cs_q,
                             NULL, o, dq, rb, acc);
         status |= SUF(gemm)(grad_w_comb + dq, ld_comb, 1, go_blk, cs_go, rs_go, ad, v2, 1,
                             NULL, o, v2, rb, acc);
-        if (grad_b_comb != NULL)
-            status |= SUF(gemm)(grad_b_comb, o, 1, &one, 0, 0, go_blk, rs_go, cs_go,
-                                NULL, 1, o, rb, acc);
         /*    gq = go @ cq,  ad = grad applied = go @ ca  (applied is no longer needed) */
         status |= SUF(gemm)(gq_blk, dq, 1, go_blk, rs_go, cs_go, w_comb, ld_comb, 1,
                             NULL, rb, dq, o, 0);
@@ -150,28 +162,33 @@ int SUF(myatt_backward)(T *grad_q, T *grad_k, T *grad_v,
         /* 4. bmm: applied = aw @ v
          *    grad_v += aw^T @ grad applied,  ga = grad applied @ v^T (+ grad_aw) */
         status |= SUF(gemm)(grad_v, v2, 1, aw, 1, v1, ad, v2, 1, NULL, v1, v2, rb, acc);
+        status |= SUF(gemm)(ga, v1, 1, ad, v2, 1, v, cs_v, rs_v, NULL, rb, v1, v2, 0);
         if (grad_aw != NULL)
             for (int64_t i = 0; i < rb; i++)
                 for (int64_t j = 0; j < v1; j++)
-                    ga[i * v1 + j] = grad_aw[(r0 + i) * rs_ga + j * cs_ga];
-        status |= SUF(gemm)(ga, v1, 1, ad, v2, 1, v, cs_v, rs_v, NULL, rb, v1, v2,
-                            grad_aw != NULL);
+                    ga[i * v1 + j] = ga[i * v1 + j] + grad_aw[(r0 + i) * rs_ga + j * cs_ga];
 
         /* 5. softmax: ga = grad scores, in place */
         SUF(softmax_backward)(ga, ga, aw, rb, v1, 1);
 
         /* 6. attn: scores = q @ wq^T + k @ wk^T + b_attn
          *    grad_w_attn[:, :dq] += ga^T @ q,  grad_w_attn[:, dq:] += ga^T @ k,
-         *    grad_b_attn += column sums of ga,  gq += ga @ wq,  gk = ga @ wk */
+         *    grad_b_attn += column sums of ga,  gq += ga @ wq (into aw first),
+         *    gk = ga @ wk */
         status |= SUF(gemm)(grad_w_attn, ld_attn, 1, ga, 1, v1, q_blk, rs_q, cs_q,
                             NULL, v1, dq, rb, acc);
         status |= SUF(gemm)(grad_w_attn + dq, ld_attn, 1, ga, 1, v1, k_blk, rs_k, cs_k,
                             NULL, v1, dk, rb, acc);
-        if (grad_b_attn != NULL)
-            status |= SUF(gemm)(grad_b_attn, v1, 1, &one, 0, 0, ga, v1, 1,
-                                NULL, 1, v1, rb, acc);
-        status |= SUF(gemm)(gq_blk, dq, 1, ga, v1, 1, w_attn, ld_attn, 1,
-                            NULL, rb, dq, v1, 1);
+        if (grad_b_attn != NULL && !acc) {
+            SUF(colsum)(grad_b_attn, ga, v1, 1, rb, v1);
+        } else if (grad_b_attn != NULL) {
+            SUF(colsum)(b_blk, ga, v1, 1, rb, v1);
+            for (int64_t j = 0; j < v1; j++)
+                grad_b_attn[j] = grad_b_attn[j] + b_blk[j];
+        }
+        status |= SUF(gemm)(aw, dq, 1, ga, v1, 1, w_attn, ld_attn, 1, NULL, rb, dq, v1, 0);
+        for (int64_t i = 0; i < rb * dq; i++)
+            gq_blk[i] = gq_blk[i] + aw[i];
         status |= SUF(gemm)(gk_blk, dk, 1, ga, v1, 1, w_attn + dq, ld_attn, 1,
                             NULL, rb, dk, v1, 0);
     }
@@ -179,5 +196,6 @@ int SUF(myatt_backward)(T *grad_q, T *grad_k, T *grad_v,
     mk_free(aw);
     mk_free(ga);
     mk_free(ad);
+    mk_free(b_blk);
     return status == 0 ? 0 : -1;
 }

@@ -119,16 +119,35 @@ SOFTMAX_PARALLEL(float, f32)
 SOFTMAX_PARALLEL(double, f64)
 #undef SOFTMAX_PARALLEL
 
-/* The backward has the portable path only: one pass of a dot product and a
- * scale, bound by memory rather than by exp. */
-void softmax_backward_f32(float *grad_inp, const float *grad_out, const float *out,
-                          int64_t outer, int64_t n, int64_t inner)
-{
-    softmax_backward_f32_portable(grad_inp, grad_out, out, outer, n, inner);
-}
+/* The backward: along the last axis the path's kernel (torch's, bit for bit),
+ * along other axes the portable one.  One pass of a dot product and a scale:
+ * bound by memory, single-threaded. */
+#define SOFTMAX_BACKWARD(T, SUF)                                                             \
+    void softmax_backward_##SUF(T *grad_inp, const T *grad_out, const T *out,               \
+                                int64_t outer, int64_t n, int64_t inner)                      \
+    {                                                                                        \
+        if (inner == 1 && outer > 0 && n > 0) {                                              \
+            switch (mk_cpu_isa()) {                                                          \
+            SOFTMAX_BACKWARD_X86_CASES(SUF)                                                  \
+            default:                                                                         \
+                break;                                                                       \
+            }                                                                                \
+        }                                                                                    \
+        softmax_backward_##SUF##_portable(grad_inp, grad_out, out, outer, n, inner);         \
+    }
+#ifdef MYATT_SOFTMAX_X86
+#define SOFTMAX_BACKWARD_X86_CASES(SUF)                                                      \
+    case MK_ISA_AVX512:                                                                      \
+        softmax_backward_rows_##SUF##_avx512(grad_inp, grad_out, out, outer, n);             \
+        return;                                                                              \
+    case MK_ISA_AVX2:                                                                        \
+        softmax_backward_rows_##SUF##_avx2(grad_inp, grad_out, out, outer, n);               \
+        return;
+#else
+#define SOFTMAX_BACKWARD_X86_CASES(SUF)
+#endif
 
-void softmax_backward_f64(double *grad_inp, const double *grad_out, const double *out,
-                          int64_t outer, int64_t n, int64_t inner)
-{
-    softmax_backward_f64_portable(grad_inp, grad_out, out, outer, n, inner);
-}
+SOFTMAX_BACKWARD(float, f32)
+SOFTMAX_BACKWARD(double, f64)
+#undef SOFTMAX_BACKWARD
+#undef SOFTMAX_BACKWARD_X86_CASES

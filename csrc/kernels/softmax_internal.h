@@ -22,6 +22,13 @@ void softmax_forward_f32_avx512(float *out, const float *inp, int64_t outer, int
 void softmax_forward_f64_avx2(double *out, const double *inp, int64_t outer, int64_t n, int64_t inner);
 void softmax_forward_f64_avx512(double *out, const double *inp, int64_t outer, int64_t n, int64_t inner);
 
+/* the backward along the last axis: rows of n (softmax_simd_tmpl.h) */
+void softmax_backward_rows_f32_avx2(float *gx, const float *g, const float *y, int64_t rows, int64_t n);
+void softmax_backward_rows_f32_avx512(float *gx, const float *g, const float *y, int64_t rows, int64_t n);
+void softmax_backward_rows_f64_avx2(double *gx, const double *g, const double *y, int64_t rows, int64_t n);
+void softmax_backward_rows_f64_avx512(double *gx, const double *g, const double *y, int64_t rows,
+                                      int64_t n);
+
 /* out[i] = exp(inp[i]) with the vector exp of each path (for the ulp sweep) */
 void softmax_exp_f32_avx2(float *out, const float *inp, int64_t n);
 void softmax_exp_f32_avx512(float *out, const float *inp, int64_t n);

@@ -9,6 +9,7 @@
  *   V_SET1(x) V_LOADU(p) V_STOREU(p, v) V_ADD V_SUB V_MUL V_MAX(a, b)
  *                  V_MAX keeps b when a is NaN (x86 max semantics; see below)
  *   V_MAX_NAN(a, b)       lane-wise max, NaN when either lane is NaN (at::vec::maximum)
+ *   V_FMA(a, b, c)        a * b + c, one rounding
  *   V_BLEND(m, a, b)      lanes in m from b, the others from a
  *   V_HSUM(v) V_HMAX(v)   the lanes of v reduced to a T in torch's order for this
  *                         ISA and dtype (a shuffle tree, or ISA(fold_sum/max) below)
@@ -135,6 +136,47 @@ FN void ISA(softmax_row)(T *out_r, const T *inp_r, int64_t n)
         V_STOREU(out_r + j, V_MUL(inv, V_LOADU(out_r + j)));
     if (full < n)
         V_STORE_MASK(out_r + full, tail, V_MUL(inv, V_LOAD_OR(tail, out_r + full, zero)));
+}
+
+/* ---- the backward along the last axis, as torch's _vec_host_softmax_backward_lastdim ---- */
+
+/* gx = (g - sum(g * y)) * y for rows of n, with torch's reduction of the
+ * products (as the forward's sum, each product a separate multiply, never
+ * fused with its addition) and its subtract-then-multiply.  One exception,
+ * copied from torch: a float32 call on a single row adds the tail's products
+ * with an FMA (torch's serial copy of the loop is compiled that way, its
+ * parallel copy, used for 2+ rows on 2+ threads, is not). */
+API void ISA(softmax_backward_rows)(T *gx, const T *g, const T *y, int64_t rows, int64_t n)
+{
+    const int64_t full = n - n % VLEN;
+    const VF zero = V_SET1((T)0);
+    const VMASK tail = V_MASK_FIRST((int)(n - full));
+    const int fused_tail = sizeof(T) == sizeof(float) && rows == 1;
+    for (int64_t r = 0; r < rows; r++) {
+        const T *g_r = g + r * n, *y_r = y + r * n;
+        T *gx_r = gx + r * n;   /* may be g_r or y_r: every lane is read before it is written */
+        T sum;
+        if (n < VLEN) {
+            sum = g_r[0] * y_r[0];
+            for (int64_t j = 1; j < n; j++)
+                sum = sum + g_r[j] * y_r[j];
+        } else {
+            VF acc = V_MUL(V_LOADU(g_r), V_LOADU(y_r));
+            for (int64_t j = VLEN; j < full; j += VLEN)
+                acc = V_ADD(acc, V_MUL(V_LOADU(g_r + j), V_LOADU(y_r + j)));
+            if (full < n) {
+                const VF gt = V_LOAD_OR(tail, g_r + full, zero), yt = V_LOAD_OR(tail, y_r + full, zero);
+                acc = V_BLEND(tail, acc, fused_tail ? V_FMA(gt, yt, acc) : V_ADD(acc, V_MUL(gt, yt)));
+            }
+            sum = V_HSUM(acc);
+        }
+        const VF vsum = V_SET1(sum);
+        for (int64_t j = 0; j < full; j += VLEN)
+            V_STOREU(gx_r + j, V_MUL(V_SUB(V_LOADU(g_r + j), vsum), V_LOADU(y_r + j)));
+        if (full < n)
+            V_STORE_MASK(gx_r + full, tail, V_MUL(V_SUB(V_LOAD_OR(tail, g_r + full, zero), vsum),
+                                                  V_LOAD_OR(tail, y_r + full, zero)));
+    }
 }
 
 /* ---- middle axis: columns of each plane inp[o] of shape [n, inner] ---- */

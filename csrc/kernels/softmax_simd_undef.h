@@ -12,6 +12,7 @@
 #undef V_MUL
 #undef V_MAX
 #undef V_MAX_NAN
+#undef V_FMA
 #undef V_BLEND
 #undef V_HSUM
 #undef V_HMAX

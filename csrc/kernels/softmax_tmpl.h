@@ -128,32 +128,30 @@ void SUF(softmax_forward)(T *out, const T *inp, int64_t outer, int64_t n, int64_
 
 /* ---- backward -------------------------------------------------------------- */
 
-/* Pairwise dot product of x[0:n] and y[0:n]: softmax_sum's scheme over the
- * products, so the row's sum(grad_out * out) is as accurate as the forward sum. */
+/* sum(x * y) as torch's DEFAULT build reduces it (vec::map2_reduce_all): as
+ * softmax_reduce's sum, each term a separate multiply */
 static T SUF(softmax_dot)(const T *x, const T *y, int64_t n)
 {
-    if (n < 8) {
-        T s = 0;
-        for (int64_t i = 0; i < n; i++)
-            s += x[i] * y[i];
-        return s;
+    enum { L = 32 / sizeof(T) };   /* SOFTMAX_LANES */
+    T r = x[0] * y[0];
+    if (n < L) {
+        for (int64_t j = 1; j < n; j++)
+            r = r + x[j] * y[j];
+        return r;
     }
-    if (n <= 128) {
-        T r[8];
-        for (int l = 0; l < 8; l++)
-            r[l] = x[l] * y[l];
-        int64_t i = 8;
-        for (; i + 8 <= n; i += 8)
-            for (int l = 0; l < 8; l++)
-                r[l] += x[i + l] * y[i + l];
-        T s = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-        for (; i < n; i++)
-            s += x[i] * y[i];
-        return s;
-    }
-    int64_t half = n / 2;
-    half -= half % 8;
-    return SUF(softmax_dot)(x, y, half) + SUF(softmax_dot)(x + half, y + half, n - half);
+    T acc[L];
+    for (int l = 0; l < L; l++)
+        acc[l] = x[l] * y[l];
+    int64_t j = L;
+    for (; j + L <= n; j += L)
+        for (int l = 0; l < L; l++)
+            acc[l] = acc[l] + x[j + l] * y[j + l];
+    for (int l = 0; j + l < n; l++)
+        acc[l] = acc[l] + x[j + l] * y[j + l];
+    r = acc[0];
+    for (int l = 1; l < L; l++)
+        r = r + acc[l];
+    return r;
 }
 
 #define SOFTMAX_COLS 128
@@ -170,9 +168,9 @@ void SUF(softmax_backward)(T *grad_inp, const T *grad_out, const T *out,
             T *gi_r = grad_inp + r * n;         /* [n], may be go_r or out_r */
             /* 1. s = sum_j grad_out * out, read before anything is written */
             const T s = SUF(softmax_dot)(go_r, out_r, n);
-            /* 2. grad_inp = out * (grad_out - s) */
+            /* 2. grad_inp = (grad_out - s) * out, torch's (DEFAULT build) bits */
             for (int64_t j = 0; j < n; j++)
-                gi_r[j] = out_r[j] * (go_r[j] - s);
+                gi_r[j] = (go_r[j] - s) * out_r[j];
         }
         return;
     }

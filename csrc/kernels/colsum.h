@@ -1,0 +1,21 @@
+/* Column sums as torch computes them: out[j] = sum_i x[i, j] for x [m, n]
+ * (tensor.sum(0): the bias gradient autograd gives for linear), bit for bit.
+ *
+ * torch's cascade_sum (SumKernel.cpp) runs its AVX2 build even on AVX-512
+ * machines (no AVX-512 build is registered), with vectors of 8 floats or 4
+ * doubles whose lanes are columns: every column is an independent scalar sum,
+ * in one of two orders chosen by its position (see colsum_tmpl.h and
+ * docs/torch-softmax.md).  Threads split columns at whole blocks, so thread
+ * counts never change torch's bits; this kernel is single-threaded.
+ *
+ * x is strided (rs, cs in elements); out [n] is contiguous.  m == 0 gives
+ * zeros.  Cannot fail. */
+#ifndef MYATT_KERNELS_COLSUM_H
+#define MYATT_KERNELS_COLSUM_H
+
+#include <stdint.h>
+
+void colsum_f32(float *out, const float *x, int64_t rs, int64_t cs, int64_t m, int64_t n);
+void colsum_f64(double *out, const double *x, int64_t rs, int64_t cs, int64_t m, int64_t n);
+
+#endif
