@@ -24,6 +24,27 @@ settings.load_profile("myatt")
 DTYPES = [np.float32, np.float64]
 
 
+def pytest_configure(config):
+    """A kernel path forced with MYATT_KERNEL is tested beside torch's twin kernel
+    (ATEN_CPU_CAPABILITY, helpers.TORCH_CAPABILITY): the softmax is compared bit for bit,
+    and the spec's bar for long reductions ("no worse than torch") is the twin's error.
+    Say so at once instead of failing those tests one by one."""
+    requested = os.environ.get("MYATT_KERNEL")
+    if not requested:
+        return
+    import myatt
+    import torch
+    from helpers import TORCH_CAPABILITY
+
+    want = TORCH_CAPABILITY[myatt.kernel_path()]
+    if torch.backends.cpu.get_cpu_capability() != want:
+        raise pytest.UsageError(
+            f"MYATT_KERNEL={requested} runs myatt's {myatt.kernel_path()} path: test it beside "
+            f"torch's {want} kernels, ATEN_CPU_CAPABILITY={want.lower()}"
+            + (" (and --deselect tests/test_init.py: torch's DEFAULT uniform_ is not the fused "
+               "one its initialisation is tested against)" if want == "DEFAULT" else ""))
+
+
 @pytest.fixture
 def rng():
     """A seeded NumPy Generator: every test sees the same data on every run."""
