@@ -145,8 +145,10 @@ PyObject *state_dict_load(PyObject *d, int strict, const char *const *keys,
 /* ---- pickling, copying, from_torch, _repr_html_ (interop.c) --------------- */
 
 /* A new object of `type` from its tp_new(args, kwargs) (kwargs a dict or None),
- * loaded from state_dict with strict=True.  Leaves myatt's generator as it was:
- * the constructor's draws are undone.  Unpickling, copy and from_torch. */
+ * loaded from state_dict with strict=True.  Draws nothing from myatt's
+ * generator: while myatt_rebuilding is set, this thread's linear_create
+ * zero-fills the parameters instead.  Unpickling, copy and from_torch. */
+extern _Thread_local int myatt_rebuilding;
 PyObject *object_from_state(PyTypeObject *type, PyObject *args, PyObject *kwargs,
                             PyObject *state_dict);
 

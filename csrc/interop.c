@@ -5,6 +5,8 @@
  * first use: importing myatt never imports torch. */
 #include "glue.h"
 
+_Thread_local int myatt_rebuilding;
+
 PyObject *object_from_state(PyTypeObject *type, PyObject *args, PyObject *kwargs,
                             PyObject *state_dict)
 {
@@ -13,20 +15,17 @@ PyObject *object_from_state(PyTypeObject *type, PyObject *args, PyObject *kwargs
                      "dict or None", type_short_name(type));
         return NULL;
     }
-    myatt_state *st = myatt_state_of_type(type);
-    if (st == NULL)
+    if (myatt_state_of_type(type) == NULL)   /* not one of ours */
         return NULL;
-    /* The constructor draws torch's initial weights from myatt's generator; they
-     * are overwritten at once, so put the generator back as it was: unpickling,
-     * copying and from_torch never change which weights the next constructor
-     * gives after a manual_seed. */
-    mt19937 *saved = PyMem_Malloc(sizeof *saved);
-    if (saved == NULL)
-        return PyErr_NoMemory();
-    *saved = st->rng;
+    /* The constructor would draw torch's initial weights from myatt's generator,
+     * only to overwrite them at once: while this thread rebuilds the object it
+     * draws nothing (linear_create), so unpickling, copying and from_torch never
+     * change which weights the next constructor gives after a manual_seed.  The
+     * flag is this thread's: other threads, which a Python subclass's __new__
+     * may let run, construct and draw as usual. */
+    myatt_rebuilding++;
     PyObject *obj = type->tp_new(type, args, kwargs == Py_None ? NULL : kwargs);
-    st->rng = *saved;
-    PyMem_Free(saved);
+    myatt_rebuilding--;
     if (obj == NULL)
         return NULL;
     PyObject *r = PyObject_CallMethod(obj, "load_state_dict", "O", state_dict);

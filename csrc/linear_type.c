@@ -92,7 +92,11 @@ LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_f
             goto fail;
     }
     void *b = bias ? PyArray_DATA(self->bias) : NULL;
-    if (typenum == NPY_FLOAT)
+    if (myatt_rebuilding) {   /* object_from_state loads the parameters next */
+        memset(PyArray_DATA(self->weight), 0, (size_t)PyArray_NBYTES(self->weight));
+        if (b != NULL)
+            memset(b, 0, (size_t)PyArray_NBYTES(self->bias));
+    } else if (typenum == NPY_FLOAT)
         linear_init_f32(&st->rng, PyArray_DATA(self->weight), b, out_features, in_features);
     else
         linear_init_f64(&st->rng, PyArray_DATA(self->weight), b, out_features, in_features);

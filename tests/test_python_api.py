@@ -4,6 +4,7 @@ import inspect
 import pickle
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -169,6 +170,43 @@ def test_copies_do_not_draw_from_the_generator():
     myatt.Linear.from_torch(torch.nn.Linear(3, 4))
     assert_same_weights(again, first)
     assert_same_weights(myatt.MyAtt(*SIZES), second)
+
+
+class _SlowNew(myatt.Linear):
+    """A subclass whose __new__ lets other threads run (while `gate` is set)."""
+    gate = None
+
+    def __new__(cls, *args, **kwargs):
+        if cls.gate is not None:
+            started, go = cls.gate
+            started.set()
+            go.wait(timeout=30)
+        return super().__new__(cls, *args, **kwargs)
+
+
+def test_copy_lets_other_threads_draw():
+    """While one thread unpickles (its subclass __new__ releasing the GIL), another
+    thread's constructor draws from the generator as usual, and the draws are not
+    undone afterwards: every constructor gets the weights of the sequential order."""
+    blob = pickle.dumps(_SlowNew(3, 4))
+    myatt.manual_seed(5)
+    want = [myatt.Linear(3, 4) for _ in range(2)]
+    myatt.manual_seed(5)
+    started, go = threading.Event(), threading.Event()
+    _SlowNew.gate = (started, go)
+    got = {}
+    try:
+        t = threading.Thread(target=lambda: got.setdefault("copy", pickle.loads(blob)))
+        t.start()
+        assert started.wait(timeout=30)
+        got["other"] = myatt.Linear(3, 4)   # runs while the unpickling thread waits
+        go.set()
+        t.join(timeout=30)
+    finally:
+        _SlowNew.gate = None
+    assert type(got["copy"]) is _SlowNew
+    assert_same_weights(got["other"], want[0])
+    assert_same_weights(myatt.Linear(3, 4), want[1])
 
 
 class LinearSub(myatt.Linear):
