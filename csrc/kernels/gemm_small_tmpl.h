@@ -77,7 +77,7 @@ void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
             T *c_blk = c + i * rs_c;                     /* C[i, j0:j0+nb] */
             const int whole = cs_c == 1 && nb == NB;     /* c's row segment is contiguous */
             /* io[]: the chain's start (float64 onto c), then the block sum */
-            T io[GEMM_SMALL_COLS], acc[GEMM_SMALL_COLS];
+            T io[GEMM_SMALL_COLS];
             const int chain_from_c = GEMM_CHAINS(T) && onto_c;
             for (int j = 0; j < NB; j++)
                 io[j] = 0;
@@ -92,7 +92,6 @@ void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
              * slower than its FMA latency allows) */
             enum { VLEN = GEMM_SMALL_VLEN };
             GEMM_SMALL_V vacc[GEMM_SMALL_COLS / VLEN];
-            (void)acc;
 #pragma GCC unroll 8
             for (int v = 0; v < NB / VLEN; v++)
                 vacc[v] = GEMM_SMALL_VLOADU(io + v * VLEN);
@@ -107,6 +106,7 @@ void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
             for (int v = 0; v < NB / VLEN; v++)
                 GEMM_SMALL_VSTOREU(io + v * VLEN, vacc[v]);
 #else
+            T acc[GEMM_SMALL_COLS];
             for (int j = 0; j < NB; j++)
                 acc[j] = io[j];
             for (int64_t p = 0; p < kb; p++) {

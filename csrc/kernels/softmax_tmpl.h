@@ -60,7 +60,6 @@ static void SUF(softmax_rows)(T *out, const T *inp, int64_t rows, int64_t n)
             out_r[j] = inv_sum * out_r[j];
     }
 }
-#undef SOFTMAX_LANES
 
 /* Columns handled together in the strided case: per-column max and sum live on
  * the stack, so the kernel needs no workspace and cannot fail. */
@@ -132,7 +131,7 @@ void SUF(softmax_forward)(T *out, const T *inp, int64_t outer, int64_t n, int64_
  * softmax_reduce's sum, each term a separate multiply */
 static T SUF(softmax_dot)(const T *x, const T *y, int64_t n)
 {
-    enum { L = 32 / sizeof(T) };   /* SOFTMAX_LANES */
+    enum { L = SOFTMAX_LANES };
     T r = x[0] * y[0];
     if (n < L) {
         for (int64_t j = 1; j < n; j++)
@@ -204,3 +203,4 @@ void SUF(softmax_backward)(T *grad_inp, const T *grad_out, const T *out,
     }
 }
 #undef SOFTMAX_COLS
+#undef SOFTMAX_LANES
