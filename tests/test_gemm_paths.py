@@ -7,8 +7,8 @@ suite once per path) and, through subprocesses, every path this CPU supports.
 
 Sizes are chosen around every kernel's blocking: micro-tiles MR x NR (float32 /
 float64) of 4 x 8 / 4 x 4 (portable), 6 x 16 / 4 x 12 (avx2), 8 x 48 / 8 x 24 (avx512),
-KC = the float32 summation block (k, k // 2 or 192) and 64 / 384 (float64 portable / SIMD),
-MC = 64 .. 256, NC = 480 .. 4096, and the small
+KC = the float32 summation block (k, k // 2 or 192) and 64 / 2048 (float64 portable / SIMD),
+MC = 8 .. 256, NC = 504 .. 4096 (n cut into equal blocks of at most NC), and the small
 direct loop (m * n * k <= 2048, or m < MR with contiguous rows of B). Operands are scaled as
 nn.Linear initialises a weight, so products stay unit-scale and default assert_close
 tolerances apply (see test_long_reductions.py for unit-scale long sums).
@@ -36,7 +36,8 @@ M_EDGES = [1, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 23, 24, 25, 63, 64, 65, 119, 120,
            257]
 N_EDGES = [1, 3, 4, 5, 7, 8, 9, 11, 12, 13, 15, 16, 17, 23, 24, 25, 31, 32, 33, 47, 48, 49, 63, 64, 65,
            95, 96, 97]
-K_EDGES = [1, 2, 63, 64, 65, 127, 128, 129, 191, 192, 193, 200, 383, 384, 385, 386, 769]
+K_EDGES = [1, 2, 63, 64, 65, 127, 128, 129, 191, 192, 193, 200, 383, 384, 385, 386, 769, 2047, 2048,
+           2049, 4097]
 
 
 @pytest.fixture
@@ -100,16 +101,18 @@ def test_edges_k(rng, dtype, k):
 
 @pytest.mark.parametrize("m,n,k", [(13, 33, 65), (12, 32, 64), (121, 97, 129), (257, 65, 63),
                                    (5, 4100, 65), (3, 2050, 130), (241, 17, 300),
-                                   (9, 481, 65), (17, 505, 64), (250, 1010, 70)])
+                                   (9, 481, 65), (17, 505, 64), (250, 1010, 70), (7, 1025, 64),
+                                   (9, 1057, 65), (13, 2113, 40)])
 def test_edges_combined(rng, dtype, m, n, k):
     a, b = operands(rng, m, n, k, dtype)
     check_bmm(a, b)
     check_linear(a, np.ascontiguousarray(b.T))
 
 
-@pytest.mark.parametrize("m,n,k", [(20, 200, 5000), (8, 300, 9000)])
+@pytest.mark.parametrize("m,n,k", [(20, 200, 5000), (8, 300, 9000), (9, 400, 12000)])
 def test_k_cut_into_super_blocks(rng, dtype, m, n, k):
-    """k so long that the packed B block (bounded in size) covers only part of it."""
+    """k so long that the packed B block (bounded in size) covers only part of it: fewer
+    columns (NC) at once, and at k = 12000 also only part of k (super-blocks, SIMD paths)."""
     a, b = operands(rng, m, n, k, dtype)
     check_bmm(a, b)
 

@@ -27,6 +27,7 @@ static inline int64_t gemm_min(int64_t x, int64_t y) { return x < y ? x : y; }
 
 /* x rounded up to a multiple of step (step >= 1) */
 static inline int64_t gemm_round_up(int64_t x, int64_t step) { return (x + step - 1) / step * step; }
+static inline int64_t gemm_ceil_div(int64_t x, int64_t d) { return (x + d - 1) / d; }
 
 /* Whether gemm skips packing and runs the direct loop (see GEMM_SMALL_WORK).
  * A test build may define GEMM_FORCE_PATH as 1 (always packed) or 2 (always

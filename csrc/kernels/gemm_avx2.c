@@ -170,11 +170,11 @@ static void gemm_f64_avx2_kernel_4x12(int64_t kc, const double *a_panel, const d
 #include "gemm_small_tmpl.h"
 
 const gemm_microkernel_f32 gemm_microkernel_f32_avx2 = {
-    "avx2", 6, 16, 240, 64, 512, gemm_f32_avx2_kernel_6x16, gemm_f32_avx2_small, gemm_copy_t_f32, NULL,
+    "avx2", 6, 16, 12, 64, 1024, gemm_f32_avx2_kernel_6x16, gemm_f32_avx2_small, gemm_copy_t_f32, NULL,
 };
 
 const gemm_microkernel_f64 gemm_microkernel_f64_avx2 = {
-    "avx2", 4, 12, 64, 384, 504, gemm_f64_avx2_kernel_4x12, gemm_f64_avx2_small, gemm_copy_t_f64, NULL,
+    "avx2", 4, 12, 8, 2048, 504, gemm_f64_avx2_kernel_4x12, gemm_f64_avx2_small, gemm_copy_t_f64, NULL,
 };
 
 #if defined(__clang__)

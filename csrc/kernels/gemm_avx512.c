@@ -283,12 +283,12 @@ static void gemm_f64_avx512_edge(int64_t kc, const double *a_panel, const double
 #include "gemm_small_tmpl.h"
 
 const gemm_microkernel_f32 gemm_microkernel_f32_avx512 = {
-    "avx512", 8, 48, 240, 64, 480, gemm_f32_avx512_kernel_8x48, gemm_f32_avx512_small, gemm_copy_t_f32,
+    "avx512", 8, 48, 8, 64, 1056, gemm_f32_avx512_kernel_8x48, gemm_f32_avx512_small, gemm_copy_t_f32,
     gemm_f32_avx512_edge,
 };
 
 const gemm_microkernel_f64 gemm_microkernel_f64_avx512 = {
-    "avx512", 8, 24, 64, 384, 504, gemm_f64_avx512_kernel_8x24, gemm_f64_avx512_small, gemm_copy_t_f64,
+    "avx512", 8, 24, 8, 2048, 504, gemm_f64_avx512_kernel_8x24, gemm_f64_avx512_small, gemm_copy_t_f64,
     gemm_f64_avx512_edge,
 };
 

@@ -217,6 +217,9 @@ static int SUF(gemm_packed)(const SUF(gemm_microkernel) *uk,
             kk = kk < kc ? kc : kk;
         }
     }
+    /* n in equal NC blocks of at most that (n = 1024, nc = 504: 504 + 504 + 16
+     * re-packed all of A for a sliver of 16 columns; now 3 x 360) */
+    nc = gemm_round_up(gemm_ceil_div(n, gemm_ceil_div(n, nc)), nr);
     const int64_t a_panel_max = gemm_round_up(kc_max * mr, align);
     const int64_t b_panel_max = gemm_round_up(kc_max * nr, align);
     const int64_t b_kblock = (nc / nr) * b_panel_max;               /* one KC block of b_pack */
