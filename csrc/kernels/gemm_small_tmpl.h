@@ -153,10 +153,12 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
     enum { COLS = GEMM_SMALL_COLS };
     _Alignas(64) T strip[GEMM_SMALL_STRIP_ELEMS];   /* [kb][NB], when B is copied */
     /* float64's kc is a cache block only (its chains continue from c): make its
-     * strips fit the copy buffer (with the packed path's KC of 384 they did
-     * not, and every product took the scalar fallback below: 2x slower) */
-    if (GEMM_CHAINS(T) && kc > GEMM_SMALL_STRIP_ELEMS / COLS)
-        kc = GEMM_SMALL_STRIP_ELEMS / COLS;
+     * strips fit half the copy buffer (with the packed path's long KC they did
+     * not fit at all, and every product took the scalar fallback below: 2x
+     * slower; a whole 16 KiB strip beside a 16 KiB weight crowded L1: the
+     * seed's 1 x 64 @ 64 x 32 ran 10 % slower than with two 8 KiB strips) */
+    if (GEMM_CHAINS(T) && kc > GEMM_SMALL_STRIP_ELEMS / COLS / 2)
+        kc = GEMM_SMALL_STRIP_ELEMS / COLS / 2;
     for (int64_t j0 = 0; j0 < n; j0 += COLS) {
         const int64_t nb = n - j0 < COLS ? n - j0 : COLS;
         T *c_j = c + j0 * cs_c;             /* C[:, j0:j0+nb] */
