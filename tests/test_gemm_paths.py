@@ -147,16 +147,23 @@ def test_rows_do_not_depend_on_their_neighbours(rng, dtype):
         np.testing.assert_array_equal(alone[0], whole[i])
 
 
-@pytest.mark.parametrize("n,k", [(32, 64), (30, 60), (17, 120), (9, 200), (64, 31)])
+@pytest.mark.parametrize("n,k", [(32, 64), (30, 60), (17, 120), (9, 200), (64, 31), (70, 29),
+                                 (37, 33), (1, 3), (4, 1), (100, 5)])
 def test_linear_rows_do_not_depend_on_their_neighbours(rng, dtype, n, k):
     """The same for linear (B = weight^T, read through swapped strides): one row
-    alone takes the direct loop (n * k <= 2048), 50 rows the packed panels."""
+    alone takes the direct loop (n * k <= 2048; float64 on the SIMD paths: the
+    weight transposed in registers, 32 columns at a time, then groups of 4, then
+    single columns, k in pairs), 50 rows the packed panels."""
     x = scaled(rng, (50, k), dtype, k)
     w = scaled(rng, (n, k), dtype, k)
     bias = scaled(rng, (n,), dtype, k)
     whole = myatt.linear(x, w, bias)
+    x_f = np.asfortranarray(x)   # its rows are strided
     for i in [0, 3, 12, 49]:
         np.testing.assert_array_equal(myatt.linear(x[i], w, bias), whole[i])
+        np.testing.assert_array_equal(myatt.linear(x_f[i], w, bias), whole[i])
+        np.testing.assert_array_equal(myatt.linear(x[i], w), myatt.linear(x[i:i + 1], w)[0])
+    check_linear(x[:1], w, bias)
 
 
 # --------------------------------------------------------------------------- #

@@ -165,6 +165,7 @@ static void gemm_f64_avx2_kernel_4x12(int64_t kc, const double *a_panel, const d
 #define GEMM_SMALL_VSET1(x) _mm256_set1_pd(x)
 #define GEMM_SMALL_VFMA(x, y, s) _mm256_fmadd_pd((x), (y), (s))
 #define GEMM_SMALL_COPY_T gemm_copy_t_f64
+#define GEMM_SMALL_ROW_WT gemm_row_wt_f64
 #define GEMM_SMALL_COLS 16
 #define GEMM_SMALL_NAME gemm_f64_avx2_small
 #include "gemm_small_tmpl.h"

@@ -278,6 +278,7 @@ static void gemm_f64_avx512_edge(int64_t kc, const double *a_panel, const double
 #define GEMM_SMALL_VSET1(x) _mm512_set1_pd(x)
 #define GEMM_SMALL_VFMA(x, y, s) _mm512_fmadd_pd((x), (y), (s))
 #define GEMM_SMALL_COPY_T gemm_copy_t_f64
+#define GEMM_SMALL_ROW_WT gemm_row_wt_f64
 #define GEMM_SMALL_COLS 32
 #define GEMM_SMALL_NAME gemm_f64_avx512_small
 #include "gemm_small_tmpl.h"

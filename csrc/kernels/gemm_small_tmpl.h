@@ -6,6 +6,8 @@
  *                       path's vector registers hold with room to spare
  *   GEMM_SMALL_COPY_T   (optional) a faster transposing copy for B strips
  *                       with rs_b == 1 (see gemm_copy_avx.h)
+ *   GEMM_SMALL_ROW_WT   (optional, float64) one row of A against such a B,
+ *                       transposed in registers (gemm_row_wt_f64)
  *   GEMM_MADD(s, x, y)  the fused multiply-add s + x * y, one rounding:
  *                       fma/fmaf for the portable path (libm: the hardware
  *                       instruction when present), __builtin_fma* for the SIMD
@@ -159,6 +161,12 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
      * seed's 1 x 64 @ 64 x 32 ran 10 % slower than with two 8 KiB strips) */
     if (GEMM_CHAINS(T) && kc > GEMM_SMALL_STRIP_ELEMS / COLS / 2)
         kc = GEMM_SMALL_STRIP_ELEMS / COLS / 2;
+#ifdef GEMM_SMALL_ROW_WT
+    if (GEMM_CHAINS(T) && m == 1 && rs_b == 1 && cs_b != 1) {
+        GEMM_SMALL_ROW_WT(c, cs_c, a, cs_a, b, cs_b, n, k, c_holds_value);
+        return;
+    }
+#endif
     for (int64_t j0 = 0; j0 < n; j0 += COLS) {
         const int64_t nb = n - j0 < COLS ? n - j0 : COLS;
         T *c_j = c + j0 * cs_c;             /* C[:, j0:j0+nb] */
@@ -190,5 +198,6 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
 #undef GEMM_SMALL_VSET1
 #undef GEMM_SMALL_VFMA
 #undef GEMM_SMALL_COPY_T
+#undef GEMM_SMALL_ROW_WT
 #undef GEMM_SMALL_NAME
 #undef GEMM_SMALL_COLS
