@@ -58,19 +58,17 @@ static inline void gemm_copy_t_f64(double *strip, int NB, const double *b, int64
     for (; j + 4 <= nb; j += 4) {
         const double *b_j = b + j * cs_b;   /* W[j:j+4, :] */
         int64_t p = 0;
-        for (; p + 2 <= kb; p += 2) {
-            /* rows 0 and 2, 1 and 3 side by side: 128-bit broadcasts (loads, no
-             * shuffle) and a blend, so one in-lane unpack finishes the transpose
-             * (a 4 x 4 block through lane-crossing shuffles ran twice as long) */
-            const __m256d r02 = _mm256_blend_pd(_mm256_broadcast_pd((const __m128d *)(b_j + p)),
-                                                _mm256_broadcast_pd((const __m128d *)(b_j + 2 * cs_b + p)),
-                                                0xC);   /* W[j, p:p+2], W[j+2, p:p+2] */
-            const __m256d r13 = _mm256_blend_pd(_mm256_broadcast_pd((const __m128d *)(b_j + cs_b + p)),
-                                                _mm256_broadcast_pd((const __m128d *)(b_j + 3 * cs_b + p)),
-                                                0xC);   /* W[j+1, p:p+2], W[j+3, p:p+2] */
-            double *s = strip + p * NB + j;   /* strip[p:p+2, j:j+4] */
-            _mm256_storeu_pd(s, _mm256_unpacklo_pd(r02, r13));
-            _mm256_storeu_pd(s + NB, _mm256_unpackhi_pd(r02, r13));
+        for (; p + 4 <= kb; p += 4) {
+            const __m256d r0 = _mm256_loadu_pd(b_j + p), r1 = _mm256_loadu_pd(b_j + cs_b + p);
+            const __m256d r2 = _mm256_loadu_pd(b_j + 2 * cs_b + p);
+            const __m256d r3 = _mm256_loadu_pd(b_j + 3 * cs_b + p);
+            const __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+            const __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+            double *s = strip + p * NB + j;   /* strip[p:p+4, j:j+4] */
+            _mm256_storeu_pd(s + 0 * NB, _mm256_permute2f128_pd(t0, t2, 0x20));
+            _mm256_storeu_pd(s + 1 * NB, _mm256_permute2f128_pd(t1, t3, 0x20));
+            _mm256_storeu_pd(s + 2 * NB, _mm256_permute2f128_pd(t0, t2, 0x31));
+            _mm256_storeu_pd(s + 3 * NB, _mm256_permute2f128_pd(t1, t3, 0x31));
         }
         for (; p < kb; p++)
             for (int64_t jj = 0; jj < 4; jj++)
@@ -88,7 +86,7 @@ static inline void gemm_copy_t_f64(double *strip, int NB, const double *b, int64
  * contract (gemm_internal.h), so the same bits as every other route.  G groups
  * of 4 columns advance side by side (G independent chains per step: one chain
  * alone waits on the FMA latency).  For the seed's one-row products the strip
- * copy cost more than the products: the seed's float64 module ran in 1.60 us
+ * copy cost more than the products: the seed's float64 module ran in 1.6-1.7 us
  * through strips, 1.30 us this way. */
 static inline __attribute__((always_inline))
 void gemm_row_wt_f64_groups(double *c, int64_t cs_c, const double *a, int64_t cs_a,

@@ -155,12 +155,10 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
     enum { COLS = GEMM_SMALL_COLS };
     _Alignas(64) T strip[GEMM_SMALL_STRIP_ELEMS];   /* [kb][NB], when B is copied */
     /* float64's kc is a cache block only (its chains continue from c): make its
-     * strips fit half the copy buffer (with the packed path's long KC they did
-     * not fit at all, and every product took the scalar fallback below: 2x
-     * slower; a whole 16 KiB strip beside a 16 KiB weight crowded L1: the
-     * seed's 1 x 64 @ 64 x 32 ran 10 % slower than with two 8 KiB strips) */
-    if (GEMM_CHAINS(T) && kc > GEMM_SMALL_STRIP_ELEMS / COLS / 2)
-        kc = GEMM_SMALL_STRIP_ELEMS / COLS / 2;
+     * strips fit the copy buffer (with the packed path's long KC they did not,
+     * and every product took the scalar fallback below: 2x slower) */
+    if (GEMM_CHAINS(T) && kc > GEMM_SMALL_STRIP_ELEMS / COLS)
+        kc = GEMM_SMALL_STRIP_ELEMS / COLS;
 #ifdef GEMM_SMALL_ROW_WT
     if (GEMM_CHAINS(T) && m == 1 && rs_b == 1 && cs_b != 1) {
         GEMM_SMALL_ROW_WT(c, cs_c, a, cs_a, b, cs_b, n, k, c_holds_value);
