@@ -11,10 +11,11 @@
  * from zero by FMA in increasing p, then added onto c; float64: one FMA chain
  * continuing from c), hence the same bits.
  *
- * Block sizes: f32 A block 240 x KC (the summation block, <= 192), B panels
- * KC x 16 (12 KiB) in L1, the block of c 240 x 512 (480 KiB) kept in L2;
- * f64 A block 64 x 384 (192 KiB), B panels 384 x 12 (36 KiB), c 64 x 504
- * (KC = 384 rather than 64: 1024^3 and 2048^3 ran ~15 % faster). */
+ * Block sizes, as for AVX-512 (gemm_avx512.c): A packed one or two micro-panels
+ * at a time (f32 MC = 12, f64 MC = 8) and swept over a B block of KC x 1024
+ * (f32, KC the summation block) or 2048 x 504 (f64).  Against A blocks sized
+ * for L2 (240 / 64 rows) on Zen 4: 2048^3 f32 78 -> 83 % of peak, f64
+ * 72 -> 87 %. */
 #if defined(__x86_64__) || defined(__i386__)
 
 #include <immintrin.h>

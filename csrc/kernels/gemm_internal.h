@@ -137,13 +137,8 @@ typedef struct {
     const char *name;          /* "portable", "avx2", "avx512": for tests and repr */
     int mr, nr;                /* micro-tile: mr rows of A by nr columns of B */
     int64_t mc, kc, nc;        /* block sizes: A block mc x kc, B block kc x nc;
-                                * float32 sums in blocks of gemm_sum_block(k) instead of kc.
-                                * The SIMD paths take mc of one or two micro-panels and a
-                                * long float64 kc: each A panel is packed and swept over the
-                                * whole B block, which streams from L2/L3.  Measured on Zen 4
-                                * against L2-sized A blocks (mc 64-240, float64 kc 384):
-                                * 2048^3 float64 80 -> 88-90 % of peak, float32 85 -> 88 %,
-                                * the S = 1024 float64 module 11 % faster. */
+                                * float32 sums in blocks of gemm_sum_block(k) instead of kc
+                                * (the SIMD paths' choices: gemm_avx512.c, gemm_avx2.c) */
     gemm_kernel_f32_fn kernel;
     gemm_small_f32_fn small;   /* the direct loop with the same arithmetic */
     gemm_copy_t_f32_fn copy_t; /* packs A and B = weight^T panels faster, or NULL */
