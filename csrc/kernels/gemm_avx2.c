@@ -33,6 +33,7 @@
 #endif
 
 #include "gemm_copy_avx.h"
+#include "gemm_row_avx.h"
 
 /* c[6, 16] = (accumulate ? c : 0) + a_panel[kc][6]^T @ b_panel[kc][16] */
 static void gemm_f32_avx2_kernel_6x16(int64_t kc, const float *a_panel, const float *b_panel,

@@ -37,6 +37,7 @@
 #endif
 
 #include "gemm_copy_avx.h"
+#include "gemm_row_avx.h"
 
 /* c[8, 24] = (accumulate ? c : 0) + a_panel[kc][8]^T @ b_panel[kc][24], one FMA
  * chain per output continuing from c (the float64 contract, gemm_internal.h) */
