@@ -6,10 +6,12 @@ MYATT_KERNEL. This file tests the path of the running process (CI runs the whole
 suite once per path) and, through subprocesses, every path this CPU supports.
 
 Sizes are chosen around every kernel's blocking: micro-tiles MR x NR (float32 /
-float64) of 4 x 8 / 4 x 4 (portable), 6 x 16 / 4 x 12 (avx2), 8 x 48 / 8 x 24 (avx512),
+float64) of 4 x 8 / 4 x 4 (portable), 6 x 16 / 4 x 12 (avx2), 6 x 64 / 8 x 24 (avx512),
 KC = the float32 summation block (k, k // 2 or 192) and 64 / 2048 (float64 portable / SIMD),
-MC = 8 .. 256, NC = 504 .. 4096 (n cut into equal blocks of at most NC), and the small
-direct loop (m * n * k <= 2048, or m < MR with contiguous rows of B). Operands are scaled as
+MC = 6 .. 256, NC = 504 .. 4096 (n cut into equal blocks of at most NC), and the small
+direct loop (m * n * k <= 2048, or m < MR with contiguous rows of B). The SIMD paths read A in
+place where its rows have contiguous columns (the C-ordered operands here) and pack it where
+they do not or a tile is an edge tile, so a test with edge tiles runs both. Operands are scaled as
 nn.Linear initialises a weight, so products stay unit-scale and default assert_close
 tolerances apply (see test_long_reductions.py for unit-scale long sums).
 """
@@ -27,7 +29,7 @@ import torch.nn.functional as F
 
 import myatt
 from helpers import data, scaled
-from oracle import assert_matches
+from oracle import assert_matches, run, torch_myatt
 
 PATHS = ["portable", "avx2", "avx512"]
 
@@ -35,7 +37,7 @@ PATHS = ["portable", "avx2", "avx512"]
 M_EDGES = [1, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 23, 24, 25, 63, 64, 65, 119, 120, 121, 239, 240, 241,
            257]
 N_EDGES = [1, 3, 4, 5, 7, 8, 9, 11, 12, 13, 15, 16, 17, 23, 24, 25, 31, 32, 33, 47, 48, 49, 63, 64, 65,
-           95, 96, 97]
+           95, 96, 97, 127, 128, 129]
 K_EDGES = [1, 2, 63, 64, 65, 127, 128, 129, 191, 192, 193, 200, 383, 384, 385, 386, 769, 2047, 2048,
            2049, 4097]
 
@@ -102,7 +104,7 @@ def test_edges_k(rng, dtype, k):
 @pytest.mark.parametrize("m,n,k", [(13, 33, 65), (12, 32, 64), (121, 97, 129), (257, 65, 63),
                                    (5, 4100, 65), (3, 2050, 130), (241, 17, 300),
                                    (9, 481, 65), (17, 505, 64), (250, 1010, 70), (7, 1025, 64),
-                                   (9, 1057, 65), (13, 2113, 40)])
+                                   (9, 1057, 65), (13, 2113, 40), (6, 1024, 65), (12, 1023, 193)])
 def test_edges_combined(rng, dtype, m, n, k):
     a, b = operands(rng, m, n, k, dtype)
     check_bmm(a, b)
@@ -191,6 +193,29 @@ def test_strided_operands(rng, dtype, layout_a, layout_b, m, n, k):
     np.testing.assert_array_equal(got, expected)   # same arithmetic, whatever the strides
     check_bmm(la, lb)
     check_linear(la, LAYOUTS[layout_b](np.ascontiguousarray(b.T)))
+
+
+@pytest.mark.parametrize("layout_q", ["c", "fortran", "every_other_row", "every_other_col"])
+@pytest.mark.parametrize("layout_k", ["c", "fortran", "every_other_row"])
+def test_two_source_operand_layouts(rng, dtype, layout_q, layout_k):
+    """MyAtt's [Q | K] @ W^T and [Q | applied] @ W^T take A from two sources, whose
+    KC blocks (here 125 and 75 columns: k = 250 and 150) straddle the seam: each
+    source read in place when its rows are contiguous, else packed, each alone."""
+    sizes = (100, 150, 130, 50, 70)
+    m = myatt.MyAtt(*sizes, dtype=dtype)
+    S = 40
+    Q = scaled(rng, (S, sizes[0]), dtype, 250)
+    K = scaled(rng, (S, sizes[1]), dtype, 250)
+    V = data(rng, (sizes[2], sizes[3]), dtype)
+    expected = m(Q[None], K[None], V[None])
+    lq, lk = LAYOUTS[layout_q](Q), LAYOUTS[layout_k](K)
+    got = m(lq[None], lk[None], V[None])
+    for g, e in zip(got, expected):
+        np.testing.assert_array_equal(g, e)   # the same arithmetic, whatever the layouts
+    module = torch_myatt(m)
+    t_out, t_attn = run(module, lq[None], lk[None], V[None], dtype=dtype)
+    assert_matches(got[0], t_out)
+    assert_matches(got[1], t_attn)
 
 
 # --------------------------------------------------------------------------- #

@@ -125,10 +125,12 @@ static void gemm_f64_portable_kernel_4x4(int64_t kc, const double *a_panel, cons
 static const gemm_microkernel_f32 gemm_microkernel_f32_portable = {
     /* name        mr nr   mc  kc    nc   kernel                        small */
     "portable",    4, 8,  256, 64, 4096, gemm_f32_portable_kernel_4x8, gemm_f32_portable_small, NULL, NULL,
+    NULL,
 };
 
 static const gemm_microkernel_f64 gemm_microkernel_f64_portable = {
     "portable",    4, 4,  128, 64, 2048, gemm_f64_portable_kernel_4x4, gemm_f64_portable_small, NULL, NULL,
+    NULL,
 };
 
 /* The path mk_cpu_isa() chose (CPU detection + MYATT_KERNEL, decided once). */

@@ -2,24 +2,30 @@
  * gemm_internal.h for the contract).  Compiled for AVX-512 by the pragma below
  * whatever the build flags; only called when cpu.c found AVX-512 usable.
  *
- * Tiles use the 32 zmm registers: 24 accumulators, 3 for the B row and one
- * for the broadcast A element.
- *   f32 8 x 48: per p, B[p, 0:48] is three zmm, each A[i, p] multiplies all three.
- *   f64 8 x 24: the same with 8 doubles per zmm.
+ * Tiles use the 32 zmm registers: 24 accumulators, the B row and the
+ * broadcast A element.
+ *   f32 6 x 64: per p, B[p, 0:64] is four zmm, each A[i, p] multiplies all four.
+ *   f64 8 x 24: B[p, 0:24] is three zmm of 8 doubles.
  * (8 x 3 vectors beat 12 x 2 by 5-15 % at 2048^3: 11 loads per 24 FMAs
- * instead of 14.)  float32: each accumulator sums its KC block from zero in
- * increasing p with one FMA per term, then is added onto c (or stored);
- * float64: the accumulators start from c (or 0) and continue one FMA chain:
- * the summation contract of gemm_internal.h (torch's order).  The AVX2 and
- * portable kernels do exactly the same arithmetic per output, so every path
- * gives the same bits.
+ * instead of 14.  For float32, 6 x 4 (10 loads) beat 8 x 3 by 0.5-2 % on one
+ * thread and 1.5-9 % on two, measured on Zen 4: 64 columns divide the usual
+ * n = 256 .. 4096 into whole tiles and whole bands per thread, where 48 left
+ * an edge tile and a band one tile longer than the other.  For float64, 6 x 32
+ * measured no better than 8 x 24.)  float32: each accumulator sums its KC
+ * block from zero in increasing p with one FMA per term, then is added onto c
+ * (or stored); float64: the accumulators start from c (or 0) and continue one
+ * FMA chain: the summation contract of gemm_internal.h (torch's order).  The
+ * AVX2 and portable kernels do exactly the same arithmetic per output, so
+ * every path gives the same bits.  Each kernel reads A from a packed panel or
+ * in place from its rows (kernel_rows, gemm_internal.h): one body, inlined
+ * with the strides of each.
  *
  * Block sizes (Zen 4 / Skylake-SP class: 32-48 KiB L1d, 1-2 MiB L2): one A
- * micro-panel (MC = MR = 8 rows) packed at a time and swept over the whole
- * B block, which streams from L2 (f32: KC x NC = 192 x 1056, 792 KiB) or L3
- * (f64: 2048 x 504, 8 MiB; its KC is free: c is then loaded and stored once
- * per 2048 terms).  Measured on Zen 4 against A blocks sized for L2 (f32
- * 240 x 192, f64 64 x 384): 2048^3 f32 85 -> 88 % of peak, f64 80 -> 88-90 %. */
+ * micro-panel (MC = MR rows) at a time swept over the whole B block, which
+ * streams from L2 (f32: KC x NC = 192 x 1024, 768 KiB) or L3 (f64: 2048 x
+ * 504, 8 MiB; its KC is free: c is then loaded and stored once per 2048
+ * terms).  Measured on Zen 4 against A blocks sized for L2 (f32 240 x 192, f64
+ * 64 x 384): 2048^3 f32 85 -> 88 % of peak, f64 80 -> 88-90 %. */
 #if defined(__x86_64__) || defined(__i386__)
 
 #include <immintrin.h>
@@ -39,119 +45,192 @@
 #include "gemm_copy_avx.h"
 #include "gemm_row_avx.h"
 
+/* acc += A[0:8, p0:p1] @ b_panel[p0:p1][24], A[i, p] at a[i * ars + (p - p0) * acs]:
+ * one FMA per term in increasing p.  acc[v][i] holds C[i, 8v:8v+8]. */
+static inline __attribute__((always_inline))
+void gemm_f64_avx512_8x24_fma(__m512d acc[3][8], int64_t p0, int64_t p1,
+                              const double *a, int64_t ars, int64_t acs, const double *b_panel)
+{
+    for (int64_t p = p0; p < p1; p++) {
+        const double *a_p = a + (p - p0) * acs;   /* A[0:8, p] */
+        const double *b_p = b_panel + p * 24;      /* B[p, 0:24] */
+        const __m512d b0 = _mm512_loadu_pd(b_p), b1 = _mm512_loadu_pd(b_p + 8);
+        const __m512d b2 = _mm512_loadu_pd(b_p + 16);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            const __m512d a_ip = _mm512_set1_pd(a_p[i * ars]);
+            acc[0][i] = _mm512_fmadd_pd(a_ip, b0, acc[0][i]);
+            acc[1][i] = _mm512_fmadd_pd(a_ip, b1, acc[1][i]);
+            acc[2][i] = _mm512_fmadd_pd(a_ip, b2, acc[2][i]);
+        }
+    }
+}
+
+/* acc = accumulate ? c[8, 24] : 0: where the float64 chain starts (gemm_internal.h) */
+static inline __attribute__((always_inline))
+void gemm_f64_avx512_8x24_load(__m512d acc[3][8], const double *c, int64_t rs_c, int64_t cs_c,
+                               int accumulate)
+{
+    enum { MR = 8, NR = 24 };
+    _Alignas(64) double tile[MR * NR];
+    if (!accumulate) {
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; i++)
+            acc[0][i] = acc[1][i] = acc[2][i] = _mm512_setzero_pd();
+        return;
+    }
+    const double *src = c;
+    int64_t rs = rs_c;
+    if (cs_c != 1) {
+        for (int i = 0; i < MR; i++)
+            for (int j = 0; j < NR; j++)
+                tile[i * NR + j] = c[i * rs_c + j * cs_c];
+        src = tile;
+        rs = NR;
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 3
+        for (int v = 0; v < 3; v++)
+            acc[v][i] = _mm512_loadu_pd(src + i * rs + 8 * v);
+}
+
+/* c[8, 24] = acc */
+static inline __attribute__((always_inline))
+void gemm_f64_avx512_8x24_store(__m512d acc[3][8], double *c, int64_t rs_c, int64_t cs_c)
+{
+    enum { MR = 8, NR = 24 };
+    if (cs_c == 1) {
+#pragma GCC unroll 8
+        for (int i = 0; i < MR; i++)
+#pragma GCC unroll 3
+            for (int v = 0; v < 3; v++)
+                _mm512_storeu_pd(c + i * rs_c + 8 * v, acc[v][i]);
+        return;
+    }
+    _Alignas(64) double tile[MR * NR];
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 3
+        for (int v = 0; v < 3; v++)
+            _mm512_store_pd(tile + i * NR + 8 * v, acc[v][i]);
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++)
+            c[i * rs_c + j * cs_c] = tile[i * NR + j];
+}
+
 /* c[8, 24] = (accumulate ? c : 0) + a_panel[kc][8]^T @ b_panel[kc][24], one FMA
  * chain per output continuing from c (the float64 contract, gemm_internal.h) */
 static void gemm_f64_avx512_kernel_8x24(int64_t kc, const double *a_panel, const double *b_panel,
                                         double *c, int64_t rs_c, int64_t cs_c, int accumulate)
 {
-    enum { MR = 8, NR = 24 };
-    __m512d acc0[MR], acc1[MR], acc2[MR];   /* C[i, 0:8], C[i, 8:16], C[i, 16:24] */
-    _Alignas(64) double tile[MR * NR];
-    if (!accumulate) {
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; i++)
-            acc0[i] = acc1[i] = acc2[i] = _mm512_setzero_pd();
-    } else {   /* the chain continues from c */
-        const double *src = c;
-        int64_t rs = rs_c;
-        if (cs_c != 1) {
-            for (int i = 0; i < MR; i++)
-                for (int j = 0; j < NR; j++)
-                    tile[i * NR + j] = c[i * rs_c + j * cs_c];
-            src = tile;
-            rs = NR;
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; i++) {
-            acc0[i] = _mm512_loadu_pd(src + i * rs);
-            acc1[i] = _mm512_loadu_pd(src + i * rs + 8);
-            acc2[i] = _mm512_loadu_pd(src + i * rs + 16);
-        }
-    }
-    for (int64_t p = 0; p < kc; p++) {
-        const double *a_p = a_panel + p * MR;
-        const double *b_p = b_panel + p * NR;
-        const __m512d b0 = _mm512_loadu_pd(b_p), b1 = _mm512_loadu_pd(b_p + 8);
-        const __m512d b2 = _mm512_loadu_pd(b_p + 16);
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; i++) {
-            const __m512d a_ip = _mm512_set1_pd(a_p[i]);
-            acc0[i] = _mm512_fmadd_pd(a_ip, b0, acc0[i]);
-            acc1[i] = _mm512_fmadd_pd(a_ip, b1, acc1[i]);
-            acc2[i] = _mm512_fmadd_pd(a_ip, b2, acc2[i]);
-        }
-    }
-    if (cs_c == 1) {
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; i++) {
-            double *c_row = c + i * rs_c;
-            _mm512_storeu_pd(c_row, acc0[i]);
-            _mm512_storeu_pd(c_row + 8, acc1[i]);
-            _mm512_storeu_pd(c_row + 16, acc2[i]);
-        }
-        return;
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; i++) {
-        _mm512_store_pd(tile + i * NR, acc0[i]);
-        _mm512_store_pd(tile + i * NR + 8, acc1[i]);
-        _mm512_store_pd(tile + i * NR + 16, acc2[i]);
-    }
-    for (int i = 0; i < MR; i++)
-        for (int j = 0; j < NR; j++) {
-            c[i * rs_c + j * cs_c] = tile[i * NR + j];
-        }
+    __m512d acc[3][8];
+    gemm_f64_avx512_8x24_load(acc, c, rs_c, cs_c, accumulate);
+    gemm_f64_avx512_8x24_fma(acc, 0, kc, a_panel, 1, 8, b_panel);
+    gemm_f64_avx512_8x24_store(acc, c, rs_c, cs_c);
 }
 
-/* c[8, 48] = (accumulate ? c : 0) + a_panel[kc][8]^T @ b_panel[kc][48] */
-static void gemm_f32_avx512_kernel_8x48(int64_t kc, const float *a_panel, const float *b_panel,
-                                        float *c, int64_t rs_c, int64_t cs_c, int accumulate)
+/* the same with A read in place: columns [0, k1) from rows of a1, [k1, kc) of a2 */
+static void gemm_f64_avx512_kernel_rows_8x24(int64_t kc, const double *a1, int64_t rs_a1,
+                                             int64_t k1, const double *a2, int64_t rs_a2,
+                                             const double *b_panel, double *c, int64_t rs_c,
+                                             int64_t cs_c, int accumulate)
 {
-    enum { MR = 8, NR = 48 };
-    __m512 acc0[MR], acc1[MR], acc2[MR];   /* C[i, 0:16], C[i, 16:32], C[i, 32:48] */
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; i++)
-        acc0[i] = acc1[i] = acc2[i] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < kc; p++) {
-        const float *a_p = a_panel + p * MR;   /* A[0:8, p] */
-        const float *b_p = b_panel + p * NR;   /* B[p, 0:48] */
-        const __m512 b0 = _mm512_load_ps(b_p), b1 = _mm512_load_ps(b_p + 16);
-        const __m512 b2 = _mm512_load_ps(b_p + 32);
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; i++) {
-            const __m512 a_ip = _mm512_set1_ps(a_p[i]);
-            acc0[i] = _mm512_fmadd_ps(a_ip, b0, acc0[i]);
-            acc1[i] = _mm512_fmadd_ps(a_ip, b1, acc1[i]);
-            acc2[i] = _mm512_fmadd_ps(a_ip, b2, acc2[i]);
+    __m512d acc[3][8];
+    gemm_f64_avx512_8x24_load(acc, c, rs_c, cs_c, accumulate);
+    gemm_f64_avx512_8x24_fma(acc, 0, k1, a1, rs_a1, 1, b_panel);
+    gemm_f64_avx512_8x24_fma(acc, k1, kc, a2, rs_a2, 1, b_panel);
+    gemm_f64_avx512_8x24_store(acc, c, rs_c, cs_c);
+}
+
+/* acc[v][i] += A[i, p] * B[p, 16v:16v+16] for p0 <= p < p1, i < 6, v < NV (the
+ * vectors of columns computed: 4 in full tiles), one FMA per term in
+ * increasing p; A[i, p] at a[i * ars + (p - p0) * acs], B[p, :] at b_panel +
+ * p * 64.  Inlined with NV and the strides known. */
+static inline __attribute__((always_inline))
+void gemm_f32_avx512_fma(int NV, __m512 acc[4][6], int64_t p0, int64_t p1,
+                         const float *a, int64_t ars, int64_t acs, const float *b_panel)
+{
+    for (int64_t p = p0; p < p1; p++) {
+        const float *a_p = a + (p - p0) * acs;   /* A[0:6, p] */
+        const float *b_p = b_panel + p * 64;      /* B[p, 0:64] */
+        __m512 b[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            b[v] = _mm512_load_ps(b_p + 16 * v);
+#pragma GCC unroll 6
+        for (int i = 0; i < 6; i++) {
+            const __m512 a_ip = _mm512_set1_ps(a_p[i * ars]);
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++)
+                acc[v][i] = _mm512_fmadd_ps(a_ip, b[v], acc[v][i]);
         }
     }
+}
+
+static inline __attribute__((always_inline))
+void gemm_f32_avx512_zero(int NV, __m512 acc[4][6])
+{
+#pragma GCC unroll 6
+    for (int i = 0; i < 6; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; v++)
+            acc[v][i] = _mm512_setzero_ps();
+}
+
+/* c[6, 64] = (accumulate ? c : 0) + acc (acc of a full tile) */
+static inline __attribute__((always_inline))
+void gemm_f32_avx512_store(__m512 acc[4][6], float *c, int64_t rs_c, int64_t cs_c, int accumulate)
+{
+    enum { MR = 6, NR = 64 };
     if (cs_c == 1) {
-#pragma GCC unroll 8
+#pragma GCC unroll 6
         for (int i = 0; i < MR; i++) {
             float *c_row = c + i * rs_c;
-            if (accumulate) {
-                acc0[i] = _mm512_add_ps(_mm512_loadu_ps(c_row), acc0[i]);
-                acc1[i] = _mm512_add_ps(_mm512_loadu_ps(c_row + 16), acc1[i]);
-                acc2[i] = _mm512_add_ps(_mm512_loadu_ps(c_row + 32), acc2[i]);
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) {
+                __m512 r = acc[v][i];
+                if (accumulate)
+                    r = _mm512_add_ps(_mm512_loadu_ps(c_row + 16 * v), r);
+                _mm512_storeu_ps(c_row + 16 * v, r);
             }
-            _mm512_storeu_ps(c_row, acc0[i]);
-            _mm512_storeu_ps(c_row + 16, acc1[i]);
-            _mm512_storeu_ps(c_row + 32, acc2[i]);
         }
         return;
     }
-    _Alignas(64) float tile[MR * NR];   /* [8, 48] */
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; i++) {
-        _mm512_store_ps(tile + i * NR, acc0[i]);
-        _mm512_store_ps(tile + i * NR + 16, acc1[i]);
-        _mm512_store_ps(tile + i * NR + 32, acc2[i]);
-    }
+    _Alignas(64) float tile[MR * NR];   /* [6, 64] */
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++)
+            _mm512_store_ps(tile + i * NR + 16 * v, acc[v][i]);
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < NR; j++) {
             float *c_ij = c + i * rs_c + j * cs_c;
             *c_ij = accumulate ? *c_ij + tile[i * NR + j] : tile[i * NR + j];
         }
+}
+
+/* c[6, 64] = (accumulate ? c : 0) + a_panel[kc][6]^T @ b_panel[kc][64] */
+static void gemm_f32_avx512_kernel_6x64(int64_t kc, const float *a_panel, const float *b_panel,
+                                        float *c, int64_t rs_c, int64_t cs_c, int accumulate)
+{
+    __m512 acc[4][6];
+    gemm_f32_avx512_zero(4, acc);
+    gemm_f32_avx512_fma(4, acc, 0, kc, a_panel, 1, 6, b_panel);
+    gemm_f32_avx512_store(acc, c, rs_c, cs_c, accumulate);
+}
+
+/* the same with A read in place: columns [0, k1) from rows of a1, [k1, kc) of a2 */
+static void gemm_f32_avx512_kernel_rows_6x64(int64_t kc, const float *a1, int64_t rs_a1,
+                                             int64_t k1, const float *a2, int64_t rs_a2,
+                                             const float *b_panel, float *c, int64_t rs_c,
+                                             int64_t cs_c, int accumulate)
+{
+    __m512 acc[4][6];
+    gemm_f32_avx512_zero(4, acc);
+    gemm_f32_avx512_fma(4, acc, 0, k1, a1, rs_a1, 1, b_panel);
+    gemm_f32_avx512_fma(4, acc, k1, kc, a2, rs_a2, 1, b_panel);
+    gemm_f32_avx512_store(acc, c, rs_c, cs_c, accumulate);
 }
 
 /* Edge tiles (gemm_edge_f32_fn / _f64_fn): NV = the vectors of columns that
@@ -162,37 +241,18 @@ static inline __attribute__((always_inline))
 void gemm_f32_avx512_edge_nv(int NV, int64_t kc, const float *a_panel, const float *b_panel,
                              float *c, int64_t rs_c, int accumulate, int m_r, int n_r)
 {
-    enum { MR = 8, NR = 48 };
-    __m512 acc[MR][3];
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; i++)
-        for (int v = 0; v < NV; v++)
-            acc[i][v] = _mm512_setzero_ps();
-    for (int64_t p = 0; p < kc; p++) {
-        const float *a_p = a_panel + p * MR;
-        const float *b_p = b_panel + p * NR;
-        __m512 bv[3];
-        for (int v = 0; v < NV; v++)
-            bv[v] = _mm512_load_ps(b_p + 16 * v);
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; i++) {
-            const __m512 a_ip = _mm512_set1_ps(a_p[i]);
-            for (int v = 0; v < NV; v++)
-                acc[i][v] = _mm512_fmadd_ps(a_ip, bv[v], acc[i][v]);
-        }
-    }
-    __mmask16 mask[3];
-    for (int v = 0; v < NV; v++) {
-        const int cols = n_r - 16 * v;
-        mask[v] = cols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1u);
-    }
+    __m512 acc[4][6];
+    gemm_f32_avx512_zero(NV, acc);
+    gemm_f32_avx512_fma(NV, acc, 0, kc, a_panel, 1, 6, b_panel);
     for (int i = 0; i < m_r; i++) {
         float *c_row = c + i * rs_c;
         for (int v = 0; v < NV; v++) {
-            __m512 r = acc[i][v];
+            const int cols = n_r - 16 * v;
+            const __mmask16 mask = cols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1u);
+            __m512 r = acc[v][i];
             if (accumulate)
-                r = _mm512_add_ps(_mm512_maskz_loadu_ps(mask[v], c_row + 16 * v), r);
-            _mm512_mask_storeu_ps(c_row + 16 * v, mask[v], r);
+                r = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, c_row + 16 * v), r);
+            _mm512_mask_storeu_ps(c_row + 16 * v, mask, r);
         }
     }
 }
@@ -204,8 +264,10 @@ static void gemm_f32_avx512_edge(int64_t kc, const float *a_panel, const float *
         gemm_f32_avx512_edge_nv(1, kc, a_panel, b_panel, c, rs_c, accumulate, m_r, n_r);
     else if (n_r <= 32)
         gemm_f32_avx512_edge_nv(2, kc, a_panel, b_panel, c, rs_c, accumulate, m_r, n_r);
-    else
+    else if (n_r <= 48)
         gemm_f32_avx512_edge_nv(3, kc, a_panel, b_panel, c, rs_c, accumulate, m_r, n_r);
+    else
+        gemm_f32_avx512_edge_nv(4, kc, a_panel, b_panel, c, rs_c, accumulate, m_r, n_r);
 }
 
 /* float64: the chain continues from c (masked loads of the valid columns) */
@@ -282,13 +344,13 @@ static void gemm_f64_avx512_edge(int64_t kc, const double *a_panel, const double
 #include "gemm_small_tmpl.h"
 
 const gemm_microkernel_f32 gemm_microkernel_f32_avx512 = {
-    "avx512", 8, 48, 8, 64, 1056, gemm_f32_avx512_kernel_8x48, gemm_f32_avx512_small, gemm_copy_t_f32,
-    gemm_f32_avx512_edge,
+    "avx512", 6, 64, 6, 64, 1024, gemm_f32_avx512_kernel_6x64, gemm_f32_avx512_small, gemm_copy_t_f32,
+    gemm_f32_avx512_edge, gemm_f32_avx512_kernel_rows_6x64,
 };
 
 const gemm_microkernel_f64 gemm_microkernel_f64_avx512 = {
     "avx512", 8, 24, 8, 2048, 504, gemm_f64_avx512_kernel_8x24, gemm_f64_avx512_small, gemm_copy_t_f64,
-    gemm_f64_avx512_edge,
+    gemm_f64_avx512_edge, gemm_f64_avx512_kernel_rows_8x24,
 };
 
 #if defined(__clang__)

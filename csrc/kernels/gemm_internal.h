@@ -56,7 +56,7 @@ static inline int64_t gemm_sum_block(int64_t k)
 
 /* Largest micro-tile any kernel may use (the edge tile lives on the stack). */
 #define GEMM_MAX_MR 32
-#define GEMM_MAX_NR 48
+#define GEMM_MAX_NR 64
 
 /* Packed panels start on this boundary (bytes); mk_alloc gives the same. */
 #define GEMM_PANEL_ALIGN 64
@@ -130,6 +130,23 @@ typedef void (*gemm_edge_f32_fn)(int64_t kc, const float *a_panel, const float *
 typedef void (*gemm_edge_f64_fn)(int64_t kc, const double *a_panel, const double *b_panel,
                                  double *c, int64_t rs_c, int accumulate, int m_r, int n_r);
 
+/* An optional micro-kernel that reads A in place instead of from a packed
+ * panel: the same arithmetic as the path's kernel (so the same bits), with
+ *   A[i, p] = a1[i * rs_a1 + p]          for p < k1   (0 <= k1 <= kc)
+ *   A[i, p] = a2[i * rs_a2 + (p - k1)]   for p >= k1
+ * (rows of one or two sources with contiguous columns, any row strides: a
+ * KC block of gemm_cat's [q | k] may straddle the two) and otherwise kernel's
+ * contract.  The driver calls it for full tiles, whose A block is then never
+ * packed: packing cost each NC block and each thread a full read and write of
+ * A (4 % of 1024 x 2048 @ 2048 x 1024 on one thread; on two, each thread
+ * packed all of A for its band of columns). */
+typedef void (*gemm_kernel_rows_f32_fn)(int64_t kc, const float *a1, int64_t rs_a1, int64_t k1,
+                                        const float *a2, int64_t rs_a2, const float *b_panel,
+                                        float *c, int64_t rs_c, int64_t cs_c, int accumulate);
+typedef void (*gemm_kernel_rows_f64_fn)(int64_t kc, const double *a1, int64_t rs_a1, int64_t k1,
+                                        const double *a2, int64_t rs_a2, const double *b_panel,
+                                        double *c, int64_t rs_c, int64_t cs_c, int accumulate);
+
 /* One micro-kernel and the cache blocking that suits it.
  * Invariants: 1 <= mr <= GEMM_MAX_MR, 1 <= nr <= GEMM_MAX_NR,
  * mc % mr == 0, nc % nr == 0, kc >= 1. */
@@ -143,6 +160,7 @@ typedef struct {
     gemm_small_f32_fn small;   /* the direct loop with the same arithmetic */
     gemm_copy_t_f32_fn copy_t; /* packs A and B = weight^T panels faster, or NULL */
     gemm_edge_f32_fn edge;     /* edge tiles in place (cs_c == 1), or NULL */
+    gemm_kernel_rows_f32_fn kernel_rows;   /* full tiles with A read in place, or NULL */
 } gemm_microkernel_f32;
 
 typedef struct {
@@ -153,6 +171,7 @@ typedef struct {
     gemm_small_f64_fn small;
     gemm_copy_t_f64_fn copy_t;
     gemm_edge_f64_fn edge;
+    gemm_kernel_rows_f64_fn kernel_rows;
 } gemm_microkernel_f64;
 
 /* The SIMD paths, each defined in its own file (gemm_avx2.c, gemm_avx512.c)

@@ -117,6 +117,23 @@ static void SUF(gemm_pack_a_src)(const SUF(gemm_microkernel) *uk,
                          A->rs2, A->cs2, mc, kc - n1, mr, panel_len);
 }
 
+/* The block A[i0:, p0:p0+kc] for the path's kernel_rows, when each of its
+ * sources there has contiguous columns: *rows = {a1, rs1, 1, k1, a2, rs2, 1}
+ * with columns [0, k1) of the block in a1 and the rest in a2 (a2 = a1 when
+ * the block lies in a1).  Returns 0 when the block must be packed. */
+static int SUF(gemm_a_rows)(const SUF(gemm_a) *A, int64_t i0, int64_t p0, int64_t kc,
+                            SUF(gemm_a) *rows)
+{
+    int64_t k1 = A->k1 - p0;   /* columns of the block in a1 */
+    k1 = k1 < 0 ? 0 : k1 > kc ? kc : k1;
+    if ((k1 > 0 && A->cs1 != 1) || (k1 < kc && A->cs2 != 1))
+        return 0;
+    *rows = (SUF(gemm_a)){A->a1 + i0 * A->rs1 + p0, A->rs1, 1, k1, NULL, A->rs1, 1};
+    rows->a2 = k1 < kc ? A->a2 + i0 * A->rs2 + (p0 + k1 - A->k1) : rows->a1;
+    rows->rs2 = k1 < kc ? A->rs2 : A->rs1;
+    return 1;
+}
+
 /* Pack the block B[0:kc, 0:nc] (b points at its [0, 0]) into KC x NR panels:
  *   b_pack[q * panel_len + p * nr + j] = B[p, q * nr + j]
  * with columns past nc zero.  A B with contiguous columns (rs_b == 1, B =
@@ -256,8 +273,13 @@ static int SUF(gemm_packed)(const SUF(gemm_microkernel) *uk,
                     /* later KC blocks add onto what the first one wrote */
                     const int accumulate_blk = c_holds_value || pc > 0;
 
-                    /* A[ic:ic+mc_blk, pc:pc+kc_blk] -> a_pack */
-                    SUF(gemm_pack_a_src)(uk, a_pack, A, ic, pc, mc_blk, kc_blk, mr, a_panel_len);
+                    /* A[ic:ic+mc_blk, pc:pc+kc_blk]: read in place by the full
+                     * tiles where the path can, packed into a_pack (once) when
+                     * it cannot or an edge tile needs the panels */
+                    SUF(gemm_a) rows;
+                    const int in_place = uk->kernel_rows != NULL
+                                         && SUF(gemm_a_rows)(A, ic, pc, kc_blk, &rows);
+                    int a_packed = 0;
 
                     for (int64_t jr = 0; jr < nc_blk; jr += nr) {          /* NR columns */
                         const T *b_panel = b_blk + (jr / nr) * b_panel_len;
@@ -266,7 +288,19 @@ static int SUF(gemm_packed)(const SUF(gemm_microkernel) *uk,
                             const T *a_panel = a_pack + (ir / mr) * a_panel_len;
                             const int64_t m_r = gemm_min(mr, mc_blk - ir);
                             T *c_tile = c + (ic + ir) * rs_c + (jc + jr) * cs_c;
-                            if (m_r == mr && n_r == nr)
+                            const int full = m_r == mr && n_r == nr;
+                            if (full && in_place) {
+                                uk->kernel_rows(kc_blk, rows.a1 + ir * rows.rs1, rows.rs1, rows.k1,
+                                                rows.a2 + ir * rows.rs2, rows.rs2, b_panel,
+                                                c_tile, rs_c, cs_c, accumulate_blk);
+                                continue;
+                            }
+                            if (!a_packed) {
+                                SUF(gemm_pack_a_src)(uk, a_pack, A, ic, pc, mc_blk, kc_blk, mr,
+                                                     a_panel_len);
+                                a_packed = 1;
+                            }
+                            if (full)
                                 uk->kernel(kc_blk, a_panel, b_panel, c_tile, rs_c, cs_c,
                                            accumulate_blk);
                             else if (uk->edge != NULL && cs_c == 1)
