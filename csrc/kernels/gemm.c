@@ -5,9 +5,10 @@
  *
  * Structure (BLIS, C-stationary; see gemm_packed in gemm_tmpl.h): for each NC
  * block of columns, pack B into KC x NR panels (every KC block of a k range);
- * for each MC block of rows, for each KC block, pack A into MR x KC panels and
- * run the MR x NR micro-kernel over the block.  Packing absorbs every stride
- * and zero-pads edges; only the micro-kernel (and the direct loop for small
+ * for each MC block of rows, for each KC block, run the MR x NR micro-kernel
+ * over the block, A packed into MR x KC panels or (SIMD paths, rows with
+ * contiguous columns) read in place.  Packing absorbs every stride and
+ * zero-pads edges; only the micro-kernel (and the direct loop for small
  * products) is ISA-specific: gemm_avx2.c, gemm_avx512.c, chosen in cpu.c.
  * Large products are split into bands of c over the thread pool (threads.h). */
 #include "gemm.h"

@@ -77,8 +77,8 @@ static inline int64_t gemm_sum_block(int64_t k)
 
 /* Most bytes one thread's packed B block may take (see gemm_packed in
  * gemm_tmpl.h).  It lives in L3 while every MC block of rows streams over it;
- * when k is so long that kc x NC does not fit, NC shrinks, so A is re-packed
- * more often (measured at 2048^3 f64: 2 MiB ran 25 % slower than 8 MiB, A
+ * when k is so long that kc x NC does not fit, NC shrinks, so A is read (or
+ * packed) again more often (measured at 2048^3 f64: 2 MiB ran 25 % slower than 8 MiB, A
  * then coming from memory 16 times instead of 4). */
 #define GEMM_B_PACK_BYTES (8 << 20)
 
