@@ -46,23 +46,27 @@
 #include "gemm_copy_avx.h"
 #include "gemm_row_avx.h"
 
-/* acc += A[0:8, p0:p1] @ b_panel[p0:p1][24], A[i, p] at a[i * ars + (p - p0) * acs]:
- * one FMA per term in increasing p.  acc[v][i] holds C[i, 8v:8v+8]. */
+/* acc[v][i] += A[i, p] * B[p, 8v:8v+8] for p0 <= p < p1, i < 8, v < NV (the
+ * vectors of columns computed: 3 in full tiles), one FMA per term in
+ * increasing p; A[i, p] at a[i * ars + (p - p0) * acs], B[p, :] at b_panel +
+ * p * 24.  Inlined with NV and the strides known. */
 static inline __attribute__((always_inline))
-void gemm_f64_avx512_8x24_fma(__m512d acc[3][8], int64_t p0, int64_t p1,
-                              const double *a, int64_t ars, int64_t acs, const double *b_panel)
+void gemm_f64_avx512_fma(int NV, __m512d acc[3][8], int64_t p0, int64_t p1,
+                         const double *a, int64_t ars, int64_t acs, const double *b_panel)
 {
     for (int64_t p = p0; p < p1; p++) {
         const double *a_p = a + (p - p0) * acs;   /* A[0:8, p] */
         const double *b_p = b_panel + p * 24;      /* B[p, 0:24] */
-        const __m512d b0 = _mm512_loadu_pd(b_p), b1 = _mm512_loadu_pd(b_p + 8);
-        const __m512d b2 = _mm512_loadu_pd(b_p + 16);
+        __m512d b[3];
+#pragma GCC unroll 3
+        for (int v = 0; v < NV; v++)
+            b[v] = _mm512_loadu_pd(b_p + 8 * v);
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++) {
             const __m512d a_ip = _mm512_set1_pd(a_p[i * ars]);
-            acc[0][i] = _mm512_fmadd_pd(a_ip, b0, acc[0][i]);
-            acc[1][i] = _mm512_fmadd_pd(a_ip, b1, acc[1][i]);
-            acc[2][i] = _mm512_fmadd_pd(a_ip, b2, acc[2][i]);
+#pragma GCC unroll 3
+            for (int v = 0; v < NV; v++)
+                acc[v][i] = _mm512_fmadd_pd(a_ip, b[v], acc[v][i]);
         }
     }
 }
@@ -127,7 +131,7 @@ static void gemm_f64_avx512_kernel_8x24(int64_t kc, const double *a_panel, const
 {
     __m512d acc[3][8];
     gemm_f64_avx512_8x24_load(acc, c, rs_c, cs_c, accumulate);
-    gemm_f64_avx512_8x24_fma(acc, 0, kc, a_panel, 1, 8, b_panel);
+    gemm_f64_avx512_fma(3, acc, 0, kc, a_panel, 1, 8, b_panel);
     gemm_f64_avx512_8x24_store(acc, c, rs_c, cs_c);
 }
 
@@ -139,8 +143,8 @@ static void gemm_f64_avx512_kernel_rows_8x24(int64_t kc, const double *a1, int64
 {
     __m512d acc[3][8];
     gemm_f64_avx512_8x24_load(acc, c, rs_c, cs_c, accumulate);
-    gemm_f64_avx512_8x24_fma(acc, 0, k1, a1, rs_a1, 1, b_panel);
-    gemm_f64_avx512_8x24_fma(acc, k1, kc, a2, rs_a2, 1, b_panel);
+    gemm_f64_avx512_fma(3, acc, 0, k1, a1, rs_a1, 1, b_panel);
+    gemm_f64_avx512_fma(3, acc, k1, kc, a2, rs_a2, 1, b_panel);
     gemm_f64_avx512_8x24_store(acc, c, rs_c, cs_c);
 }
 
@@ -276,34 +280,22 @@ static inline __attribute__((always_inline))
 void gemm_f64_avx512_edge_nv(int NV, int64_t kc, const double *a_panel, const double *b_panel,
                              double *c, int64_t rs_c, int accumulate, int m_r, int n_r)
 {
-    enum { MR = 8, NR = 24 };
     __mmask8 mask[3];
     for (int v = 0; v < NV; v++) {
         const int cols = n_r - 8 * v;
         mask[v] = cols >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << cols) - 1u);
     }
-    __m512d acc[MR][3];
+    __m512d acc[3][8];
 #pragma GCC unroll 8
-    for (int i = 0; i < MR; i++)
+    for (int i = 0; i < 8; i++)
+#pragma GCC unroll 3
         for (int v = 0; v < NV; v++)
-            acc[i][v] = accumulate && i < m_r ? _mm512_maskz_loadu_pd(mask[v], c + i * rs_c + 8 * v)
+            acc[v][i] = accumulate && i < m_r ? _mm512_maskz_loadu_pd(mask[v], c + i * rs_c + 8 * v)
                                               : _mm512_setzero_pd();
-    for (int64_t p = 0; p < kc; p++) {
-        const double *a_p = a_panel + p * MR;
-        const double *b_p = b_panel + p * NR;
-        __m512d bv[3];
-        for (int v = 0; v < NV; v++)
-            bv[v] = _mm512_loadu_pd(b_p + 8 * v);
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; i++) {
-            const __m512d a_ip = _mm512_set1_pd(a_p[i]);
-            for (int v = 0; v < NV; v++)
-                acc[i][v] = _mm512_fmadd_pd(a_ip, bv[v], acc[i][v]);
-        }
-    }
+    gemm_f64_avx512_fma(NV, acc, 0, kc, a_panel, 1, 8, b_panel);
     for (int i = 0; i < m_r; i++)
         for (int v = 0; v < NV; v++)
-            _mm512_mask_storeu_pd(c + i * rs_c + 8 * v, mask[v], acc[i][v]);
+            _mm512_mask_storeu_pd(c + i * rs_c + 8 * v, mask[v], acc[v][i]);
 }
 
 static void gemm_f64_avx512_edge(int64_t kc, const double *a_panel, const double *b_panel,
