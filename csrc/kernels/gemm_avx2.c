@@ -222,6 +222,7 @@ static void gemm_f64_avx2_kernel_rows_4x12(int64_t kc, const double *a1, int64_t
 #define GEMM_SMALL_VSET1(x) _mm256_set1_ps(x)
 #define GEMM_SMALL_VFMA(x, y, s) _mm256_fmadd_ps((x), (y), (s))
 #define GEMM_SMALL_COPY_T gemm_copy_t_f32
+#define GEMM_SMALL_ROW_WT gemm_row_wt_f32
 #define GEMM_SMALL_COLS 32
 #define GEMM_SMALL_NAME gemm_f32_avx2_small
 #include "gemm_small_tmpl.h"

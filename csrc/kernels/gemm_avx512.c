@@ -319,6 +319,7 @@ static void gemm_f64_avx512_edge(int64_t kc, const double *a_panel, const double
 #define GEMM_SMALL_VSET1(x) _mm512_set1_ps(x)
 #define GEMM_SMALL_VFMA(x, y, s) _mm512_fmadd_ps((x), (y), (s))
 #define GEMM_SMALL_COPY_T gemm_copy_t_f32
+#define GEMM_SMALL_ROW_WT gemm_row_wt_f32
 #define GEMM_SMALL_COLS 64
 #define GEMM_SMALL_NAME gemm_f32_avx512_small
 #include "gemm_small_tmpl.h"

@@ -1,10 +1,112 @@
-/* The float64 one-row kernel of the SIMD paths' direct GEMM loop
- * (GEMM_SMALL_ROW_WT in gemm_small_tmpl.h), built from AVX2 + FMA instructions:
- * included by gemm_avx2.c and gemm_avx512.c after their target pragma, so
- * compiled for each.  The arithmetic is the float64 contract of
- * gemm_internal.h, lane by lane: the same bits as every other route. */
+/* The one-row kernels of the SIMD paths' direct GEMM loop (GEMM_SMALL_ROW_WT
+ * in gemm_small_tmpl.h), built from AVX2 + FMA instructions: included by
+ * gemm_avx2.c and gemm_avx512.c after their target pragma, so compiled for
+ * each.  The arithmetic is the contract of gemm_internal.h, lane by lane: the
+ * same bits as every other route. */
 #include <immintrin.h>
 #include <stdint.h>
+
+/* One row of c against B = weight^T (rs_b == 1), float32, the transpose done
+ * in registers instead of through a strip: for j < n, each block of kc terms
+ *   s = chain over p in the block of fma(a[p * cs_a], b[j * cs_b + p], .) from 0
+ * then c[j * cs_c] = s for the first block (unless c_holds_value), else
+ * c[j * cs_c] + s: the float32 contract (gemm_internal.h).  G groups of 8
+ * columns advance side by side, 4 terms a step (rows j and j + 4 of W in the
+ * two 128-bit lanes, a 4 x 4 transpose in each).  The seed's float32 module
+ * spent 60 % of its GEMM time building strips the old way. */
+static inline __attribute__((always_inline))
+void gemm_row_wt_f32_groups(float *c, int64_t cs_c, const float *a, int64_t cs_a,
+                            const float *b, int64_t cs_b, int64_t k, int64_t kc,
+                            int c_holds_value, const int G)
+{
+    for (int64_t p0 = 0; p0 < k; p0 += kc) {
+        const int64_t p1 = k - p0 < kc ? k : p0 + kc;   /* the block [p0, p1) */
+        __m256 acc[4];
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++)
+            acc[g] = _mm256_setzero_ps();
+        int64_t p = p0;
+        for (; p + 4 <= p1; p += 4) {
+            const __m256 a0 = _mm256_set1_ps(a[p * cs_a]), a1 = _mm256_set1_ps(a[(p + 1) * cs_a]);
+            const __m256 a2 = _mm256_set1_ps(a[(p + 2) * cs_a]);
+            const __m256 a3 = _mm256_set1_ps(a[(p + 3) * cs_a]);
+            const float *w = b + p;   /* W[8g:8g+8, p:p+4] */
+#pragma GCC unroll 4
+            for (int g = 0; g < G; g++) {
+                const __m256 r04 = _mm256_loadu2_m128(w + 4 * cs_b, w);   /* rows 0 | 4 */
+                const __m256 r15 = _mm256_loadu2_m128(w + 5 * cs_b, w + cs_b);
+                const __m256 r26 = _mm256_loadu2_m128(w + 6 * cs_b, w + 2 * cs_b);
+                const __m256 r37 = _mm256_loadu2_m128(w + 7 * cs_b, w + 3 * cs_b);
+                const __m256 t0 = _mm256_unpacklo_ps(r04, r15), t1 = _mm256_unpackhi_ps(r04, r15);
+                const __m256 t2 = _mm256_unpacklo_ps(r26, r37), t3 = _mm256_unpackhi_ps(r26, r37);
+                acc[g] = _mm256_fmadd_ps(a0, _mm256_shuffle_ps(t0, t2, 0x44), acc[g]);  /* W[., p] */
+                acc[g] = _mm256_fmadd_ps(a1, _mm256_shuffle_ps(t0, t2, 0xEE), acc[g]);
+                acc[g] = _mm256_fmadd_ps(a2, _mm256_shuffle_ps(t1, t3, 0x44), acc[g]);
+                acc[g] = _mm256_fmadd_ps(a3, _mm256_shuffle_ps(t1, t3, 0xEE), acc[g]);
+                w += 8 * cs_b;
+                __asm__("" : "+r"(w));   /* as in gemm_row_wt_f64_groups */
+            }
+        }
+        for (; p < p1; p++) {   /* the block's last terms, one at a time */
+            const __m256 a0 = _mm256_set1_ps(a[p * cs_a]);
+#pragma GCC unroll 4
+            for (int g = 0; g < G; g++) {
+                const float *w = b + 8 * g * cs_b + p;
+                acc[g] = _mm256_fmadd_ps(a0, _mm256_set_ps(w[7 * cs_b], w[6 * cs_b], w[5 * cs_b],
+                                                           w[4 * cs_b], w[3 * cs_b], w[2 * cs_b],
+                                                           w[cs_b], w[0]), acc[g]);
+            }
+        }
+        const int onto_c = c_holds_value || p0 > 0;
+#pragma GCC unroll 4
+        for (int g = 0; g < G; g++) {
+            float *c_g = c + 8 * g * cs_c;
+            if (cs_c == 1) {
+                _mm256_storeu_ps(c_g, onto_c ? _mm256_add_ps(_mm256_loadu_ps(c_g), acc[g]) : acc[g]);
+            } else {
+                _Alignas(32) float t[8];
+                _mm256_store_ps(t, acc[g]);
+                for (int j = 0; j < 8; j++)
+                    c_g[j * cs_c] = onto_c ? c_g[j * cs_c] + t[j] : t[j];
+            }
+        }
+    }
+}
+
+static void gemm_row_wt_f32(float *c, int64_t cs_c, const float *a, int64_t cs_a,
+                            const float *b, int64_t cs_b, int64_t n, int64_t k, int64_t kc,
+                            int c_holds_value)
+{
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32)
+        gemm_row_wt_f32_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k, kc,
+                               c_holds_value, 4);
+    switch ((n - j) / 8) {   /* the remaining whole groups of 8, with as many chains */
+    case 1:
+        gemm_row_wt_f32_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k, kc,
+                               c_holds_value, 1);
+        break;
+    case 2:
+        gemm_row_wt_f32_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k, kc,
+                               c_holds_value, 2);
+        break;
+    case 3:
+        gemm_row_wt_f32_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k, kc,
+                               c_holds_value, 3);
+        break;
+    default:
+        break;
+    }
+    for (j += (n - j) / 8 * 8; j < n; j++) {   /* the last columns, one chain each per block */
+        for (int64_t p0 = 0; p0 < k; p0 += kc) {
+            const int64_t p1 = k - p0 < kc ? k : p0 + kc;
+            float s = 0.0f;
+            for (int64_t p = p0; p < p1; p++)
+                s = __builtin_fmaf(a[p * cs_a], b[j * cs_b + p], s);
+            c[j * cs_c] = c_holds_value || p0 > 0 ? c[j * cs_c] + s : s;
+        }
+    }
+}
 
 /* One row of c against B = weight^T (rs_b == 1), float64, the transpose done
  * in registers instead of through a strip: for j < n,
@@ -71,8 +173,9 @@ void gemm_row_wt_f64_groups(double *c, int64_t cs_c, const double *a, int64_t cs
     }
 }
 
+/* kc: unused, float64 has no summation blocks (the same signature as float32's) */
 static void gemm_row_wt_f64(double *c, int64_t cs_c, const double *a, int64_t cs_a,
-                            const double *b, int64_t cs_b, int64_t n, int64_t k,
+                            const double *b, int64_t cs_b, int64_t n, int64_t k, int64_t kc,
                             int c_holds_value)
 {
     int64_t j = 0;

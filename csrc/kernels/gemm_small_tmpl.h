@@ -6,8 +6,8 @@
  *                       path's vector registers hold with room to spare
  *   GEMM_SMALL_COPY_T   (optional) a faster transposing copy for B strips
  *                       with rs_b == 1 (see gemm_copy_avx.h)
- *   GEMM_SMALL_ROW_WT   (optional, float64) one row of A against such a B,
- *                       transposed in registers (gemm_row_wt_f64)
+ *   GEMM_SMALL_ROW_WT   (optional) one row of A against such a B, transposed
+ *                       in registers (gemm_row_wt_f32 / _f64, gemm_row_avx.h)
  *   GEMM_MADD(s, x, y)  the fused multiply-add s + x * y, one rounding:
  *                       fma/fmaf for the portable path (libm: the hardware
  *                       instruction when present), __builtin_fma* for the SIMD
@@ -160,8 +160,8 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
     if (GEMM_CHAINS(T) && kc > GEMM_SMALL_STRIP_ELEMS / COLS)
         kc = GEMM_SMALL_STRIP_ELEMS / COLS;
 #ifdef GEMM_SMALL_ROW_WT
-    if (GEMM_CHAINS(T) && m == 1 && rs_b == 1 && cs_b != 1) {
-        GEMM_SMALL_ROW_WT(c, cs_c, a, cs_a, b, cs_b, n, k, c_holds_value);
+    if (m == 1 && rs_b == 1 && cs_b != 1) {
+        GEMM_SMALL_ROW_WT(c, cs_c, a, cs_a, b, cs_b, n, k, kc, c_holds_value);
         return;
     }
 #endif
