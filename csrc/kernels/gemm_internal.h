@@ -72,7 +72,8 @@ static inline int64_t gemm_sum_block(int64_t k)
 /* ... and m < mr up to this many multiply-adds when B is a transposed weight
  * (cs_b != 1): packing B and A for one row then runs a full MR-row tile of
  * which one row is kept (the seed's 1 x 96 @ 96 x 32: the direct loop, with
- * its transposing strip copy, skips both allocations). */
+ * its transposing strip copy or, on the SIMD paths, one row transposed in
+ * registers, skips both allocations). */
 #define GEMM_SMALL_ROWS_WORK 32768.0
 
 /* Most bytes one thread's packed B block may take (see gemm_packed in
