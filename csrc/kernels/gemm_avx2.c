@@ -11,8 +11,11 @@
  * from zero by FMA in increasing p, then added onto c; float64: one FMA chain
  * continuing from c), hence the same bits.
  *
- * Block sizes, as for AVX-512 (gemm_avx512.c): A packed one or two micro-panels
- * at a time (f32 MC = 12, f64 MC = 8) and swept over a B block of KC x 1024
+ * Each kernel reads A from a packed panel or in place from its rows
+ * (kernel_rows): one body, inlined with the strides of each.
+ *
+ * Block sizes, as for AVX-512 (gemm_avx512.c): one or two A micro-panels at a
+ * time (f32 MC = 12, f64 MC = 8) swept over a B block of KC x 1024
  * (f32, KC the summation block) or 2048 x 504 (f64).  Against A blocks sized
  * for L2 (240 / 64 rows) on Zen 4: 2048^3 f32 78 -> 83 % of peak, f64
  * 72 -> 87 %. */
