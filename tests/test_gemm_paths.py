@@ -200,9 +200,10 @@ def test_strided_operands(rng, dtype, layout_a, layout_b, m, n, k):
 @pytest.mark.parametrize("layout_q", ["c", "fortran", "every_other_row", "every_other_col"])
 @pytest.mark.parametrize("layout_k", ["c", "fortran", "every_other_row"])
 def test_two_source_operand_layouts(rng, dtype, layout_q, layout_k):
-    """MyAtt's [Q | K] @ W^T and [Q | applied] @ W^T take A from two sources, whose
-    KC blocks (here 125 and 75 columns: k = 250 and 150) straddle the seam: each
-    source read in place when its rows are contiguous, else packed, each alone."""
+    """MyAtt's [Q | K] @ W^T and [Q | applied] @ W^T take A from two sources, and a
+    KC block may straddle the seam (here at column 100 of k = 250, float32 blocks
+    of 125, and of k = 150, one block): each source read in place when its rows
+    are contiguous, else packed, each alone."""
     sizes = (100, 150, 130, 50, 70)
     m = myatt.MyAtt(*sizes, dtype=dtype)
     S = 40
