@@ -46,197 +46,20 @@
 #include "gemm_copy_avx.h"
 #include "gemm_row_avx.h"
 
-/* acc[v][i] += A[i, p] * B[p, 8v:8v+8] for p0 <= p < p1, i < 8, v < NV (the
- * vectors of columns computed: 3 in full tiles), one FMA per term in
- * increasing p; A[i, p] at a[i * ars + (p - p0) * acs], B[p, :] at b_panel +
- * p * 24.  Inlined with NV and the strides known. */
-static inline __attribute__((always_inline))
-void gemm_f64_avx512_fma(int NV, __m512d acc[3][8], int64_t p0, int64_t p1,
-                         const double *a, int64_t ars, int64_t acs, const double *b_panel)
-{
-    for (int64_t p = p0; p < p1; p++) {
-        const double *a_p = a + (p - p0) * acs;   /* A[0:8, p] */
-        const double *b_p = b_panel + p * 24;      /* B[p, 0:24] */
-        __m512d b[3];
-#pragma GCC unroll 3
-        for (int v = 0; v < NV; v++)
-            b[v] = _mm512_loadu_pd(b_p + 8 * v);
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) {
-            const __m512d a_ip = _mm512_set1_pd(a_p[i * ars]);
-#pragma GCC unroll 3
-            for (int v = 0; v < NV; v++)
-                acc[v][i] = _mm512_fmadd_pd(a_ip, b[v], acc[v][i]);
-        }
-    }
-}
-
-/* acc = accumulate ? c[8, 24] : 0: where the float64 chain starts (gemm_internal.h) */
-static inline __attribute__((always_inline))
-void gemm_f64_avx512_8x24_load(__m512d acc[3][8], const double *c, int64_t rs_c, int64_t cs_c,
-                               int accumulate)
-{
-    enum { MR = 8, NR = 24 };
-    _Alignas(64) double tile[MR * NR];
-    if (!accumulate) {
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; i++)
-            acc[0][i] = acc[1][i] = acc[2][i] = _mm512_setzero_pd();
-        return;
-    }
-    const double *src = c;
-    int64_t rs = rs_c;
-    if (cs_c != 1) {
-        for (int i = 0; i < MR; i++)
-            for (int j = 0; j < NR; j++)
-                tile[i * NR + j] = c[i * rs_c + j * cs_c];
-        src = tile;
-        rs = NR;
-    }
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; i++)
-#pragma GCC unroll 3
-        for (int v = 0; v < 3; v++)
-            acc[v][i] = _mm512_loadu_pd(src + i * rs + 8 * v);
-}
-
-/* c[8, 24] = acc */
-static inline __attribute__((always_inline))
-void gemm_f64_avx512_8x24_store(__m512d acc[3][8], double *c, int64_t rs_c, int64_t cs_c)
-{
-    enum { MR = 8, NR = 24 };
-    if (cs_c == 1) {
-#pragma GCC unroll 8
-        for (int i = 0; i < MR; i++)
-#pragma GCC unroll 3
-            for (int v = 0; v < 3; v++)
-                _mm512_storeu_pd(c + i * rs_c + 8 * v, acc[v][i]);
-        return;
-    }
-    _Alignas(64) double tile[MR * NR];
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; i++)
-#pragma GCC unroll 3
-        for (int v = 0; v < 3; v++)
-            _mm512_store_pd(tile + i * NR + 8 * v, acc[v][i]);
-    for (int i = 0; i < MR; i++)
-        for (int j = 0; j < NR; j++)
-            c[i * rs_c + j * cs_c] = tile[i * NR + j];
-}
-
-/* c[8, 24] = (accumulate ? c : 0) + a_panel[kc][8]^T @ b_panel[kc][24], one FMA
- * chain per output continuing from c (the float64 contract, gemm_internal.h) */
-static void gemm_f64_avx512_kernel_8x24(int64_t kc, const double *a_panel, const double *b_panel,
-                                        double *c, int64_t rs_c, int64_t cs_c, int accumulate)
-{
-    __m512d acc[3][8];
-    gemm_f64_avx512_8x24_load(acc, c, rs_c, cs_c, accumulate);
-    gemm_f64_avx512_fma(3, acc, 0, kc, a_panel, 1, 8, b_panel);
-    gemm_f64_avx512_8x24_store(acc, c, rs_c, cs_c);
-}
-
-/* the same with A read in place: columns [0, k1) from rows of a1, [k1, kc) of a2 */
-static void gemm_f64_avx512_kernel_rows_8x24(int64_t kc, const double *a1, int64_t rs_a1,
-                                             int64_t k1, const double *a2, int64_t rs_a2,
-                                             const double *b_panel, double *c, int64_t rs_c,
-                                             int64_t cs_c, int accumulate)
-{
-    __m512d acc[3][8];
-    gemm_f64_avx512_8x24_load(acc, c, rs_c, cs_c, accumulate);
-    gemm_f64_avx512_fma(3, acc, 0, k1, a1, rs_a1, 1, b_panel);
-    gemm_f64_avx512_fma(3, acc, k1, kc, a2, rs_a2, 1, b_panel);
-    gemm_f64_avx512_8x24_store(acc, c, rs_c, cs_c);
-}
-
-/* acc[v][i] += A[i, p] * B[p, 16v:16v+16] for p0 <= p < p1, i < 6, v < NV (the
- * vectors of columns computed: 4 in full tiles), one FMA per term in
- * increasing p; A[i, p] at a[i * ars + (p - p0) * acs], B[p, :] at b_panel +
- * p * 64.  Inlined with NV and the strides known. */
-static inline __attribute__((always_inline))
-void gemm_f32_avx512_fma(int NV, __m512 acc[4][6], int64_t p0, int64_t p1,
-                         const float *a, int64_t ars, int64_t acs, const float *b_panel)
-{
-    for (int64_t p = p0; p < p1; p++) {
-        const float *a_p = a + (p - p0) * acs;   /* A[0:6, p] */
-        const float *b_p = b_panel + p * 64;      /* B[p, 0:64] */
-        __m512 b[4];
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++)
-            b[v] = _mm512_load_ps(b_p + 16 * v);
-#pragma GCC unroll 6
-        for (int i = 0; i < 6; i++) {
-            const __m512 a_ip = _mm512_set1_ps(a_p[i * ars]);
-#pragma GCC unroll 4
-            for (int v = 0; v < NV; v++)
-                acc[v][i] = _mm512_fmadd_ps(a_ip, b[v], acc[v][i]);
-        }
-    }
-}
-
-static inline __attribute__((always_inline))
-void gemm_f32_avx512_zero(int NV, __m512 acc[4][6])
-{
-#pragma GCC unroll 6
-    for (int i = 0; i < 6; i++)
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; v++)
-            acc[v][i] = _mm512_setzero_ps();
-}
-
-/* c[6, 64] = (accumulate ? c : 0) + acc (acc of a full tile) */
-static inline __attribute__((always_inline))
-void gemm_f32_avx512_store(__m512 acc[4][6], float *c, int64_t rs_c, int64_t cs_c, int accumulate)
-{
-    enum { MR = 6, NR = 64 };
-    if (cs_c == 1) {
-#pragma GCC unroll 6
-        for (int i = 0; i < MR; i++) {
-            float *c_row = c + i * rs_c;
-#pragma GCC unroll 4
-            for (int v = 0; v < 4; v++) {
-                __m512 r = acc[v][i];
-                if (accumulate)
-                    r = _mm512_add_ps(_mm512_loadu_ps(c_row + 16 * v), r);
-                _mm512_storeu_ps(c_row + 16 * v, r);
-            }
-        }
-        return;
-    }
-    _Alignas(64) float tile[MR * NR];   /* [6, 64] */
-#pragma GCC unroll 6
-    for (int i = 0; i < MR; i++)
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++)
-            _mm512_store_ps(tile + i * NR + 16 * v, acc[v][i]);
-    for (int i = 0; i < MR; i++)
-        for (int j = 0; j < NR; j++) {
-            float *c_ij = c + i * rs_c + j * cs_c;
-            *c_ij = accumulate ? *c_ij + tile[i * NR + j] : tile[i * NR + j];
-        }
-}
-
-/* c[6, 64] = (accumulate ? c : 0) + a_panel[kc][6]^T @ b_panel[kc][64] */
-static void gemm_f32_avx512_kernel_6x64(int64_t kc, const float *a_panel, const float *b_panel,
-                                        float *c, int64_t rs_c, int64_t cs_c, int accumulate)
-{
-    __m512 acc[4][6];
-    gemm_f32_avx512_zero(4, acc);
-    gemm_f32_avx512_fma(4, acc, 0, kc, a_panel, 1, 6, b_panel);
-    gemm_f32_avx512_store(acc, c, rs_c, cs_c, accumulate);
-}
-
-/* the same with A read in place: columns [0, k1) from rows of a1, [k1, kc) of a2 */
-static void gemm_f32_avx512_kernel_rows_6x64(int64_t kc, const float *a1, int64_t rs_a1,
-                                             int64_t k1, const float *a2, int64_t rs_a2,
-                                             const float *b_panel, float *c, int64_t rs_c,
-                                             int64_t cs_c, int accumulate)
-{
-    __m512 acc[4][6];
-    gemm_f32_avx512_zero(4, acc);
-    gemm_f32_avx512_fma(4, acc, 0, k1, a1, rs_a1, 1, b_panel);
-    gemm_f32_avx512_fma(4, acc, k1, kc, a2, rs_a2, 1, b_panel);
-    gemm_f32_avx512_store(acc, c, rs_c, cs_c, accumulate);
-}
+/* float32: the 6 x 64 kernels (gemm_kernel_tmpl.h), the edge kernel, the direct loop */
+#define T float
+#define GEMM_V __m512
+#define GEMM_VLEN 16
+#define GEMM_VLOADU(p) _mm512_loadu_ps(p)
+#define GEMM_VSTOREU(p, v) _mm512_storeu_ps((p), (v))
+#define GEMM_VSET1(x) _mm512_set1_ps(x)
+#define GEMM_VFMA(x, y, s) _mm512_fmadd_ps((x), (y), (s))
+#define GEMM_VADD(x, y) _mm512_add_ps((x), (y))
+#define GEMM_VZERO() _mm512_setzero_ps()
+#define GEMM_KERNEL_MR 6
+#define GEMM_KERNEL_NV 4
+#define GEMM_KERNEL_NAME gemm_f32_avx512
+#include "gemm_kernel_tmpl.h"
 
 /* Edge tiles (gemm_edge_f32_fn / _f64_fn): NV = the vectors of columns that
  * hold valid ones (a constant in each inlined copy), masked loads and stores
@@ -247,7 +70,7 @@ void gemm_f32_avx512_edge_nv(int NV, int64_t kc, const float *a_panel, const flo
                              float *c, int64_t rs_c, int accumulate, int m_r, int n_r)
 {
     __m512 acc[4][6];
-    gemm_f32_avx512_zero(NV, acc);
+    gemm_f32_avx512_start(acc, c, rs_c, 1, 0);   /* zeros */
     gemm_f32_avx512_fma(NV, acc, 0, kc, a_panel, 1, 6, b_panel);
     for (int i = 0; i < m_r; i++) {
         float *c_row = c + i * rs_c;
@@ -275,7 +98,30 @@ static void gemm_f32_avx512_edge(int64_t kc, const float *a_panel, const float *
         gemm_f32_avx512_edge_nv(4, kc, a_panel, b_panel, c, rs_c, accumulate, m_r, n_r);
 }
 
-/* float64: the chain continues from c (masked loads of the valid columns) */
+/* The direct loop, with FMA (vectorised over up to four vector registers of columns). */
+#define GEMM_MADD(s, x, y) __builtin_fmaf((x), (y), (s))
+#define GEMM_SMALL_COPY_T gemm_copy_t_f32
+#define GEMM_SMALL_ROW_WT gemm_row_wt_f32
+#define GEMM_SMALL_COLS 64
+#define GEMM_SMALL_NAME gemm_f32_avx512_small
+#include "gemm_small_tmpl.h"
+
+/* float64: the same with 8 x 24 tiles */
+#define T double
+#define GEMM_V __m512d
+#define GEMM_VLEN 8
+#define GEMM_VLOADU(p) _mm512_loadu_pd(p)
+#define GEMM_VSTOREU(p, v) _mm512_storeu_pd((p), (v))
+#define GEMM_VSET1(x) _mm512_set1_pd(x)
+#define GEMM_VFMA(x, y, s) _mm512_fmadd_pd((x), (y), (s))
+#define GEMM_VADD(x, y) _mm512_add_pd((x), (y))
+#define GEMM_VZERO() _mm512_setzero_pd()
+#define GEMM_KERNEL_MR 8
+#define GEMM_KERNEL_NV 3
+#define GEMM_KERNEL_NAME gemm_f64_avx512
+#include "gemm_kernel_tmpl.h"
+
+/* the chain continues from c (masked loads of the valid columns) */
 static inline __attribute__((always_inline))
 void gemm_f64_avx512_edge_nv(int NV, int64_t kc, const double *a_panel, const double *b_panel,
                              double *c, int64_t rs_c, int accumulate, int m_r, int n_r)
@@ -309,28 +155,7 @@ static void gemm_f64_avx512_edge(int64_t kc, const double *a_panel, const double
         gemm_f64_avx512_edge_nv(3, kc, a_panel, b_panel, c, rs_c, accumulate, m_r, n_r);
 }
 
-/* The direct loops, with FMA (vectorised over up to four vector registers of columns). */
-#define T float
-#define GEMM_MADD(s, x, y) __builtin_fmaf((x), (y), (s))
-#define GEMM_SMALL_V __m512
-#define GEMM_SMALL_VLEN 16
-#define GEMM_SMALL_VLOADU(p) _mm512_loadu_ps(p)
-#define GEMM_SMALL_VSTOREU(p, v) _mm512_storeu_ps((p), (v))
-#define GEMM_SMALL_VSET1(x) _mm512_set1_ps(x)
-#define GEMM_SMALL_VFMA(x, y, s) _mm512_fmadd_ps((x), (y), (s))
-#define GEMM_SMALL_COPY_T gemm_copy_t_f32
-#define GEMM_SMALL_ROW_WT gemm_row_wt_f32
-#define GEMM_SMALL_COLS 64
-#define GEMM_SMALL_NAME gemm_f32_avx512_small
-#include "gemm_small_tmpl.h"
-#define T double
 #define GEMM_MADD(s, x, y) __builtin_fma((x), (y), (s))
-#define GEMM_SMALL_V __m512d
-#define GEMM_SMALL_VLEN 8
-#define GEMM_SMALL_VLOADU(p) _mm512_loadu_pd(p)
-#define GEMM_SMALL_VSTOREU(p, v) _mm512_storeu_pd((p), (v))
-#define GEMM_SMALL_VSET1(x) _mm512_set1_pd(x)
-#define GEMM_SMALL_VFMA(x, y, s) _mm512_fmadd_pd((x), (y), (s))
 #define GEMM_SMALL_COPY_T gemm_copy_t_f64
 #define GEMM_SMALL_ROW_WT gemm_row_wt_f64
 #define GEMM_SMALL_COLS 32
@@ -338,13 +163,13 @@ static void gemm_f64_avx512_edge(int64_t kc, const double *a_panel, const double
 #include "gemm_small_tmpl.h"
 
 const gemm_microkernel_f32 gemm_microkernel_f32_avx512 = {
-    "avx512", 6, 64, 6, 64, 1024, gemm_f32_avx512_kernel_6x64, gemm_f32_avx512_small, gemm_copy_t_f32,
-    gemm_f32_avx512_edge, gemm_f32_avx512_kernel_rows_6x64,
+    "avx512", 6, 64, 6, 64, 1024, gemm_f32_avx512_kernel, gemm_f32_avx512_small, gemm_copy_t_f32,
+    gemm_f32_avx512_edge, gemm_f32_avx512_kernel_rows,
 };
 
 const gemm_microkernel_f64 gemm_microkernel_f64_avx512 = {
-    "avx512", 8, 24, 8, 2048, 504, gemm_f64_avx512_kernel_8x24, gemm_f64_avx512_small, gemm_copy_t_f64,
-    gemm_f64_avx512_edge, gemm_f64_avx512_kernel_rows_8x24,
+    "avx512", 8, 24, 8, 2048, 504, gemm_f64_avx512_kernel, gemm_f64_avx512_small, gemm_copy_t_f64,
+    gemm_f64_avx512_edge, gemm_f64_avx512_kernel_rows,
 };
 
 #if defined(__clang__)

@@ -12,11 +12,12 @@
  *                       fma/fmaf for the portable path (libm: the hardware
  *                       instruction when present), __builtin_fma* for the SIMD
  *                       paths (compiled for the ISA of the includer)
- *   GEMM_SMALL_V        (optional, SIMD paths) a vector type of GEMM_SMALL_VLEN
- *                       elements, with GEMM_SMALL_VLOADU(p), GEMM_SMALL_VSTOREU(p, v),
- *                       GEMM_SMALL_VSET1(x) and GEMM_SMALL_VFMA(x, y, s) = s + x * y
+ *   GEMM_V              (optional, SIMD paths) a vector type of GEMM_VLEN
+ *                       elements, with GEMM_VLOADU(p), GEMM_VSTOREU(p, v),
+ *                       GEMM_VSET1(x) and GEMM_VFMA(x, y, s) = s + x * y
  *                       in one rounding (the same arithmetic as GEMM_MADD, lane
  *                       by lane); GEMM_SMALL_COLS / 4 must be a multiple of VLEN
+ *                       (the same macros as gemm_kernel_tmpl.h's, defined once)
  * defined; it undefines them all at its end, ready for the next inclusion.
  * No include guard on purpose.  Contract: gemm_small_f32_fn in gemm_internal.h.
  *
@@ -88,25 +89,25 @@ void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
             else if (chain_from_c)
                 for (int64_t j = 0; j < nb; j++)
                     io[j] = c_blk[j * cs_c];
-#ifdef GEMM_SMALL_V
+#ifdef GEMM_V
             /* vector accumulators, spelled out: in a plain T array the compiler
              * stored and reloaded them on every step (1 x 64 @ 64 x 32 ran 3x
              * slower than its FMA latency allows) */
-            enum { VLEN = GEMM_SMALL_VLEN };
-            GEMM_SMALL_V vacc[GEMM_SMALL_COLS / VLEN];
+            enum { VLEN = GEMM_VLEN };
+            GEMM_V vacc[GEMM_SMALL_COLS / VLEN];
 #pragma GCC unroll 8
             for (int v = 0; v < NB / VLEN; v++)
-                vacc[v] = GEMM_SMALL_VLOADU(io + v * VLEN);
+                vacc[v] = GEMM_VLOADU(io + v * VLEN);
             for (int64_t p = 0; p < kb; p++) {
-                const GEMM_SMALL_V a_ip = GEMM_SMALL_VSET1(a_row[p * cs_a]);
+                const GEMM_V a_ip = GEMM_VSET1(a_row[p * cs_a]);
                 const T *b_p = b_strip + p * rs_s;       /* B[pc+p, j0:j0+NB] */
 #pragma GCC unroll 8
                 for (int v = 0; v < NB / VLEN; v++)
-                    vacc[v] = GEMM_SMALL_VFMA(a_ip, GEMM_SMALL_VLOADU(b_p + v * VLEN), vacc[v]);
+                    vacc[v] = GEMM_VFMA(a_ip, GEMM_VLOADU(b_p + v * VLEN), vacc[v]);
             }
 #pragma GCC unroll 8
             for (int v = 0; v < NB / VLEN; v++)
-                GEMM_SMALL_VSTOREU(io + v * VLEN, vacc[v]);
+                GEMM_VSTOREU(io + v * VLEN, vacc[v]);
 #else
             T acc[GEMM_SMALL_COLS];
             for (int j = 0; j < NB; j++)
@@ -189,12 +190,12 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
 /* the parameters, for the next inclusion */
 #undef T
 #undef GEMM_MADD
-#undef GEMM_SMALL_V
-#undef GEMM_SMALL_VLEN
-#undef GEMM_SMALL_VLOADU
-#undef GEMM_SMALL_VSTOREU
-#undef GEMM_SMALL_VSET1
-#undef GEMM_SMALL_VFMA
+#undef GEMM_V
+#undef GEMM_VLEN
+#undef GEMM_VLOADU
+#undef GEMM_VSTOREU
+#undef GEMM_VSET1
+#undef GEMM_VFMA
 #undef GEMM_SMALL_COPY_T
 #undef GEMM_SMALL_ROW_WT
 #undef GEMM_SMALL_NAME
