@@ -101,37 +101,31 @@ typedef struct {
     int64_t rs2, cs2;
 } SUF(gemm_a);
 
-/* Pack A[i0:i0+mc, p0:p0+kc] of a (possibly two-source) A: the columns of
- * each source go to their rows of the panels (A[:, p] -> panel row p - p0). */
-static void SUF(gemm_pack_a_src)(const SUF(gemm_microkernel) *uk,
-                                 T *a_pack, const SUF(gemm_a) *A, int64_t i0, int64_t p0,
-                                 int64_t mc, int64_t kc, int mr, int64_t panel_len)
+/* The block A[i0:, p0:p0+kc] as an operand of its own: its columns [0, k1) in
+ * a1, the rest in a2, each pointer at the block's first element in its source
+ * (a2 = a1 when the block lies in a1 alone). */
+static SUF(gemm_a) SUF(gemm_a_block)(const SUF(gemm_a) *A, int64_t i0, int64_t p0, int64_t kc)
 {
-    int64_t n1 = A->k1 - p0;   /* columns of the block in a1 */
-    n1 = n1 < 0 ? 0 : n1 > kc ? kc : n1;
-    if (n1 > 0)
-        SUF(gemm_pack_a)(uk, a_pack, A->a1 + i0 * A->rs1 + p0 * A->cs1, A->rs1, A->cs1,
-                         mc, n1, mr, panel_len);
-    if (kc > n1)
-        SUF(gemm_pack_a)(uk, a_pack + n1 * mr, A->a2 + i0 * A->rs2 + (p0 + n1 - A->k1) * A->cs2,
-                         A->rs2, A->cs2, mc, kc - n1, mr, panel_len);
+    int64_t k1 = A->k1 - p0;
+    k1 = k1 < 0 ? 0 : k1 > kc ? kc : k1;
+    const T *a1 = A->a1 + i0 * A->rs1 + p0 * A->cs1;
+    if (k1 == kc)
+        return (SUF(gemm_a)){a1, A->rs1, A->cs1, k1, a1, A->rs1, A->cs1};
+    return (SUF(gemm_a)){a1, A->rs1, A->cs1, k1,
+                         A->a2 + i0 * A->rs2 + (p0 + k1 - A->k1) * A->cs2, A->rs2, A->cs2};
 }
 
-/* The block A[i0:, p0:p0+kc] for the path's kernel_rows, when each of its
- * sources there has contiguous columns: *rows = {a1, rs1, 1, k1, a2, rs2, 1}
- * with columns [0, k1) of the block in a1 and the rest in a2 (a2 = a1 when
- * the block lies in a1).  Returns 0 when the block must be packed. */
-static int SUF(gemm_a_rows)(const SUF(gemm_a) *A, int64_t i0, int64_t p0, int64_t kc,
-                            SUF(gemm_a) *rows)
+/* Pack a block (gemm_a_block) of mc rows and kc columns: the columns of each
+ * source go to their rows of the panels. */
+static void SUF(gemm_pack_a_block)(const SUF(gemm_microkernel) *uk, T *a_pack,
+                                   const SUF(gemm_a) *blk, int64_t mc, int64_t kc, int mr,
+                                   int64_t panel_len)
 {
-    int64_t k1 = A->k1 - p0;   /* columns of the block in a1 */
-    k1 = k1 < 0 ? 0 : k1 > kc ? kc : k1;
-    if ((k1 > 0 && A->cs1 != 1) || (k1 < kc && A->cs2 != 1))
-        return 0;
-    *rows = (SUF(gemm_a)){A->a1 + i0 * A->rs1 + p0, A->rs1, 1, k1, NULL, A->rs1, 1};
-    rows->a2 = k1 < kc ? A->a2 + i0 * A->rs2 + (p0 + k1 - A->k1) : rows->a1;
-    rows->rs2 = k1 < kc ? A->rs2 : A->rs1;
-    return 1;
+    if (blk->k1 > 0)
+        SUF(gemm_pack_a)(uk, a_pack, blk->a1, blk->rs1, blk->cs1, mc, blk->k1, mr, panel_len);
+    if (kc > blk->k1)
+        SUF(gemm_pack_a)(uk, a_pack + blk->k1 * mr, blk->a2, blk->rs2, blk->cs2,
+                         mc, kc - blk->k1, mr, panel_len);
 }
 
 /* Pack the block B[0:kc, 0:nc] (b points at its [0, 0]) into KC x NR panels:
@@ -276,9 +270,10 @@ static int SUF(gemm_packed)(const SUF(gemm_microkernel) *uk,
                     /* A[ic:ic+mc_blk, pc:pc+kc_blk]: read in place by the full
                      * tiles where the path can, packed into a_pack (once) when
                      * it cannot or an edge tile needs the panels */
-                    SUF(gemm_a) rows;
+                    const SUF(gemm_a) blk = SUF(gemm_a_block)(A, ic, pc, kc_blk);
                     const int in_place = uk->kernel_rows != NULL
-                                         && SUF(gemm_a_rows)(A, ic, pc, kc_blk, &rows);
+                                         && (blk.k1 == 0 || blk.cs1 == 1)
+                                         && (blk.k1 == kc_blk || blk.cs2 == 1);
                     int a_packed = 0;
 
                     for (int64_t jr = 0; jr < nc_blk; jr += nr) {          /* NR columns */
@@ -290,14 +285,14 @@ static int SUF(gemm_packed)(const SUF(gemm_microkernel) *uk,
                             T *c_tile = c + (ic + ir) * rs_c + (jc + jr) * cs_c;
                             const int full = m_r == mr && n_r == nr;
                             if (full && in_place) {
-                                uk->kernel_rows(kc_blk, rows.a1 + ir * rows.rs1, rows.rs1, rows.k1,
-                                                rows.a2 + ir * rows.rs2, rows.rs2, b_panel,
+                                uk->kernel_rows(kc_blk, blk.a1 + ir * blk.rs1, blk.rs1, blk.k1,
+                                                blk.a2 + ir * blk.rs2, blk.rs2, b_panel,
                                                 c_tile, rs_c, cs_c, accumulate_blk);
                                 continue;
                             }
                             if (!a_packed) {
-                                SUF(gemm_pack_a_src)(uk, a_pack, A, ic, pc, mc_blk, kc_blk, mr,
-                                                     a_panel_len);
+                                SUF(gemm_pack_a_block)(uk, a_pack, &blk, mc_blk, kc_blk, mr,
+                                                       a_panel_len);
                                 a_packed = 1;
                             }
                             if (full)
