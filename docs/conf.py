@@ -1,0 +1,68 @@
+"""Sphinx configuration of myatt's documentation site.
+
+Build from the repository root, with the extension built in place:
+
+    python setup.py build_ext --inplace
+    PYTHONPATH=$PWD python -m sphinx -W -b html docs docs/_build/html
+    PYTHONPATH=$PWD python -m sphinx -W -b doctest docs docs/_build/doctest
+
+(``bash .ci/docs PYTHON`` does both, as CI does.)
+"""
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import myatt  # noqa: E402  (the in-place build: the API reference is its docstrings)
+
+project = "myatt"
+author = "the myatt developers"
+copyright = "2026, the myatt developers"
+release = version = myatt.__version__
+
+extensions = [
+    "myst_nb",                 # Markdown pages (MyST) and the walkthrough notebook
+    "sphinx.ext.autodoc",
+    "sphinx.ext.doctest",      # every example on the pages and in the docstrings runs
+    "numpydoc",
+]
+
+source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb", ".rst": "restructuredtext"}
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
+root_doc = "index"
+
+# MyST: ```{doctest} fences and (label)= targets; heading anchors for #links
+myst_enable_extensions = ["colon_fence", "deflist"]
+myst_heading_anchors = 3
+
+# The notebook is executed by CI (examples/run_notebooks.py) and stored with its
+# outputs: render those, never run it here.
+nb_execution_mode = "off"
+
+# autodoc + numpydoc: the docstrings are the reference
+autodoc_member_order = "bysource"
+autodoc_typehints = "none"           # signatures carry them; numpydoc's sections say the rest
+numpydoc_show_class_members = False  # members are listed by autodoc's :members:
+numpydoc_class_members_toctree = False
+numpydoc_xref_param_type = False
+
+# doctest: the namespace every example starts from
+doctest_global_setup = """
+import numpy as np
+import myatt
+np.set_printoptions(precision=4, suppress=True)
+"""
+
+
+html_theme = "pydata_sphinx_theme"
+html_title = f"myatt {version}"
+html_theme_options = {
+    "navigation_depth": 2,
+    "show_toc_level": 2,
+    "navbar_align": "left",
+    "footer_start": ["copyright"],
+    "footer_end": ["sphinx-version"],
+}
+html_static_path = []
