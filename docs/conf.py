@@ -3,8 +3,8 @@
 Build from the repository root, with the extension built in place:
 
     python setup.py build_ext --inplace
-    PYTHONPATH=$PWD python -m sphinx -W -b html docs docs/_build/html
-    PYTHONPATH=$PWD python -m sphinx -W -b doctest docs docs/_build/doctest
+    PYTHONPATH=$PWD python -m sphinx -W -b html docs build/docs/html
+    PYTHONPATH=$PWD python -m sphinx -W -b doctest docs build/docs/doctest
 
 (``bash .ci/docs PYTHON`` does both, as CI does.)
 """
