@@ -64,5 +64,30 @@ html_theme_options = {
     "navbar_align": "left",
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],
+    "header_links_before_dropdown": 6,
 }
-html_static_path = []
+# No left sidebar: the pages are flat (the navbar lists them); the right one has the page's
+# sections.
+html_sidebars = {"**": []}
+html_static_path = ["_static"]
+html_css_files = ["myatt.css"]
+
+
+def _literal_blocks(app, what, name, obj, options, lines):
+    """Plain-text docstrings (the C extension's, as help() shows them) introduce a code block
+    with a line ending in ':' and an indented block after a blank line; reST wants '::' for
+    that, else the block becomes a quotation whose lines run together."""
+    def indent(s):
+        return len(s) - len(s.lstrip())
+
+    for i in range(len(lines) - 2):
+        line = lines[i]
+        if (line.rstrip().endswith(":") and not line.rstrip().endswith("::")
+                and not lines[i + 1].strip() and lines[i + 2].strip()
+                and indent(lines[i + 2]) > indent(line)):
+            lines[i] = line.rstrip() + ":"
+
+
+def setup(app):
+    # before numpydoc's handler (priority 500), on the docstring as written
+    app.connect("autodoc-process-docstring", _literal_blocks, priority=100)
