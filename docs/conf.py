@@ -32,6 +32,9 @@ extensions = [
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb", ".rst": "restructuredtext"}
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
 root_doc = "index"
+# Blocks without a language are shell commands or program output: not highlighted
+# (doctest blocks are Python by their prompts).
+highlight_language = "none"
 
 # MyST: ```{doctest} fences and (label)= targets; heading anchors for #links
 myst_enable_extensions = ["colon_fence", "deflist"]

@@ -215,8 +215,9 @@ class Adam(_Optimizer):
     >>> opt.step(m.backward(Q, K, V, np.ones((1, 2, 2))))   # Q, K, V keys are ignored
     >>> m.attn_combine.bias - before           # Adam's first step: lr against the gradient's sign
     array([-0.01, -0.01], dtype=float32)
-    >>> opt
-    Adam(lr=0.01, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0, amsgrad=False, maximize=False, decoupled_weight_decay=False)
+    >>> opt                                    # doctest: +NORMALIZE_WHITESPACE
+    Adam(lr=0.01, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0, amsgrad=False,
+         maximize=False, decoupled_weight_decay=False)
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
