@@ -9,6 +9,7 @@ Build from the repository root, with the extension built in place:
 (``bash .ci/docs PYTHON`` does both, as CI does.)
 """
 import os
+import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,6 +48,9 @@ nb_execution_mode = "off"
 # autodoc + numpydoc: the docstrings are the reference
 autodoc_member_order = "bysource"
 autodoc_typehints = "none"           # signatures carry them; numpydoc's sections say the rest
+# Signatures come from the text signatures (inspect.signature), never from a docstring's first
+# line: "Linear(query_size + key_size, value_size1)" (MyAtt.attn's) is text, not a signature.
+autodoc_docstring_signature = False
 numpydoc_show_class_members = False  # members are listed by autodoc's :members:
 numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
@@ -91,6 +95,18 @@ def _literal_blocks(app, what, name, obj, options, lines):
             lines[i] = line.rstrip() + ":"
 
 
+_CALL = re.compile(r"^[\w.]+\(.*\)$")
+
+
+def _call_summaries(app, what, name, obj, options, lines):
+    """An attribute documented by an expression (MyAtt.attn: "Linear(query_size + key_size,
+    value_size1)") is shown as code: numpydoc would take that line for a signature and
+    drop it."""
+    if what in ("attribute", "property") and lines and _CALL.match(lines[0].strip()):
+        lines[0] = f"``{lines[0].strip()}``"
+
+
 def setup(app):
     # before numpydoc's handler (priority 500), on the docstring as written
     app.connect("autodoc-process-docstring", _literal_blocks, priority=100)
+    app.connect("autodoc-process-docstring", _call_summaries, priority=100)
