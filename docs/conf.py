@@ -106,7 +106,36 @@ def _call_summaries(app, what, name, obj, options, lines):
         lines[0] = f"``{lines[0].strip()}``"
 
 
+_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def _bench_plot(app):
+    """docs/_plots/bench.png: benchmarks/bench.py's --plot drawn from the figures of the run
+    that docs/speed.md records (its table is parsed, so the plot and the table are one run)."""
+    text = open(os.path.join(app.srcdir, "speed.md"), encoding="utf-8").read()
+    rows = []
+    for m in re.finditer(r"^(\w+ [\w^]+ float(?:32|64)) +(\d+) +([\d.]+) (\w+) +([\d.]+) (\w+) "
+                         r"+([\d.]+) (\w+) ", text, re.M):
+        case, thr = m.group(1), int(m.group(2))
+        t = [float(m.group(i)) * _UNITS[m.group(i + 1)] for i in (3, 5, 7)]
+        rows.append(dict(case=case, threads=thr, myatt=t[0], torch=t[1], numpy=t[2]))
+    if not rows:
+        raise RuntimeError("docs/speed.md: no benchmark rows found for the plot")
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import bench
+    finally:
+        sys.path.pop(0)
+    os.makedirs(os.path.join(app.srcdir, "_plots"), exist_ok=True)
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):      # bench.plot says where it wrote
+        bench.plot({"rows": rows}, os.path.join(app.srcdir, "_plots", "bench.png"))
+
+
 def setup(app):
+    app.connect("builder-inited", _bench_plot)
     # before numpydoc's handler (priority 500), on the docstring as written
     app.connect("autodoc-process-docstring", _literal_blocks, priority=100)
     app.connect("autodoc-process-docstring", _call_summaries, priority=100)
