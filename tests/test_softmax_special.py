@@ -13,6 +13,9 @@ import torch
 import myatt
 from oracle import assert_matches, to_torch
 
+# every softmax test depends on the kernel path
+pytestmark = pytest.mark.kernel_path
+
 PATHS = ("portable", "avx2", "avx512")
 CPU_FLAG = {"avx2": "avx2", "avx512": "avx512f"}
 
