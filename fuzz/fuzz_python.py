@@ -8,18 +8,23 @@ byte-swapped/read-only/unaligned layouts, NaN/inf/extreme values, lists, None an
 objects with __array__. A call may raise only the spec's exceptions (TypeError,
 ValueError incl. AxisError, KeyError, MemoryError, AttributeError); a failed call
 leaves a module unchanged; a result is a new C-contiguous array of the right shape and
-dtype, close to a float64 NumPy reference when the inputs are finite. Anything else
-(or a crash of the interpreter) is a finding.
+dtype, close to the plain float64 reference (tests/reference.py) when the inputs are
+finite. Anything else (or a crash of the interpreter) is a finding.
 
 Run: fuzz/run_python.sh [SECONDS] (README, "Reliability"). Without atheris, the module
 still imports: tests/test_fuzz_regressions.py replays fuzz/regressions/python/ through
 one_input().
 """
+import os
 import sys
 
 import numpy as np
 
 import myatt
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests"))
+import reference  # noqa: E402  (tests/reference.py: the plain float64 kernels)
 
 ALLOWED = (TypeError, ValueError, KeyError, MemoryError, AttributeError)
 REAL = [np.float32, np.float64, np.float16, np.int8, np.int16, np.int32, np.int64,
@@ -203,8 +208,9 @@ def run_linear(r):
         return          # (NumPy's own matmul may loop over 2**40 empty items)
     with np.errstate(all="ignore"):
         X64, W64 = X.astype(np.float64), W.astype(np.float64)
-        ref = X64 @ W64.T + (0 if B is None else B.astype(np.float64))
-        scale = np.abs(X64) @ np.abs(W64).T + (0 if B is None else np.abs(B.astype(np.float64)))
+        B64 = None if B is None else B.astype(np.float64)
+        ref = reference.linear(X64, W64, B64)
+        scale = reference.linear(np.abs(X64), np.abs(W64), None if B is None else np.abs(B64))
     close(res, ref, scale)
 
 
@@ -217,9 +223,7 @@ def run_softmax(r):
     check_result(res, X.shape, result_dtype(x))
     if X.ndim and res.size and X.dtype.kind in "fiub":
         with np.errstate(all="ignore"):
-            X64 = X.astype(np.float64)
-            e = np.exp(X64 - X64.max(axis=dim, keepdims=True))
-            ref = e / e.sum(axis=dim, keepdims=True)
+            ref = reference.softmax(X.astype(np.float64), dim)
         close(res, ref, np.ones_like(ref))
 
 
@@ -233,7 +237,7 @@ def run_bmm(r):
         return
     with np.errstate(all="ignore"):
         X64, Y64 = X.astype(np.float64), Y.astype(np.float64)
-        close(res, X64 @ Y64, np.abs(X64) @ np.abs(Y64))
+        close(res, reference.bmm(X64, Y64), reference.bmm(np.abs(X64), np.abs(Y64)))
 
 
 def snapshot(m):
