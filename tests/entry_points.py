@@ -23,6 +23,7 @@ Each entry declares:
            needs one. torch is imported only when a reference is called: the registry
            itself needs NumPy only (the fuzz harness runs without torch).
   sizes_of which Sizes fields the entry's shapes use (the property test draws those).
+  shapes   shapes(s) -> the shapes of a valid call's result arrays, in flat() order.
 """
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Tuple
@@ -88,6 +89,7 @@ class EntryPoint:
     make: Optional[Callable] = None
     torch: Optional[Callable] = None
     sizes_of: Tuple[str, ...] = ()
+    shapes: Callable = lambda s: ()             # result shapes at sizes s, flat() order
     module_dtype: bool = field(default=False)   # results in the object's dtype
 
     def good(self, s=SMALL, dtype=np.float32, seed=0):
@@ -107,7 +109,7 @@ class EntryPoint:
 
     def result_shapes(self, s=SMALL):
         """The shapes of a valid call's result arrays at sizes s, in flat() order."""
-        return RESULT_SHAPES[self.name](s)
+        return self.shapes(s)
 
 
 def flat(result, kind="arrays"):
@@ -257,34 +259,58 @@ BMM_SIZES = ("b", "n", "m", "p")
 SOFTMAX_SIZES = ("shape", "dim")
 MYATT_SIZES = ("Bq", "Bk", "S", "q", "k", "v1", "v2", "o")
 
+
+def _linear_shapes(s):
+    return (s.batch + (s.out_f,),)
+
+
+def _linear_grads(s):           # Linear.backward's dict in key order: bias, input, weight
+    return ((s.out_f,), s.batch + (s.in_f,), (s.out_f, s.in_f))
+
+
+def _myatt_grads(s):            # sorted keys: K, Q, V, attn.bias, attn.weight, ...
+    shapes = {"Q": (s.Bq, s.S, s.q), "K": (s.Bk, s.S, s.k), "V": (1, s.v1, s.v2),
+              "attn.weight": (s.v1, s.q + s.k), "attn.bias": (s.v1,),
+              "attn_combine.weight": (s.o, s.q + s.v2), "attn_combine.bias": (s.o,)}
+    return tuple(shapes[k] for k in sorted(shapes))
+
+
 ENTRY_POINTS = [
     # the kernel functions
     EntryPoint("linear", "function", (X, W, B), lambda o, x, w, b: myatt.linear(x, w, b),
-               "array", torch=_torch_linear, sizes_of=LINEAR_SIZES),
+               "array", torch=_torch_linear, sizes_of=LINEAR_SIZES,
+               shapes=_linear_shapes),
     EntryPoint("softmax", "function", (SX,), lambda o, x, dim=-1: myatt.softmax(x, dim),
-               "array", torch=_torch_softmax, sizes_of=SOFTMAX_SIZES),
+               "array", torch=_torch_softmax, sizes_of=SOFTMAX_SIZES,
+               shapes=lambda s: (s.shape,)),
     EntryPoint("bmm", "function", (BA, BM), lambda o, a, m2: myatt.bmm(a, m2), "array",
-               torch=_torch_bmm, sizes_of=BMM_SIZES),
+               torch=_torch_bmm, sizes_of=BMM_SIZES,
+               shapes=lambda s: ((s.b, s.n, s.p),)),
     EntryPoint("linear_backward", "function", (GY, X, W, B),
                lambda o, g, x, w, b: myatt.linear_backward(g, x, w, b), "arrays",
-               torch=_torch_linear_backward, sizes_of=LINEAR_SIZES),
+               torch=_torch_linear_backward, sizes_of=LINEAR_SIZES,
+               shapes=lambda s: (s.batch + (s.in_f,), (s.out_f, s.in_f), (s.out_f,))),
     EntryPoint("softmax_backward", "function",
                (Arg("grad_output", lambda s: s.shape, ndim_free=True),
                 Arg("output", lambda s: s.shape, ndim_free=True)),
                lambda o, g, y, dim=-1: myatt.softmax_backward(g, y, dim), "array",
-               torch=_torch_softmax_backward, sizes_of=SOFTMAX_SIZES),
+               torch=_torch_softmax_backward, sizes_of=SOFTMAX_SIZES,
+               shapes=lambda s: (s.shape,)),
     EntryPoint("bmm_backward", "function", (BG, BA, BM),
                lambda o, g, a, m2: myatt.bmm_backward(g, a, m2), "arrays",
-               torch=_torch_bmm_backward, sizes_of=BMM_SIZES),
+               torch=_torch_bmm_backward, sizes_of=BMM_SIZES,
+               shapes=lambda s: ((s.b, s.n, s.m), (s.b, s.m, s.p))),
     # Linear
     EntryPoint("Linear", "constructor", (), lambda o: myatt.Linear(6, 3), "object"),
     EntryPoint("Linear.__call__", "method", (X,), lambda lin, x: lin(x), "array",
-               make=_layer, torch=_torch_layer_call, sizes_of=LINEAR_SIZES, module_dtype=True),
+               make=_layer, torch=_torch_layer_call, sizes_of=LINEAR_SIZES, module_dtype=True,
+               shapes=_linear_shapes),
     EntryPoint("Linear.forward", "method", (X,), lambda lin, x: lin.forward(x), "array",
-               make=_layer, torch=_torch_layer_call, sizes_of=LINEAR_SIZES, module_dtype=True),
+               make=_layer, torch=_torch_layer_call, sizes_of=LINEAR_SIZES, module_dtype=True,
+               shapes=_linear_shapes),
     EntryPoint("Linear.backward", "method", (X, GY), lambda lin, x, g: lin.backward(x, g),
                "grads", make=_layer, torch=_torch_layer_backward, sizes_of=LINEAR_SIZES,
-               module_dtype=True),
+               module_dtype=True, shapes=_linear_grads),
     EntryPoint("Linear.weight=", "setter", (W,), lambda lin, w: setattr(lin, "weight", w),
                "none", make=_layer),
     EntryPoint("Linear.bias=", "setter", (Arg("bias", B.shape),),
@@ -296,13 +322,16 @@ ENTRY_POINTS = [
     EntryPoint("MyAtt", "constructor", (), lambda o: myatt.MyAtt(3, 4, 5, 6, 2), "object"),
     EntryPoint("MyAtt.__call__", "method", (MQ, MK, MV), lambda m, Q, K, V: m(Q, K, V),
                "arrays", make=_module, torch=_torch_module_call, sizes_of=MYATT_SIZES,
-               module_dtype=True),
+               module_dtype=True,
+               shapes=lambda s: ((1, s.S, s.o), (s.S, s.v1))),
     EntryPoint("MyAtt.forward", "method", (MQ, MK, MV), lambda m, Q, K, V: m.forward(Q, K, V),
                "arrays", make=_module, torch=_torch_module_call, sizes_of=MYATT_SIZES,
-               module_dtype=True),
+               module_dtype=True,
+               shapes=lambda s: ((1, s.S, s.o), (s.S, s.v1))),
     EntryPoint("MyAtt.backward", "method", (MQ, MK, MV, MG, MGA),
                lambda m, Q, K, V, g, ga: m.backward(Q, K, V, g, ga), "grads", make=_module,
-               torch=_torch_module_backward, sizes_of=MYATT_SIZES, module_dtype=True),
+               torch=_torch_module_backward, sizes_of=MYATT_SIZES, module_dtype=True,
+               shapes=_myatt_grads),
     EntryPoint("MyAtt.load_state_dict", "setter",
                (Arg("attn.weight", lambda s: (s.v1, s.q + s.k)),
                 Arg("attn.bias", lambda s: (s.v1,)),
@@ -333,43 +362,6 @@ def invoke_torch(ep, obj, tensors, s=SMALL):
     return ep.torch(obj, *tensors, **call_kwargs(ep, s))
 
 
-def _linear_shapes(s):
-    return (s.batch + (s.out_f,),)
-
-
-def _linear_grads(s):           # Linear.backward's dict in key order: bias, input, weight
-    return ((s.out_f,), s.batch + (s.in_f,), (s.out_f, s.in_f))
-
-
-def _myatt_grads(s):            # sorted keys: K, Q, V, attn.bias, attn.weight, ...
-    shapes = {"Q": (s.Bq, s.S, s.q), "K": (s.Bk, s.S, s.k), "V": (1, s.v1, s.v2),
-              "attn.weight": (s.v1, s.q + s.k), "attn.bias": (s.v1,),
-              "attn_combine.weight": (s.o, s.q + s.v2), "attn_combine.bias": (s.o,)}
-    return tuple(shapes[k] for k in sorted(shapes))
-
-
-RESULT_SHAPES = {
-    "linear": _linear_shapes,
-    "softmax": lambda s: (s.shape,),
-    "bmm": lambda s: ((s.b, s.n, s.p),),
-    "linear_backward": lambda s: (s.batch + (s.in_f,), (s.out_f, s.in_f), (s.out_f,)),
-    "softmax_backward": lambda s: (s.shape,),
-    "bmm_backward": lambda s: ((s.b, s.n, s.m), (s.b, s.m, s.p)),
-    "Linear": lambda s: (),
-    "Linear.__call__": _linear_shapes,
-    "Linear.forward": _linear_shapes,
-    "Linear.backward": _linear_grads,
-    "Linear.weight=": lambda s: (),
-    "Linear.bias=": lambda s: (),
-    "Linear.load_state_dict": lambda s: (),
-    "MyAtt": lambda s: (),
-    "MyAtt.__call__": lambda s: ((1, s.S, s.o), (s.S, s.v1)),
-    "MyAtt.forward": lambda s: ((1, s.S, s.o), (s.S, s.v1)),
-    "MyAtt.backward": _myatt_grads,
-    "MyAtt.load_state_dict": lambda s: (),
-    "MyAtt.attn.weight=": lambda s: (),
-}
-assert set(RESULT_SHAPES) == set(BY_NAME), "every entry point declares its result shapes"
 
 # The ones that take arrays and compute (the thread, property and fuzz tests run these)
 COMPUTING = [ep for ep in ENTRY_POINTS if ep.kind in ("function", "method")]

@@ -25,7 +25,8 @@ def test_every_extension_entry_point_is_declared():
     extension: each is in the registry or in NO_ARRAYS (and nothing is in both)."""
     found = set()
     for name, obj in vars(myatt).items():
-        if not name.startswith("_") and callable(obj) and getattr(obj, "__module__", None) == EXTENSION:
+        if (not name.startswith("_") and callable(obj)
+                and getattr(obj, "__module__", None) == EXTENSION):
             found.add(name)
     types = _extension_types()
     assert {t.__name__ for t in types} >= {"Linear", "MyAtt"}

@@ -97,9 +97,9 @@ def test_inputs_of_any_dtype_computed_in_float64(rng):
     assert reference.softmax([True, False]).dtype == np.float64
 
 
-@pytest.mark.parametrize("sizes,S,Bq,Bk", [((3, 4, 5, 6, 2), 4, 1, 1), ((32, 32, 32, 64, 32), 1, 1, 1),
-                                          ((5, 3, 7, 4, 6), 9, 2, 3), ((0, 3, 4, 2, 0), 2, 1, 1),
-                                          ((3, 4, 5, 6, 2), 0, 1, 1)], ids=str)
+@pytest.mark.parametrize("sizes,S,Bq,Bk", [
+    ((3, 4, 5, 6, 2), 4, 1, 1), ((32, 32, 32, 64, 32), 1, 1, 1), ((5, 3, 7, 4, 6), 9, 2, 3),
+    ((0, 3, 4, 2, 0), 2, 1, 1), ((3, 4, 5, 6, 2), 0, 1, 1)], ids=str)
 @pytest.mark.parametrize("with_ga", [False, True], ids=["no_ga", "ga"])
 def test_myatt_forward_and_backward(rng, sizes, S, Bq, Bk, with_ga):
     q, k, v1, v2, o = sizes

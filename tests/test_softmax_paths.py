@@ -33,7 +33,8 @@ def test_kernel_path_marker_selects_tests_in_every_file():
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ids = [line for line in proc.stdout.splitlines() if "::" in line]
     for f in FILES:
-        assert any(i.startswith(f"tests/{f}::") for i in ids), f"no {KERNEL_PATH_MARKER} test in {f}"
+        assert any(i.startswith(f"tests/{f}::") for i in ids), \
+            f"no {KERNEL_PATH_MARKER} test in {f}"
     # the tests compared with torch's kernel bit for bit are all in
     for name in ("test_last_axis_is_torchs_bits", "test_softmax_last_axis_is_torchs_bits",
                  "test_linear_bias_gradient_is_torchs_bits", "test_torchs_bits"):
