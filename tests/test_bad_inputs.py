@@ -141,8 +141,8 @@ def test_bad_value_matrix(ep, kind):
     assert type(info.value) is exc or (exc is ValueError and not isinstance(info.value, TypeError))
     # the message names the argument (MyAtt's feature-size messages name Q with K or V)
     names = [arg.name, *arg.also_named]
-    assert re.search(name_re(*names), str(info.value)), \
-        f"message does not name {arg.name!r}: {info.value}"
+    msg = "\n".join([str(info.value), *getattr(info.value, "__notes__", [])])   # (PEP 678)
+    assert re.search(name_re(*names), msg), f"message does not name {arg.name!r}: {msg}"
     if module is not None:
         _assert_unchanged(module, snap)
 
