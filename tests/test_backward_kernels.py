@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import myatt
+from entry_points import ENTRY_POINTS, SMALL, invoke
 from helpers import (PROMO_DTYPES, assert_same_bits, data, dtype_id, name_re, result_dtype, scaled,
                      shape_re, torch_runs_our_softmax)
 from oracle import assert_matches, to_torch
@@ -382,29 +383,21 @@ def test_bad_shapes(thunk, names, shapes):
     raises(thunk, ValueError, names, shapes)
 
 
-GOOD = {
-    myatt.linear_backward: [A(4, 3), A(4, 5), A(3, 5), A(3)],
-    myatt.softmax_backward: [A(3, 4), A(3, 4)],
-    myatt.bmm_backward: [A(2, 3, 4), A(2, 3, 5), A(2, 5, 4)],
-}
-ARGNAMES = {
-    myatt.linear_backward: ["grad_output", "input", "weight", "bias"],
-    myatt.softmax_backward: ["grad_output", "output"],
-    myatt.bmm_backward: ["grad_output", "input", "mat2"],
-}
+# the backward kernels of the registry (entry_points.py)
+BACKWARD = [ep for ep in ENTRY_POINTS if ep.kind == "function" and ep.name.endswith("_backward")]
 BAD_VALUES = [np.ones((3, 4), dtype=np.complex64), np.array([["a"]]), object(),
               np.ones(3, dtype=np.longdouble)]
 
 
 @pytest.mark.parametrize("bad", BAD_VALUES, ids=["complex", "str", "object", "longdouble"])
 @pytest.mark.parametrize("kernel,pos", [
-    pytest.param(k, i, id=f"{k.__name__}-{i}",
-                 marks=[pytest.mark.kernel_path] if k is myatt.softmax_backward else [])
-    for k in GOOD for i in range(len(GOOD[k]))])
+    pytest.param(ep, i, id=f"{ep.name}-{i}",
+                 marks=[pytest.mark.kernel_path] if ep.name == "softmax_backward" else [])
+    for ep in BACKWARD for i in range(len(ep.args))])
 def test_bad_types(kernel, pos, bad):
-    args = list(GOOD[kernel])
+    args = [np.ones_like(a) for a in kernel.good(SMALL)]
     args[pos] = bad
-    raises(lambda: kernel(*args), TypeError, [ARGNAMES[kernel][pos]])
+    raises(lambda: invoke(kernel, None, args), TypeError, [kernel.args[pos].name])
 
 
 @pytest.mark.kernel_path
