@@ -20,10 +20,12 @@ Each entry declares:
            "none" (setters: None, or load_state_dict's key lists) or "object" (constructors)
   torch    torch(obj, *tensors) -> torch's result in the same structure (tensors in the
            result dtype, None for an omitted optional argument); None where no test
-           needs one. torch is imported only when a reference is called: the registry
-           itself needs NumPy only (the fuzz harness runs without torch).
+           needs one. torch is imported only when a torch reference is called: the
+           registry itself needs NumPy only (the fuzz harness runs without torch).
   sizes_of which Sizes fields the entry's shapes use (the property test draws those).
   shapes   shapes(s) -> the shapes of a valid call's result arrays, in flat() order.
+  plain    plain(obj, *arrays) -> the result in the same structure from tests/reference.py
+           (float64, NumPy only), for the entries that compute.
 """
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Tuple
@@ -31,6 +33,7 @@ from typing import Callable, Optional, Tuple
 import numpy as np
 
 import myatt
+import reference
 
 
 # --------------------------------------------------------------------------- #
@@ -90,6 +93,7 @@ class EntryPoint:
     torch: Optional[Callable] = None
     sizes_of: Tuple[str, ...] = ()
     shapes: Callable = lambda s: ()             # result shapes at sizes s, flat() order
+    plain: Optional[Callable] = None            # the float64 reference (tests/reference.py)
     module_dtype: bool = field(default=False)   # results in the object's dtype
 
     def good(self, s=SMALL, dtype=np.float32, seed=0):
@@ -225,6 +229,22 @@ def _torch_module_backward(obj, Q, K, V, go, ga):
 
 
 # --------------------------------------------------------------------------- #
+# plain references (tests/reference.py) in the structure of each entry's result
+# --------------------------------------------------------------------------- #
+def _plain_layer_backward(lin, x, go):
+    gx, gw, gb = reference.linear_backward(go, x, lin.weight, lin.bias)
+    return {"input": gx, "weight": gw, "bias": gb}
+
+
+def _plain_module(m, Q, K, V):
+    return reference.myatt_forward(m.state_dict(), Q, K, V)
+
+
+def _plain_module_backward(m, Q, K, V, go, ga):
+    return reference.myatt_backward(m.state_dict(), Q, K, V, go, ga)
+
+
+# --------------------------------------------------------------------------- #
 # The entries
 # --------------------------------------------------------------------------- #
 def _layer(s, dtype, bias=True):
@@ -279,37 +299,45 @@ ENTRY_POINTS = [
     # the kernel functions
     EntryPoint("linear", "function", (X, W, B), lambda o, x, w, b: myatt.linear(x, w, b),
                "array", torch=_torch_linear, sizes_of=LINEAR_SIZES,
+               plain=lambda o, x, w, b: reference.linear(x, w, b),
                shapes=_linear_shapes),
     EntryPoint("softmax", "function", (SX,), lambda o, x, dim=-1: myatt.softmax(x, dim),
                "array", torch=_torch_softmax, sizes_of=SOFTMAX_SIZES,
+               plain=lambda o, x, dim=-1: reference.softmax(x, dim),
                shapes=lambda s: (s.shape,)),
     EntryPoint("bmm", "function", (BA, BM), lambda o, a, m2: myatt.bmm(a, m2), "array",
-               torch=_torch_bmm, sizes_of=BMM_SIZES,
+               torch=_torch_bmm, sizes_of=BMM_SIZES, plain=lambda o, a, m2: reference.bmm(a, m2),
                shapes=lambda s: ((s.b, s.n, s.p),)),
     EntryPoint("linear_backward", "function", (GY, X, W, B),
                lambda o, g, x, w, b: myatt.linear_backward(g, x, w, b), "arrays",
                torch=_torch_linear_backward, sizes_of=LINEAR_SIZES,
+               plain=lambda o, g, x, w, b: reference.linear_backward(g, x, w, b),
                shapes=lambda s: (s.batch + (s.in_f,), (s.out_f, s.in_f), (s.out_f,))),
     EntryPoint("softmax_backward", "function",
                (Arg("grad_output", lambda s: s.shape, ndim_free=True),
                 Arg("output", lambda s: s.shape, ndim_free=True)),
                lambda o, g, y, dim=-1: myatt.softmax_backward(g, y, dim), "array",
                torch=_torch_softmax_backward, sizes_of=SOFTMAX_SIZES,
+               plain=lambda o, g, y, dim=-1: reference.softmax_backward(g, y, dim),
                shapes=lambda s: (s.shape,)),
     EntryPoint("bmm_backward", "function", (BG, BA, BM),
                lambda o, g, a, m2: myatt.bmm_backward(g, a, m2), "arrays",
                torch=_torch_bmm_backward, sizes_of=BMM_SIZES,
+               plain=lambda o, g, a, m2: reference.bmm_backward(g, a, m2),
                shapes=lambda s: ((s.b, s.n, s.m), (s.b, s.m, s.p))),
     # Linear
     EntryPoint("Linear", "constructor", (), lambda o: myatt.Linear(6, 3), "object"),
     EntryPoint("Linear.__call__", "method", (X,), lambda lin, x: lin(x), "array",
                make=_layer, torch=_torch_layer_call, sizes_of=LINEAR_SIZES, module_dtype=True,
+               plain=lambda lin, x: reference.linear(x, lin.weight, lin.bias),
                shapes=_linear_shapes),
     EntryPoint("Linear.forward", "method", (X,), lambda lin, x: lin.forward(x), "array",
                make=_layer, torch=_torch_layer_call, sizes_of=LINEAR_SIZES, module_dtype=True,
+               plain=lambda lin, x: reference.linear(x, lin.weight, lin.bias),
                shapes=_linear_shapes),
     EntryPoint("Linear.backward", "method", (X, GY), lambda lin, x, g: lin.backward(x, g),
                "grads", make=_layer, torch=_torch_layer_backward, sizes_of=LINEAR_SIZES,
+               plain=_plain_layer_backward,
                module_dtype=True, shapes=_linear_grads),
     EntryPoint("Linear.weight=", "setter", (W,), lambda lin, w: setattr(lin, "weight", w),
                "none", make=_layer),
@@ -322,15 +350,18 @@ ENTRY_POINTS = [
     EntryPoint("MyAtt", "constructor", (), lambda o: myatt.MyAtt(3, 4, 5, 6, 2), "object"),
     EntryPoint("MyAtt.__call__", "method", (MQ, MK, MV), lambda m, Q, K, V: m(Q, K, V),
                "arrays", make=_module, torch=_torch_module_call, sizes_of=MYATT_SIZES,
+               plain=_plain_module,
                module_dtype=True,
                shapes=lambda s: ((1, s.S, s.o), (s.S, s.v1))),
     EntryPoint("MyAtt.forward", "method", (MQ, MK, MV), lambda m, Q, K, V: m.forward(Q, K, V),
                "arrays", make=_module, torch=_torch_module_call, sizes_of=MYATT_SIZES,
+               plain=_plain_module,
                module_dtype=True,
                shapes=lambda s: ((1, s.S, s.o), (s.S, s.v1))),
     EntryPoint("MyAtt.backward", "method", (MQ, MK, MV, MG, MGA),
                lambda m, Q, K, V, g, ga: m.backward(Q, K, V, g, ga), "grads", make=_module,
                torch=_torch_module_backward, sizes_of=MYATT_SIZES, module_dtype=True,
+               plain=_plain_module_backward,
                shapes=_myatt_grads),
     EntryPoint("MyAtt.load_state_dict", "setter",
                (Arg("attn.weight", lambda s: (s.v1, s.q + s.k)),
@@ -360,6 +391,10 @@ def invoke(ep, obj, arrays, s=SMALL):
 
 def invoke_torch(ep, obj, tensors, s=SMALL):
     return ep.torch(obj, *tensors, **call_kwargs(ep, s))
+
+
+def invoke_plain(ep, obj, arrays, s=SMALL):
+    return ep.plain(obj, *arrays, **call_kwargs(ep, s))
 
 
 

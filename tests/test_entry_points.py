@@ -1,12 +1,13 @@
 """The registry of entry points (entry_points.py) itself: it declares every entry point of
 the extension module that takes arrays (so that a new one cannot be left out of the
 cross-cutting tests), and each declaration holds: a valid call at the declared shapes
-succeeds, in the result dtype, with the declared result shapes."""
+succeeds, in the result dtype, with the declared result shapes, and equals the declared
+plain reference. NumPy only: runs without torch."""
 import numpy as np
 import pytest
 
 import myatt
-from entry_points import BY_NAME, ENTRY_POINTS, SMALL, flat, invoke, sizes
+from entry_points import BY_NAME, ENTRY_POINTS, SMALL, flat, invoke, invoke_plain, sizes
 from helpers import result_dtype
 
 # The extension's entry points that take no arrays (sizes, seeds, settings, torch modules)
@@ -76,3 +77,22 @@ def test_declared_call_is_valid(ep, dtype):
             assert type(invoke(ep, obj, args, s)).__name__ == ep.name
         if ep.make is not None:
             assert type(obj).__name__ == ep.name.split(".")[0]
+
+
+@pytest.mark.parametrize("ep", [e for e in ENTRY_POINTS if e.kind in ("function", "method")],
+                         ids=lambda e: e.name)
+def test_plain_reference_agrees(ep):
+    """Every computing entry declares its plain float64 reference (tests/reference.py),
+    and myatt's float64 results equal it within assert_close's float64 defaults (rtol
+    1e-7, atol 1e-7), at the small sizes and with batches and empty dimensions."""
+    assert ep.plain is not None, f"{ep.name} declares no plain reference"
+    for s in (SMALL, sizes(batch=(2, 3), b=3, shape=(2, 5, 3), dim=1, Bq=2, Bk=3, S=7),
+              sizes(batch=(0,), in_f=0, b=0, n=0, shape=(0, 3), S=0, q=0, v2=0)):
+        obj = ep.target(s, np.float64)
+        args = ep.good(s, np.float64, seed=3)
+        ours = flat(invoke(ep, obj, args, s), ep.result)
+        plain = flat(invoke_plain(ep, obj, args, s), ep.result)
+        assert len(ours) == len(plain)
+        for o, p in zip(ours, plain):
+            assert p.dtype == np.float64 and o.shape == p.shape
+            np.testing.assert_allclose(o, p, rtol=1e-7, atol=1e-7)
