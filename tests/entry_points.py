@@ -1,20 +1,23 @@
 """The registry of myatt's entry points, read by every cross-cutting test.
 
-test_bad_inputs.py (every array argument crossed with every bad value), test_leaks.py
-(reference counts and memory), test_threads.py (concurrent calls, bit for bit),
-test_properties.py (random shapes, layouts and dtypes against torch) and
-fuzz/fuzz_python.py (atheris) take their entry points from ENTRY_POINTS below, so that a
-new entry point, declared here once, is covered by all of them.
+test_bad_inputs.py (every array argument crossed with every bad value), test_errors.py
+and test_backward_kernels.py (bad types), test_leaks.py (reference counts and memory),
+test_threads.py (concurrent calls, bit for bit), test_properties.py (random shapes,
+layouts and dtypes against torch), test_call_paths.py (keywords) and fuzz/fuzz_python.py
+(atheris) take their entry points from ENTRY_POINTS below, so that a new entry point,
+declared here once, is covered by all of them; test_entry_points.py fails while the
+extension has one that is not declared here.
 
 Each entry declares:
   name     what the tests call it: "linear", "Linear.__call__", "MyAtt.backward", ...
   kind     "function" (myatt.<name>), "method" (of an object `make` builds), "setter"
-           (an assignment or load on such an object, returns None) or "constructor"
+           (an assignment or a load into such an object) or "constructor"
   args     its array arguments, in call order, each an Arg: its name (as error messages
            name it), its shape in a valid call at the sizes `s` (a Sizes), whether None
            is allowed (optional), whether leading dimensions are free (any number of
            batch dimensions) or the ndim is free altogether (softmax)
-  call     call(obj, *arrays) -> result (obj is None for functions and constructors)
+  call     call(obj, *arrays, **kw) -> result (obj is None for functions and
+           constructors; kw: softmax's dim, from the sizes: see invoke())
   make     make(s, dtype) -> the Linear / MyAtt the method is called on (or None)
   result   "array", "arrays" (a tuple; None for an absent bias gradient), "grads" (a dict),
            "none" (setters: None, or load_state_dict's key lists) or "object" (constructors)
@@ -23,11 +26,12 @@ Each entry declares:
            needs one. torch is imported only when a torch reference is called: the
            registry itself needs NumPy only (the fuzz harness runs without torch).
   sizes_of which Sizes fields the entry's shapes use (the property test draws those).
+  module_dtype  results in the object's dtype (else the kernels' promotion rule).
   shapes   shapes(s) -> the shapes of a valid call's result arrays, in flat() order.
   plain    plain(obj, *arrays) -> the result in the same structure from tests/reference.py
            (float64, NumPy only), for the entries that compute.
 """
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Optional, Tuple
 
 import numpy as np
@@ -94,7 +98,7 @@ class EntryPoint:
     sizes_of: Tuple[str, ...] = ()
     shapes: Callable = lambda s: ()             # result shapes at sizes s, flat() order
     plain: Optional[Callable] = None            # the float64 reference (tests/reference.py)
-    module_dtype: bool = field(default=False)   # results in the object's dtype
+    module_dtype: bool = False                  # results in the object's dtype
 
     def good(self, s=SMALL, dtype=np.float32, seed=0):
         """Valid arrays for every argument at sizes s (unit-scale, weights by fan-in)."""
@@ -131,26 +135,18 @@ def flat(result, kind="arrays"):
 # --------------------------------------------------------------------------- #
 # torch references (torch imported when called)
 # --------------------------------------------------------------------------- #
-def _grads(f, tensors, grad_output, extra=()):
-    """torch.autograd.grad of sum(f(*tensors) * grad_output) (+ extra terms) w.r.t. every
-    tensor given (zeros for one that takes no part, as torch's None means)."""
+def _grads(f, tensors, grad_output):
+    """torch.autograd.grad of sum(f(*tensors) * grad_output) w.r.t. every tensor given
+    (None stays None; zeros for a tensor that takes no part, as torch's None means)."""
     import torch
 
     leaves = [None if t is None else t.detach().clone().requires_grad_(True) for t in tensors]
-    out = f(*leaves)
-    loss = (out * grad_output).sum()
-    for term in extra:
-        loss = loss + term(out)
     wanted = [t for t in leaves if t is not None]
-    got = torch.autograd.grad(loss, wanted, allow_unused=True) if wanted else ()
-    it = iter(got)
+    got = iter(torch.autograd.grad((f(*leaves) * grad_output).sum(), wanted, allow_unused=True))
     res = []
     for t in leaves:
-        if t is None:
-            res.append(None)
-        else:
-            g = next(it)
-            res.append(torch.zeros_like(t) if g is None else g)
+        g = None if t is None else next(got)
+        res.append(torch.zeros_like(t) if t is not None and g is None else g)
     return res
 
 
