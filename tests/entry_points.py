@@ -4,9 +4,9 @@ test_bad_inputs.py (every array argument crossed with every bad value), test_err
 and test_backward_kernels.py (bad types), test_leaks.py (reference counts and memory),
 test_threads.py (concurrent calls, bit for bit), test_properties.py (random shapes,
 layouts and dtypes against torch), test_layouts.py (every layout of every argument),
-test_call_paths.py (keywords) and fuzz/fuzz_python.py (atheris) take their entry points from ENTRY_POINTS below, so that a new entry point,
-declared here once, is covered by all of them; test_entry_points.py fails while the
-extension has one that is not declared here.
+test_call_paths.py (keywords) and fuzz/fuzz_python.py (atheris) take their entry points
+from ENTRY_POINTS below, so that a new entry point, declared here once, is covered by all
+of them; test_entry_points.py fails while the extension has one not declared here.
 
 Each entry declares:
   name     what the tests call it: "linear", "Linear.__call__", "MyAtt.backward", ...
