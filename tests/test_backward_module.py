@@ -79,6 +79,7 @@ def test_sizes(rng, dtype, sizes, S, with_ga):
     check(m, Q, K, V, *upstream(rng, m, S, dtype, with_ga))
 
 
+@pytest.mark.kernel_path
 @pytest.mark.parametrize("with_ga", [False, True], ids=["no_ga", "ga"])
 @pytest.mark.parametrize("sizes,S", [((48, 36, 48, 72, 36), 64), ((240, 264, 252, 264, 240), 128),
                                      ((48, 36, 96, 48, 48), 200)], ids=str)

@@ -66,6 +66,7 @@ def test_seed_demo_shapes(rng, dtype):
     assert attn.shape == (1, 32)
 
 
+@pytest.mark.kernel_path
 @pytest.mark.parametrize("sizes,S", [((48, 40, 48, 72, 36), 64), ((256, 256, 252, 264, 240), 128),
                                      ((64, 32, 96, 48, 24), 200)], ids=str)
 def test_torchs_bits(rng, dtype, sizes, S):
