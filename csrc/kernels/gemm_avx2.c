@@ -19,7 +19,9 @@
  * (f32, KC the summation block) or 2048 x 504 (f64).  Against A blocks sized
  * for L2 (240 / 64 rows) on Zen 4: 2048^3 f32 78 -> 83 % of peak, f64
  * 72 -> 87 %. */
-#if defined(__x86_64__) || defined(__i386__)
+#include "cpu.h"
+
+#ifdef MYATT_X86
 
 #include <immintrin.h>
 #include <stdint.h>
@@ -27,13 +29,8 @@
 #include "gemm_internal.h"
 
 /* Everything below is compiled for this instruction set whatever the build's
- * flags: gcc takes a target pragma, clang the same attribute pushed onto every
- * function (it ignores the gcc pragma). */
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC target("avx2,fma")
-#endif
+ * flags (cpu.h). */
+MYATT_TARGET_PUSH(MYATT_TARGET_AVX2)
 
 #include "gemm_copy_avx.h"
 #include "gemm_row_avx.h"
@@ -91,8 +88,6 @@ const gemm_microkernel_f64 gemm_microkernel_f64_avx2 = {
     gemm_f64_avx2_kernel_rows,
 };
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#endif
+MYATT_TARGET_POP()
 
 #endif

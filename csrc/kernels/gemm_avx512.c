@@ -27,7 +27,9 @@
  * terms).  Measured on Zen 4 against A blocks sized for L2 (f32 240 x 192, f64
  * 64 x 384): 2048^3 f32 85 -> 88 % of peak, f64 80 -> 88-90 %; with A read in
  * place and the 6 x 64 tile, f32 92-93 %. */
-#if defined(__x86_64__) || defined(__i386__)
+#include "cpu.h"
+
+#ifdef MYATT_X86
 
 #include <immintrin.h>
 #include <stdint.h>
@@ -35,13 +37,8 @@
 #include "gemm_internal.h"
 
 /* Everything below is compiled for this instruction set whatever the build's
- * flags: gcc takes a target pragma, clang the same attribute pushed onto every
- * function (it ignores the gcc pragma). */
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,fma"))), apply_to = function)
-#else
-#pragma GCC target("avx512f,avx512vl,fma")
-#endif
+ * flags (cpu.h). */
+MYATT_TARGET_PUSH(MYATT_TARGET_AVX512)
 
 #include "gemm_copy_avx.h"
 #include "gemm_row_avx.h"
@@ -172,8 +169,6 @@ const gemm_microkernel_f64 gemm_microkernel_f64_avx512 = {
     gemm_f64_avx512_edge, gemm_f64_avx512_kernel_rows,
 };
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#endif
+MYATT_TARGET_POP()
 
 #endif

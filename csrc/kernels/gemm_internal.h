@@ -44,6 +44,8 @@
 
 #include <stdint.h>
 
+#include "cpu.h"
+
 /* Whether T's products are one FMA chain continuing from c (float64) rather
  * than block sums added onto c (float32): see the contract above. */
 #define GEMM_CHAINS(T) (sizeof(T) == sizeof(double))
@@ -176,8 +178,8 @@ typedef struct {
 } gemm_microkernel_f64;
 
 /* The SIMD paths, each defined in its own file (gemm_avx2.c, gemm_avx512.c)
- * that is compiled for its ISA through target attributes.  Only x86-64. */
-#if defined(__x86_64__) || defined(__i386__)
+ * that is compiled for its ISA (MYATT_TARGET_PUSH, cpu.h).  Only x86. */
+#ifdef MYATT_X86
 extern const gemm_microkernel_f32 gemm_microkernel_f32_avx2, gemm_microkernel_f32_avx512;
 extern const gemm_microkernel_f64 gemm_microkernel_f64_avx2, gemm_microkernel_f64_avx512;
 #endif

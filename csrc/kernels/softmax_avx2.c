@@ -1,17 +1,19 @@
 /* softmax with AVX2 + FMA (softmax_simd_tmpl.h, once per dtype): 8 float or
  * 4 double lanes; along the last axis torch's AVX2 kernel, bit for bit.  Built
- * without -march flags: every function carries target("avx2,fma") and is only
- * called after mk_cpu_isa() saw the CPU (and OS) support it. */
+ * without -march flags: compiled for AVX2 + FMA by MYATT_TARGET_PUSH (cpu.h)
+ * and only called after mk_cpu_isa() saw the CPU (and OS) support it. */
 #include "softmax_internal.h"
 
-#ifdef MYATT_SOFTMAX_X86
+#ifdef MYATT_X86
 #include <immintrin.h>
 #include <math.h>
 
 #include "softmax_exp_sleef.h"
 
-#define API __attribute__((target("avx2,fma")))
-#define FN static inline __attribute__((always_inline, target("avx2,fma")))
+MYATT_TARGET_PUSH(MYATT_TARGET_AVX2)
+
+#define API
+#define FN static inline __attribute__((always_inline))
 
 /* exp(x): Sleef's expf_u10 / exp_u10, step for step (softmax_exp_sleef.h), as
  * torch's Vectorized<float/double>::exp() computes it on AVX2: the same
@@ -162,5 +164,7 @@ FN __m256i mask_first_f64_avx2(int k)
 #define V_EXP(v) exp_avx2_f64(v)
 #include "softmax_simd_tmpl.h"
 #include "softmax_simd_undef.h"
+
+MYATT_TARGET_POP()
 
 #endif

@@ -1,18 +1,20 @@
 /* softmax with AVX-512F (softmax_simd_tmpl.h, once per dtype): 16 float or
  * 8 double lanes, masked tails; along the last axis torch's AVX-512 kernel,
- * bit for bit.  Built without -march flags: every function
- * carries target("avx512f") and is only called after mk_cpu_isa() saw the
- * CPU (and OS) support it. */
+ * bit for bit.  Built without -march flags: compiled for AVX-512 by
+ * MYATT_TARGET_PUSH (cpu.h) and only called after mk_cpu_isa() saw the CPU
+ * (and OS) support it. */
 #include "softmax_internal.h"
 
-#ifdef MYATT_SOFTMAX_X86
+#ifdef MYATT_X86
 #include <immintrin.h>
 #include <math.h>
 
 #include "softmax_exp_sleef.h"
 
-#define API __attribute__((target("avx512f")))
-#define FN static inline __attribute__((always_inline, target("avx512f")))
+MYATT_TARGET_PUSH(MYATT_TARGET_AVX512)
+
+#define API
+#define FN static inline __attribute__((always_inline))
 
 /* exp(x): Sleef's expf_u10 / exp_u10, step for step (softmax_exp_sleef.h), as
  * torch's Vectorized<float/double>::exp() computes it on AVX-512. */
@@ -154,5 +156,7 @@ FN float hmax_avx512_f32(__m512 v)
 #define V_EXP(v) exp_avx512_f64(v)
 #include "softmax_simd_tmpl.h"
 #include "softmax_simd_undef.h"
+
+MYATT_TARGET_POP()
 
 #endif

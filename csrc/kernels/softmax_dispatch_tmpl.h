@@ -9,7 +9,7 @@
 static void SUF(softmax_forward_one)(T *out, const T *inp, int64_t outer, int64_t n,
                                      int64_t inner)
 {
-#ifdef MYATT_SOFTMAX_X86
+#ifdef MYATT_X86
     switch (mk_cpu_isa()) {
     case MK_ISA_AVX512:
         PATH(softmax_forward, avx512)(out, inp, outer, n, inner);
@@ -57,7 +57,7 @@ void SUF(softmax_forward)(T *out, const T *inp, int64_t outer, int64_t n, int64_
 void SUF(softmax_backward)(T *grad_inp, const T *grad_out, const T *out,
                            int64_t outer, int64_t n, int64_t inner)
 {
-#ifdef MYATT_SOFTMAX_X86
+#ifdef MYATT_X86
     if (inner == 1 && outer > 0 && n > 0) {
         switch (mk_cpu_isa()) {
         case MK_ISA_AVX512:

@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "cpu.h"
+
 void softmax_forward_f32_portable(float *out, const float *inp, int64_t outer, int64_t n, int64_t inner);
 void softmax_forward_f64_portable(double *out, const double *inp, int64_t outer, int64_t n, int64_t inner);
 void softmax_backward_f32_portable(float *grad_inp, const float *grad_out, const float *out,
@@ -15,8 +17,7 @@ void softmax_backward_f32_portable(float *grad_inp, const float *grad_out, const
 void softmax_backward_f64_portable(double *grad_inp, const double *grad_out, const double *out,
                                    int64_t outer, int64_t n, int64_t inner);
 
-#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
-#define MYATT_SOFTMAX_X86 1
+#ifdef MYATT_X86
 void softmax_forward_f32_avx2(float *out, const float *inp, int64_t outer, int64_t n, int64_t inner);
 void softmax_forward_f32_avx512(float *out, const float *inp, int64_t outer, int64_t n, int64_t inner);
 void softmax_forward_f64_avx2(double *out, const double *inp, int64_t outer, int64_t n, int64_t inner);
