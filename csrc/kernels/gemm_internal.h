@@ -3,9 +3,11 @@
  * gemm.c / gemm_tmpl.h hold the whole BLIS/Goto loop nest (NC, KC, MC blocks,
  * packing of A and B, edge tiles, threads); only the MR x NR micro-kernel below
  * and the direct loop for small products change per CPU.  Adding a CPU =
- * one file (like gemm_avx2.c) with the kernel and its gemm_microkernel_f32/f64
- * entries (the direct loop comes from gemm_small_tmpl.h), one mk_isa value
- * and its detection in cpu.c, and one case in gemm_select_f32 / _f64.
+ * its vector vocabulary (like simd_avx2.h), one file (like gemm_avx2.c) with
+ * the kernel and its gemm_microkernel_f32/f64 entries (the kernels come from
+ * gemm_kernel_tmpl.h, the direct loop from gemm_small_tmpl.h), one mk_isa
+ * value, its detection and target in cpu.c / cpu.h, and one case in
+ * gemm_select_f32 / _f64.
  *
  * Micro-kernel contract (T = float or double):
  *
