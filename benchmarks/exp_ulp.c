@@ -1,5 +1,5 @@
 /* Accuracy sweep of the vector exp of the softmax kernels: Sleef's expf_u10 /
- * exp_u10 as torch computes them (csrc/kernels/softmax_exp_sleef.h).
+ * exp_u10 as torch computes them (csrc/kernels/simd_exp_sleef.h).
  *
  * float32: every float x in [-104, 89] (about 2.2e9 values; below -104 the
  * result is 0, above 88.72 it overflows to inf, which is also checked) against
@@ -123,8 +123,8 @@ int main(int argc, char **argv)
         return 2;
     }
     if (f64)
-        return sweep_f64(isa, avx2 ? softmax_exp_f64_avx2 : softmax_exp_f64_avx512, step);
-    exp_fn f = avx2 ? softmax_exp_f32_avx2 : softmax_exp_f32_avx512;
+        return sweep_f64(isa, avx2 ? softmax_kernels_f64_avx2.exp : softmax_kernels_f64_avx512.exp, step);
+    exp_fn f = avx2 ? softmax_kernels_f32_avx2.exp : softmax_kernels_f32_avx512.exp;
     static float in[CHUNK], out[CHUNK];
     double worst = 0, worst_x = 0, sum_ulp = 0;
     uint64_t count = 0, wrong_special = 0, over_half = 0;

@@ -11,12 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) || defined(__i386__)
+#ifdef MYATT_X86
 #include <cpuid.h>
-#define MK_X86 1
 #endif
 
-#ifdef MK_X86
+#ifdef MYATT_X86
 static unsigned long long mk_xgetbv0(void)
 {
     unsigned int lo, hi;
@@ -27,7 +26,7 @@ static unsigned long long mk_xgetbv0(void)
 
 static mk_isa mk_detect(void)
 {
-#ifdef MK_X86
+#ifdef MYATT_X86
     unsigned int eax, ebx, ecx, edx;
     if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx))
         return MK_ISA_PORTABLE;

@@ -11,6 +11,33 @@
 #ifndef MYATT_KERNELS_CPU_H
 #define MYATT_KERNELS_CPU_H
 
+/* Defined on x86 (32 or 64 bit): the SIMD paths exist only there.  The one
+ * guard of every ISA-specific file and declaration. */
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
+#define MYATT_X86 1
+#endif
+
+/* The one way a file is compiled for an instruction set whatever the build's
+ * flags: every function between
+ *   MYATT_TARGET_PUSH("avx2,fma")  ...  MYATT_TARGET_POP()
+ * (including the static inline ones of the headers included there: simd_*.h)
+ * carries that target.  gcc takes a target pragma, clang the same attribute
+ * pushed onto every function (it ignores the gcc pragma).  Such code may only
+ * run after mk_cpu_isa() chose that path. */
+#define MYATT_PRAGMA_(x) _Pragma(#x)
+#if defined(__clang__)
+#define MYATT_TARGET_PUSH(isa) \
+    MYATT_PRAGMA_(clang attribute push(__attribute__((target(isa))), apply_to = function))
+#define MYATT_TARGET_POP() MYATT_PRAGMA_(clang attribute pop)
+#else
+#define MYATT_TARGET_PUSH(isa) MYATT_PRAGMA_(GCC push_options) MYATT_PRAGMA_(GCC target(isa))
+#define MYATT_TARGET_POP() MYATT_PRAGMA_(GCC pop_options)
+#endif
+
+/* The targets of the two SIMD paths (cpu.c checks the same features). */
+#define MYATT_TARGET_AVX2 "avx2,fma"
+#define MYATT_TARGET_AVX512 "avx512f,avx512vl,fma"
+
 typedef enum {
     MK_ISA_PORTABLE = 0,   /* plain C (SSE2 baseline), no FMA */
     MK_ISA_AVX2 = 1,       /* AVX2 + FMA3, 16 ymm registers */

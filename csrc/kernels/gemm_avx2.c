@@ -1,5 +1,5 @@
 /* AVX2 + FMA micro-kernels and direct loops for gemm (see gemm_internal.h for
- * the contract).  Compiled for AVX2 by the pragma below whatever the build
+ * the contract).  Compiled for AVX2 by MYATT_TARGET_PUSH below whatever the build
  * flags; only called when cpu.c found AVX2 and FMA usable.
  *
  * Tiles use the 16 ymm registers: 12 accumulators, the B row, and the
@@ -19,7 +19,9 @@
  * (f32, KC the summation block) or 2048 x 504 (f64).  Against A blocks sized
  * for L2 (240 / 64 rows) on Zen 4: 2048^3 f32 78 -> 83 % of peak, f64
  * 72 -> 87 %. */
-#if defined(__x86_64__) || defined(__i386__)
+#include "cpu.h"
+
+#ifdef MYATT_X86
 
 #include <immintrin.h>
 #include <stdint.h>
@@ -27,32 +29,23 @@
 #include "gemm_internal.h"
 
 /* Everything below is compiled for this instruction set whatever the build's
- * flags: gcc takes a target pragma, clang the same attribute pushed onto every
- * function (it ignores the gcc pragma). */
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
-#else
-#pragma GCC target("avx2,fma")
-#endif
+ * flags (cpu.h). */
+MYATT_TARGET_PUSH(MYATT_TARGET_AVX2)
 
+#include "simd_avx2.h"
 #include "gemm_copy_avx.h"
 #include "gemm_row_avx.h"
 
 /* float32: the 6 x 16 kernels (gemm_kernel_tmpl.h) and the direct loop, with
  * FMA (vectorised over up to four vector registers of columns) */
 #define T float
-#define GEMM_V __m256
-#define GEMM_VLEN 8
-#define GEMM_VLOADU(p) _mm256_loadu_ps(p)
-#define GEMM_VSTOREU(p, v) _mm256_storeu_ps((p), (v))
-#define GEMM_VSET1(x) _mm256_set1_ps(x)
-#define GEMM_VFMA(x, y, s) _mm256_fmadd_ps((x), (y), (s))
-#define GEMM_VADD(x, y) _mm256_add_ps((x), (y))
-#define GEMM_VZERO() _mm256_setzero_ps()
+#define VEC(op) avx2_f32_##op
 #define GEMM_KERNEL_MR 6
 #define GEMM_KERNEL_NV 2
 #define GEMM_KERNEL_NAME gemm_f32_avx2
 #include "gemm_kernel_tmpl.h"
+#define T float
+#define VEC(op) avx2_f32_##op
 #define GEMM_MADD(s, x, y) __builtin_fmaf((x), (y), (s))
 #define GEMM_SMALL_COPY_T gemm_copy_t_f32
 #define GEMM_SMALL_ROW_WT gemm_row_wt_f32
@@ -62,18 +55,13 @@
 
 /* float64: the same with 4 x 12 tiles */
 #define T double
-#define GEMM_V __m256d
-#define GEMM_VLEN 4
-#define GEMM_VLOADU(p) _mm256_loadu_pd(p)
-#define GEMM_VSTOREU(p, v) _mm256_storeu_pd((p), (v))
-#define GEMM_VSET1(x) _mm256_set1_pd(x)
-#define GEMM_VFMA(x, y, s) _mm256_fmadd_pd((x), (y), (s))
-#define GEMM_VADD(x, y) _mm256_add_pd((x), (y))
-#define GEMM_VZERO() _mm256_setzero_pd()
+#define VEC(op) avx2_f64_##op
 #define GEMM_KERNEL_MR 4
 #define GEMM_KERNEL_NV 3
 #define GEMM_KERNEL_NAME gemm_f64_avx2
 #include "gemm_kernel_tmpl.h"
+#define T double
+#define VEC(op) avx2_f64_##op
 #define GEMM_MADD(s, x, y) __builtin_fma((x), (y), (s))
 #define GEMM_SMALL_COPY_T gemm_copy_t_f64
 #define GEMM_SMALL_ROW_WT gemm_row_wt_f64
@@ -91,8 +79,6 @@ const gemm_microkernel_f64 gemm_microkernel_f64_avx2 = {
     gemm_f64_avx2_kernel_rows,
 };
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#endif
+MYATT_TARGET_POP()
 
 #endif

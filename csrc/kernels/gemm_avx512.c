@@ -1,5 +1,5 @@
 /* AVX-512 micro-kernels (F + VL, FMA) and direct loops for gemm (see
- * gemm_internal.h for the contract).  Compiled for AVX-512 by the pragma below
+ * gemm_internal.h for the contract).  Compiled for AVX-512 by MYATT_TARGET_PUSH below
  * whatever the build flags; only called when cpu.c found AVX-512 usable.
  *
  * Tiles use the 32 zmm registers: 24 accumulators, the B row and the
@@ -27,7 +27,9 @@
  * terms).  Measured on Zen 4 against A blocks sized for L2 (f32 240 x 192, f64
  * 64 x 384): 2048^3 f32 85 -> 88 % of peak, f64 80 -> 88-90 %; with A read in
  * place and the 6 x 64 tile, f32 92-93 %. */
-#if defined(__x86_64__) || defined(__i386__)
+#include "cpu.h"
+
+#ifdef MYATT_X86
 
 #include <immintrin.h>
 #include <stdint.h>
@@ -35,27 +37,16 @@
 #include "gemm_internal.h"
 
 /* Everything below is compiled for this instruction set whatever the build's
- * flags: gcc takes a target pragma, clang the same attribute pushed onto every
- * function (it ignores the gcc pragma). */
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,fma"))), apply_to = function)
-#else
-#pragma GCC target("avx512f,avx512vl,fma")
-#endif
+ * flags (cpu.h). */
+MYATT_TARGET_PUSH(MYATT_TARGET_AVX512)
 
+#include "simd_avx512.h"
 #include "gemm_copy_avx.h"
 #include "gemm_row_avx.h"
 
 /* float32: the 6 x 64 kernels (gemm_kernel_tmpl.h), the edge kernel, the direct loop */
 #define T float
-#define GEMM_V __m512
-#define GEMM_VLEN 16
-#define GEMM_VLOADU(p) _mm512_loadu_ps(p)
-#define GEMM_VSTOREU(p, v) _mm512_storeu_ps((p), (v))
-#define GEMM_VSET1(x) _mm512_set1_ps(x)
-#define GEMM_VFMA(x, y, s) _mm512_fmadd_ps((x), (y), (s))
-#define GEMM_VADD(x, y) _mm512_add_ps((x), (y))
-#define GEMM_VZERO() _mm512_setzero_ps()
+#define VEC(op) avx512_f32_##op
 #define GEMM_KERNEL_MR 6
 #define GEMM_KERNEL_NV 4
 #define GEMM_KERNEL_NAME gemm_f32_avx512
@@ -69,18 +60,19 @@ static inline __attribute__((always_inline))
 void gemm_f32_avx512_edge_nv(int NV, int64_t kc, const float *a_panel, const float *b_panel,
                              float *c, int64_t rs_c, int accumulate, int m_r, int n_r)
 {
-    __m512 acc[4][6];
+    avx512_f32_t acc[4][6];
     gemm_f32_avx512_start(acc, c, rs_c, 1, 0);   /* zeros */
     gemm_f32_avx512_fma(NV, acc, 0, kc, a_panel, 1, 6, b_panel);
     for (int i = 0; i < m_r; i++) {
         float *c_row = c + i * rs_c;
         for (int v = 0; v < NV; v++) {
             const int cols = n_r - 16 * v;
-            const __mmask16 mask = cols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1u);
-            __m512 r = acc[v][i];
+            const avx512_f32_mask mask =
+                cols >= 16 ? (avx512_f32_mask)0xFFFF : avx512_f32_mask_first(cols);
+            avx512_f32_t r = acc[v][i];
             if (accumulate)
-                r = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, c_row + 16 * v), r);
-            _mm512_mask_storeu_ps(c_row + 16 * v, mask, r);
+                r = avx512_f32_add(avx512_f32_load_or(mask, c_row + 16 * v, avx512_f32_zero()), r);
+            avx512_f32_store_mask(c_row + 16 * v, mask, r);
         }
     }
 }
@@ -99,6 +91,8 @@ static void gemm_f32_avx512_edge(int64_t kc, const float *a_panel, const float *
 }
 
 /* The direct loop, with FMA (vectorised over up to four vector registers of columns). */
+#define T float
+#define VEC(op) avx512_f32_##op
 #define GEMM_MADD(s, x, y) __builtin_fmaf((x), (y), (s))
 #define GEMM_SMALL_COPY_T gemm_copy_t_f32
 #define GEMM_SMALL_ROW_WT gemm_row_wt_f32
@@ -108,14 +102,7 @@ static void gemm_f32_avx512_edge(int64_t kc, const float *a_panel, const float *
 
 /* float64: the same with 8 x 24 tiles */
 #define T double
-#define GEMM_V __m512d
-#define GEMM_VLEN 8
-#define GEMM_VLOADU(p) _mm512_loadu_pd(p)
-#define GEMM_VSTOREU(p, v) _mm512_storeu_pd((p), (v))
-#define GEMM_VSET1(x) _mm512_set1_pd(x)
-#define GEMM_VFMA(x, y, s) _mm512_fmadd_pd((x), (y), (s))
-#define GEMM_VADD(x, y) _mm512_add_pd((x), (y))
-#define GEMM_VZERO() _mm512_setzero_pd()
+#define VEC(op) avx512_f64_##op
 #define GEMM_KERNEL_MR 8
 #define GEMM_KERNEL_NV 3
 #define GEMM_KERNEL_NAME gemm_f64_avx512
@@ -126,22 +113,23 @@ static inline __attribute__((always_inline))
 void gemm_f64_avx512_edge_nv(int NV, int64_t kc, const double *a_panel, const double *b_panel,
                              double *c, int64_t rs_c, int accumulate, int m_r, int n_r)
 {
-    __mmask8 mask[3];
+    avx512_f64_mask mask[3];
     for (int v = 0; v < NV; v++) {
         const int cols = n_r - 8 * v;
-        mask[v] = cols >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << cols) - 1u);
+        mask[v] = cols >= 8 ? (avx512_f64_mask)0xFF : avx512_f64_mask_first(cols);
     }
-    __m512d acc[3][8];
+    avx512_f64_t acc[3][8];
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++)
 #pragma GCC unroll 3
         for (int v = 0; v < NV; v++)
-            acc[v][i] = accumulate && i < m_r ? _mm512_maskz_loadu_pd(mask[v], c + i * rs_c + 8 * v)
-                                              : _mm512_setzero_pd();
+            acc[v][i] = accumulate && i < m_r
+                            ? avx512_f64_load_or(mask[v], c + i * rs_c + 8 * v, avx512_f64_zero())
+                            : avx512_f64_zero();
     gemm_f64_avx512_fma(NV, acc, 0, kc, a_panel, 1, 8, b_panel);
     for (int i = 0; i < m_r; i++)
         for (int v = 0; v < NV; v++)
-            _mm512_mask_storeu_pd(c + i * rs_c + 8 * v, mask[v], acc[v][i]);
+            avx512_f64_store_mask(c + i * rs_c + 8 * v, mask[v], acc[v][i]);
 }
 
 static void gemm_f64_avx512_edge(int64_t kc, const double *a_panel, const double *b_panel,
@@ -155,6 +143,8 @@ static void gemm_f64_avx512_edge(int64_t kc, const double *a_panel, const double
         gemm_f64_avx512_edge_nv(3, kc, a_panel, b_panel, c, rs_c, accumulate, m_r, n_r);
 }
 
+#define T double
+#define VEC(op) avx512_f64_##op
 #define GEMM_MADD(s, x, y) __builtin_fma((x), (y), (s))
 #define GEMM_SMALL_COPY_T gemm_copy_t_f64
 #define GEMM_SMALL_ROW_WT gemm_row_wt_f64
@@ -172,8 +162,6 @@ const gemm_microkernel_f64 gemm_microkernel_f64_avx512 = {
     gemm_f64_avx512_edge, gemm_f64_avx512_kernel_rows,
 };
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#endif
+MYATT_TARGET_POP()
 
 #endif

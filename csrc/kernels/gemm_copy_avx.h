@@ -1,6 +1,6 @@
 /* Transposing copies for the direct GEMM loop (gemm_small_tmpl.h) on the SIMD
  * paths, built from AVX instructions: included by gemm_avx2.c and
- * gemm_avx512.c after their target pragma, so compiled for each.
+ * gemm_avx512.c after MYATT_TARGET_PUSH, so compiled for each.
  *
  *   strip[p * NB + j] = b[p + j * cs_b]   for p < kb, j < nb
  *   strip[p * NB + j] = 0                 for p < kb, nb <= j < NB

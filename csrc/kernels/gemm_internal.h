@@ -3,9 +3,11 @@
  * gemm.c / gemm_tmpl.h hold the whole BLIS/Goto loop nest (NC, KC, MC blocks,
  * packing of A and B, edge tiles, threads); only the MR x NR micro-kernel below
  * and the direct loop for small products change per CPU.  Adding a CPU =
- * one file (like gemm_avx2.c) with the kernel and its gemm_microkernel_f32/f64
- * entries (the direct loop comes from gemm_small_tmpl.h), one mk_isa value
- * and its detection in cpu.c, and one case in gemm_select_f32 / _f64.
+ * its vector vocabulary (like simd_avx2.h), one file (like gemm_avx2.c) with
+ * the kernel and its gemm_microkernel_f32/f64 entries (the kernels come from
+ * gemm_kernel_tmpl.h, the direct loop from gemm_small_tmpl.h), one mk_isa
+ * value, its detection and target in cpu.c / cpu.h, and one case in
+ * gemm_select_f32 / _f64.
  *
  * Micro-kernel contract (T = float or double):
  *
@@ -43,6 +45,8 @@
 #define MYATT_KERNELS_GEMM_INTERNAL_H
 
 #include <stdint.h>
+
+#include "cpu.h"
 
 /* Whether T's products are one FMA chain continuing from c (float64) rather
  * than block sums added onto c (float32): see the contract above. */
@@ -176,8 +180,8 @@ typedef struct {
 } gemm_microkernel_f64;
 
 /* The SIMD paths, each defined in its own file (gemm_avx2.c, gemm_avx512.c)
- * that is compiled for its ISA through target attributes.  Only x86-64. */
-#if defined(__x86_64__) || defined(__i386__)
+ * that is compiled for its ISA (MYATT_TARGET_PUSH, cpu.h).  Only x86. */
+#ifdef MYATT_X86
 extern const gemm_microkernel_f32 gemm_microkernel_f32_avx2, gemm_microkernel_f32_avx512;
 extern const gemm_microkernel_f64 gemm_microkernel_f64_avx2, gemm_microkernel_f64_avx512;
 #endif

@@ -1,20 +1,16 @@
 /* The SIMD micro-kernels of gemm, written once for both dtypes and both vector
- * instruction sets: included by gemm_avx2.c and gemm_avx512.c after their
- * target pragma, with
+ * instruction sets: included by gemm_avx2.c and gemm_avx512.c (after their
+ * vocabulary, simd_avx2.h / simd_avx512.h) with
  *   T                   float or double
- *   GEMM_V, GEMM_VLEN   the vector type and the elements it holds, with
- *                       GEMM_VLOADU(p), GEMM_VSTOREU(p, v), GEMM_VSET1(x),
- *                       GEMM_VFMA(x, y, s) = s + x * y in one rounding,
- *                       GEMM_VADD(x, y) and GEMM_VZERO()
+ *   VEC(op)             the vocabulary of T's vectors (avx512_f32_##op): its
+ *                       t, len, loadu, storeu, set1, fma, add and zero
  *   GEMM_KERNEL_MR      the tile's rows
- *   GEMM_KERNEL_NV      the tile's vectors of columns (NR = NV * VLEN)
+ *   GEMM_KERNEL_NV      the tile's vectors of columns (NR = NV * VEC(len))
  *   GEMM_KERNEL_NAME    the prefix of the functions defined (gemm_f32_avx512)
  * defined.  It defines NAME_fma, NAME_start and NAME_finish (the pieces, for
  * the path's edge kernels too), NAME_kernel (gemm_kernel_*_fn: A from a packed
  * panel) and NAME_kernel_rows (gemm_kernel_rows_*_fn: A read in place), and
- * undefines GEMM_VADD, GEMM_VZERO and its own parameters at its end; T and the
- * other vector macros stay for gemm_small_tmpl.h, which undefines them.
- * No include guard on purpose.
+ * undefines all its parameters at its end.  No include guard on purpose.
  *
  * Arithmetic (the contract of gemm_internal.h, torch's order): one FMA per
  * term in increasing p; float32 sums each KC block from zero and then adds it
@@ -22,10 +18,15 @@
  * one chain.  The portable kernels do the same per output, so every path and
  * both ways of reading A give the same bits. */
 
+#if !defined(T) || !defined(VEC) || !defined(GEMM_KERNEL_MR) || !defined(GEMM_KERNEL_NV) \
+    || !defined(GEMM_KERNEL_NAME)
+#error "gemm_kernel_tmpl.h: define T, VEC, GEMM_KERNEL_MR, GEMM_KERNEL_NV and GEMM_KERNEL_NAME"
+#endif
+
 #define GEMM_KERNEL_CAT_(x, y) x##y
 #define GEMM_KERNEL_CAT(x, y) GEMM_KERNEL_CAT_(x, y)
 #define GEMM_KERNEL_FN(suffix) GEMM_KERNEL_CAT(GEMM_KERNEL_NAME, suffix)
-#define GEMM_KERNEL_NR (GEMM_KERNEL_NV * GEMM_VLEN)
+#define GEMM_KERNEL_NR (GEMM_KERNEL_NV * VEC(len))
 
 /* acc[v][i] += A[i, p] * B[p, v*VLEN:(v+1)*VLEN] for p0 <= p < p1, i < MR,
  * v < NV (the vectors computed: GEMM_KERNEL_NV in full tiles, fewer in an edge
@@ -33,23 +34,23 @@
  * acs = MR; rows in place: acs = 1), B[p, :] at b_panel + p * NR.  Inlined
  * with NV and the strides known. */
 static inline __attribute__((always_inline))
-void GEMM_KERNEL_FN(_fma)(int NV, GEMM_V acc[GEMM_KERNEL_NV][GEMM_KERNEL_MR],
+void GEMM_KERNEL_FN(_fma)(int NV, VEC(t) acc[GEMM_KERNEL_NV][GEMM_KERNEL_MR],
                           int64_t p0, int64_t p1, const T *a, int64_t ars, int64_t acs,
                           const T *b_panel)
 {
     for (int64_t p = p0; p < p1; p++) {
         const T *a_p = a + (p - p0) * acs;                 /* A[0:MR, p] */
         const T *b_p = b_panel + p * GEMM_KERNEL_NR;        /* B[p, 0:NR] */
-        GEMM_V b[GEMM_KERNEL_NV];
+        VEC(t) b[GEMM_KERNEL_NV];
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++)
-            b[v] = GEMM_VLOADU(b_p + v * GEMM_VLEN);
+            b[v] = VEC(loadu)(b_p + v * VEC(len));
 #pragma GCC unroll 8
         for (int i = 0; i < GEMM_KERNEL_MR; i++) {
-            const GEMM_V a_ip = GEMM_VSET1(a_p[i * ars]);
+            const VEC(t) a_ip = VEC(set1)(a_p[i * ars]);
 #pragma GCC unroll 4
             for (int v = 0; v < NV; v++)
-                acc[v][i] = GEMM_VFMA(a_ip, b[v], acc[v][i]);
+                acc[v][i] = VEC(fma)(a_ip, b[v], acc[v][i]);
         }
     }
 }
@@ -57,7 +58,7 @@ void GEMM_KERNEL_FN(_fma)(int NV, GEMM_V acc[GEMM_KERNEL_NV][GEMM_KERNEL_MR],
 /* The accumulators of a full tile at the start: c[MR, NR] for a float64 chain
  * that continues (accumulate), else zeros. */
 static inline __attribute__((always_inline))
-void GEMM_KERNEL_FN(_start)(GEMM_V acc[GEMM_KERNEL_NV][GEMM_KERNEL_MR], const T *c,
+void GEMM_KERNEL_FN(_start)(VEC(t) acc[GEMM_KERNEL_NV][GEMM_KERNEL_MR], const T *c,
                             int64_t rs_c, int64_t cs_c, int accumulate)
 {
     enum { MR = GEMM_KERNEL_MR, NR = GEMM_KERNEL_NR };
@@ -66,7 +67,7 @@ void GEMM_KERNEL_FN(_start)(GEMM_V acc[GEMM_KERNEL_NV][GEMM_KERNEL_MR], const T 
         for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
             for (int v = 0; v < GEMM_KERNEL_NV; v++)
-                acc[v][i] = GEMM_VZERO();
+                acc[v][i] = VEC(zero)();
         return;
     }
     _Alignas(64) T tile[MR * NR];
@@ -83,12 +84,12 @@ void GEMM_KERNEL_FN(_start)(GEMM_V acc[GEMM_KERNEL_NV][GEMM_KERNEL_MR], const T 
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
         for (int v = 0; v < GEMM_KERNEL_NV; v++)
-            acc[v][i] = GEMM_VLOADU(src + i * rs + v * GEMM_VLEN);
+            acc[v][i] = VEC(loadu)(src + i * rs + v * VEC(len));
 }
 
 /* c[MR, NR] = acc, or (float32 with accumulate: its block sum) c + acc */
 static inline __attribute__((always_inline))
-void GEMM_KERNEL_FN(_finish)(GEMM_V acc[GEMM_KERNEL_NV][GEMM_KERNEL_MR], T *c,
+void GEMM_KERNEL_FN(_finish)(VEC(t) acc[GEMM_KERNEL_NV][GEMM_KERNEL_MR], T *c,
                              int64_t rs_c, int64_t cs_c, int accumulate)
 {
     enum { MR = GEMM_KERNEL_MR, NR = GEMM_KERNEL_NR };
@@ -99,10 +100,10 @@ void GEMM_KERNEL_FN(_finish)(GEMM_V acc[GEMM_KERNEL_NV][GEMM_KERNEL_MR], T *c,
             T *c_row = c + i * rs_c;
 #pragma GCC unroll 4
             for (int v = 0; v < GEMM_KERNEL_NV; v++) {
-                GEMM_V r = acc[v][i];
+                VEC(t) r = acc[v][i];
                 if (add)
-                    r = GEMM_VADD(GEMM_VLOADU(c_row + v * GEMM_VLEN), r);
-                GEMM_VSTOREU(c_row + v * GEMM_VLEN, r);
+                    r = VEC(add)(VEC(loadu)(c_row + v * VEC(len)), r);
+                VEC(storeu)(c_row + v * VEC(len), r);
             }
         }
         return;
@@ -112,7 +113,7 @@ void GEMM_KERNEL_FN(_finish)(GEMM_V acc[GEMM_KERNEL_NV][GEMM_KERNEL_MR], T *c,
     for (int i = 0; i < MR; i++)
 #pragma GCC unroll 4
         for (int v = 0; v < GEMM_KERNEL_NV; v++)
-            GEMM_VSTOREU(tile + i * NR + v * GEMM_VLEN, acc[v][i]);
+            VEC(storeu)(tile + i * NR + v * VEC(len), acc[v][i]);
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < NR; j++) {
             T *c_ij = c + i * rs_c + j * cs_c;
@@ -124,7 +125,7 @@ void GEMM_KERNEL_FN(_finish)(GEMM_V acc[GEMM_KERNEL_NV][GEMM_KERNEL_MR], T *c,
 static void GEMM_KERNEL_FN(_kernel)(int64_t kc, const T *a_panel, const T *b_panel,
                                     T *c, int64_t rs_c, int64_t cs_c, int accumulate)
 {
-    GEMM_V acc[GEMM_KERNEL_NV][GEMM_KERNEL_MR];
+    VEC(t) acc[GEMM_KERNEL_NV][GEMM_KERNEL_MR];
     GEMM_KERNEL_FN(_start)(acc, c, rs_c, cs_c, accumulate);
     GEMM_KERNEL_FN(_fma)(GEMM_KERNEL_NV, acc, 0, kc, a_panel, 1, GEMM_KERNEL_MR, b_panel);
     GEMM_KERNEL_FN(_finish)(acc, c, rs_c, cs_c, accumulate);
@@ -135,7 +136,7 @@ static void GEMM_KERNEL_FN(_kernel_rows)(int64_t kc, const T *a1, int64_t rs_a1,
                                          const T *a2, int64_t rs_a2, const T *b_panel,
                                          T *c, int64_t rs_c, int64_t cs_c, int accumulate)
 {
-    GEMM_V acc[GEMM_KERNEL_NV][GEMM_KERNEL_MR];
+    VEC(t) acc[GEMM_KERNEL_NV][GEMM_KERNEL_MR];
     GEMM_KERNEL_FN(_start)(acc, c, rs_c, cs_c, accumulate);
     GEMM_KERNEL_FN(_fma)(GEMM_KERNEL_NV, acc, 0, k1, a1, rs_a1, 1, b_panel);
     GEMM_KERNEL_FN(_fma)(GEMM_KERNEL_NV, acc, k1, kc, a2, rs_a2, 1, b_panel);
@@ -149,5 +150,5 @@ static void GEMM_KERNEL_FN(_kernel_rows)(int64_t kc, const T *a1, int64_t rs_a1,
 #undef GEMM_KERNEL_MR
 #undef GEMM_KERNEL_NV
 #undef GEMM_KERNEL_NAME
-#undef GEMM_VADD
-#undef GEMM_VZERO
+#undef T
+#undef VEC

@@ -12,12 +12,10 @@
  *                       fma/fmaf for the portable path (libm: the hardware
  *                       instruction when present), __builtin_fma* for the SIMD
  *                       paths (compiled for the ISA of the includer)
- *   GEMM_V              (optional, SIMD paths) a vector type of GEMM_VLEN
- *                       elements, with GEMM_VLOADU(p), GEMM_VSTOREU(p, v),
- *                       GEMM_VSET1(x) and GEMM_VFMA(x, y, s) = s + x * y
- *                       in one rounding (the same arithmetic as GEMM_MADD, lane
- *                       by lane); GEMM_SMALL_COLS / 4 must be a multiple of VLEN
- *                       (the same macros as gemm_kernel_tmpl.h's, defined once)
+ *   VEC(op)             (optional, SIMD paths) the vocabulary of T's vectors
+ *                       (simd_avx2.h): its t, len, loadu, storeu, set1 and
+ *                       fma (the same arithmetic as GEMM_MADD, lane by lane);
+ *                       GEMM_SMALL_COLS / 4 must be a multiple of VEC(len)
  * defined; it undefines them all at its end, ready for the next inclusion.
  * No include guard on purpose.  Contract: gemm_small_f32_fn in gemm_internal.h.
  *
@@ -32,6 +30,10 @@
  * packed micro-kernel does, so the two give the same bits: float32, the sum of
  * its kc blocks, each summed from zero in increasing p with GEMM_MADD and then
  * added onto c; float64 (GEMM_CHAINS), one GEMM_MADD chain continuing from c. */
+
+#if !defined(T) || !defined(GEMM_SMALL_NAME) || !defined(GEMM_SMALL_COLS) || !defined(GEMM_MADD)
+#error "gemm_small_tmpl.h: define T, GEMM_SMALL_NAME, GEMM_SMALL_COLS and GEMM_MADD"
+#endif
 
 #include <string.h>
 
@@ -89,25 +91,25 @@ void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
             else if (chain_from_c)
                 for (int64_t j = 0; j < nb; j++)
                     io[j] = c_blk[j * cs_c];
-#ifdef GEMM_V
+#ifdef VEC
             /* vector accumulators, spelled out: in a plain T array the compiler
              * stored and reloaded them on every step (1 x 64 @ 64 x 32 ran 3x
              * slower than its FMA latency allows) */
-            enum { VLEN = GEMM_VLEN };
-            GEMM_V vacc[GEMM_SMALL_COLS / VLEN];
+            enum { VLEN = VEC(len) };
+            VEC(t) vacc[GEMM_SMALL_COLS / VLEN];
 #pragma GCC unroll 8
             for (int v = 0; v < NB / VLEN; v++)
-                vacc[v] = GEMM_VLOADU(io + v * VLEN);
+                vacc[v] = VEC(loadu)(io + v * VLEN);
             for (int64_t p = 0; p < kb; p++) {
-                const GEMM_V a_ip = GEMM_VSET1(a_row[p * cs_a]);
+                const VEC(t) a_ip = VEC(set1)(a_row[p * cs_a]);
                 const T *b_p = b_strip + p * rs_s;       /* B[pc+p, j0:j0+NB] */
 #pragma GCC unroll 8
                 for (int v = 0; v < NB / VLEN; v++)
-                    vacc[v] = GEMM_VFMA(a_ip, GEMM_VLOADU(b_p + v * VLEN), vacc[v]);
+                    vacc[v] = VEC(fma)(a_ip, VEC(loadu)(b_p + v * VLEN), vacc[v]);
             }
 #pragma GCC unroll 8
             for (int v = 0; v < NB / VLEN; v++)
-                GEMM_VSTOREU(io + v * VLEN, vacc[v]);
+                VEC(storeu)(io + v * VLEN, vacc[v]);
 #else
             T acc[GEMM_SMALL_COLS];
             for (int j = 0; j < NB; j++)
@@ -190,12 +192,7 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
 /* the parameters, for the next inclusion */
 #undef T
 #undef GEMM_MADD
-#undef GEMM_V
-#undef GEMM_VLEN
-#undef GEMM_VLOADU
-#undef GEMM_VSTOREU
-#undef GEMM_VSET1
-#undef GEMM_VFMA
+#undef VEC
 #undef GEMM_SMALL_COPY_T
 #undef GEMM_SMALL_ROW_WT
 #undef GEMM_SMALL_NAME

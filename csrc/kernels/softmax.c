@@ -2,14 +2,16 @@
  *
  * The portable path (softmax_tmpl.h, once per dtype) uses libm's expf / exp
  * and, along the last axis, torch's DEFAULT-build kernel.  The vector paths are
- * in softmax_avx2.c and softmax_avx512.c (softmax_simd_tmpl.h), picked here at
- * run time: the path is cpu.h's choice, the same as the GEMM's. */
+ * in softmax_avx2.c and softmax_avx512.c (softmax_simd_tmpl.h), each a table of
+ * kernels (softmax_internal.h); softmax_select_f32 / _f64 below give the table
+ * of the path cpu.h chose, the same as the GEMM's. */
 #include "softmax.h"
 #include "cpu.h"
 #include "softmax_internal.h"
 #include "threads.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,17 +20,44 @@
 #define SUF(name) name##_f32_portable
 #define EXP expf
 #include "softmax_tmpl.h"
-#undef T
-#undef SUF
-#undef EXP
 
 #define T double
 #define SUF(name) name##_f64_portable
 #define EXP exp
 #include "softmax_tmpl.h"
-#undef T
-#undef SUF
-#undef EXP
+
+/* The portable path: no backward_rows (softmax_backward_f32_portable takes
+ * every axis) and libm's exp. */
+static const softmax_kernels_f32 softmax_kernels_f32_portable = {
+    "portable", softmax_forward_f32_portable, NULL, NULL,
+};
+
+static const softmax_kernels_f64 softmax_kernels_f64_portable = {
+    "portable", softmax_forward_f64_portable, NULL, NULL,
+};
+
+/* The path mk_cpu_isa() chose (CPU detection + MYATT_KERNEL, decided once). */
+static const softmax_kernels_f32 *softmax_select_f32(void)
+{
+    switch (mk_cpu_isa()) {
+#ifdef MYATT_X86
+    case MK_ISA_AVX512: return &softmax_kernels_f32_avx512;
+    case MK_ISA_AVX2: return &softmax_kernels_f32_avx2;
+#endif
+    default: return &softmax_kernels_f32_portable;
+    }
+}
+
+static const softmax_kernels_f64 *softmax_select_f64(void)
+{
+    switch (mk_cpu_isa()) {
+#ifdef MYATT_X86
+    case MK_ISA_AVX512: return &softmax_kernels_f64_avx512;
+    case MK_ISA_AVX2: return &softmax_kernels_f64_avx2;
+#endif
+    default: return &softmax_kernels_f64_portable;
+    }
+}
 
 /* Threads: runs of whole slices (rows, for the last axis), as torch splits
  * them, so results do not depend on the thread count; only when each thread
@@ -50,16 +79,34 @@ static int softmax_threads(int64_t outer, int64_t n, int64_t inner)
 
 #define T float
 #define SUF(name) name##_f32
-#define PATH(name, p) name##_f32_##p
+#define PORTABLE(name) name##_f32_portable
 #include "softmax_dispatch_tmpl.h"
-#undef T
-#undef SUF
-#undef PATH
 
 #define T double
 #define SUF(name) name##_f64
-#define PATH(name, p) name##_f64_##p
+#define PORTABLE(name) name##_f64_portable
 #include "softmax_dispatch_tmpl.h"
-#undef T
-#undef SUF
-#undef PATH
+
+/* softmax.h */
+
+void softmax_forward_f32(float *out, const float *inp, int64_t outer, int64_t n, int64_t inner)
+{
+    softmax_forward_run_f32(out, inp, outer, n, inner);
+}
+
+void softmax_forward_f64(double *out, const double *inp, int64_t outer, int64_t n, int64_t inner)
+{
+    softmax_forward_run_f64(out, inp, outer, n, inner);
+}
+
+void softmax_backward_f32(float *grad_inp, const float *grad_out, const float *out,
+                          int64_t outer, int64_t n, int64_t inner)
+{
+    softmax_backward_run_f32(grad_inp, grad_out, out, outer, n, inner);
+}
+
+void softmax_backward_f64(double *grad_inp, const double *grad_out, const double *out,
+                          int64_t outer, int64_t n, int64_t inner)
+{
+    softmax_backward_run_f64(grad_inp, grad_out, out, outer, n, inner);
+}

@@ -1,8 +1,14 @@
-/* softmax, written once for both dtypes: included by softmax.c with
+/* The portable softmax, written once for both dtypes: included by softmax.c with
  *   T          the element type (float or double)
  *   SUF(name)  name##_f32_portable or name##_f64_portable
  *   EXP        expf or exp (libm)
- * defined.  No include guard on purpose.  Contract: softmax.h. */
+ * defined; it defines the static SUF(softmax_forward) and SUF(softmax_backward)
+ * (the portable path, softmax.h's contract) and undefines its parameters at
+ * its end.  No include guard on purpose. */
+
+#if !defined(T) || !defined(SUF) || !defined(EXP)
+#error "softmax_tmpl.h: define T, SUF and EXP"
+#endif
 
 /* Lanes of torch's portable vector (its DEFAULT build: 32 bytes, 8 floats or
  * 4 doubles), which the last-axis case below mirrors. */
@@ -115,7 +121,7 @@ static void SUF(softmax_cols)(T *out, const T *inp, int64_t outer, int64_t n, in
 }
 #undef SOFTMAX_COLS
 
-void SUF(softmax_forward)(T *out, const T *inp, int64_t outer, int64_t n, int64_t inner)
+static void SUF(softmax_forward)(T *out, const T *inp, int64_t outer, int64_t n, int64_t inner)
 {
     if (outer <= 0 || n <= 0 || inner <= 0)
         return;
@@ -155,7 +161,7 @@ static T SUF(softmax_dot)(const T *x, const T *y, int64_t n)
 
 #define SOFTMAX_COLS 128
 
-void SUF(softmax_backward)(T *grad_inp, const T *grad_out, const T *out,
+static void SUF(softmax_backward)(T *grad_inp, const T *grad_out, const T *out,
                            int64_t outer, int64_t n, int64_t inner)
 {
     if (outer <= 0 || n <= 0 || inner <= 0)
@@ -204,3 +210,7 @@ void SUF(softmax_backward)(T *grad_inp, const T *grad_out, const T *out,
 }
 #undef SOFTMAX_COLS
 #undef SOFTMAX_LANES
+
+#undef T
+#undef SUF
+#undef EXP
