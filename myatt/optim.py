@@ -11,12 +11,19 @@ cast to the parameter's dtype as torch casts it:
 
 Unlike torch, gradients are passed to step() (they are returned, never stored on the
 parameters); a parameter whose key is missing from `grads` is skipped, as torch skips
-a parameter whose .grad is None.  (torch's CPU kernels fuse some multiply-adds, so
+a parameter whose .grad is None.  A key that names no parameter is a KeyError (a
+misspelt name would otherwise leave its parameter unchanged without a word), except
+the input gradients that backward() returns beside the parameters' (Q, K, V, input).  (torch's CPU kernels fuse some multiply-adds, so
 float32 results agree to rounding, not bit for bit.)
 """
+import difflib
+
 import numpy as np
 
 __all__ = ["SGD", "Adam"]
+
+# What MyAtt.backward and Linear.backward return beside the parameters' gradients.
+INPUT_GRADIENTS = ("Q", "K", "V", "input")
 
 
 def _live_params(params):
@@ -50,10 +57,22 @@ class _Optimizer:
         self.state = {name: {} for name in self.params}
 
     def step(self, grads):
-        """Update every parameter whose name is a key of `grads` (extra keys are ignored).
-        Every gradient is checked before any parameter changes."""
-        if not hasattr(grads, "get"):
+        """Update every parameter whose name is a key of `grads`.
+
+        A key that is neither a parameter's name nor an input gradient of backward()
+        (Q, K, V, input: ignored) raises KeyError, naming it and the parameters.
+        Every key and gradient is checked before any parameter changes."""
+        if not (hasattr(grads, "get") and hasattr(grads, "keys")):
             raise TypeError(f"grads must be a mapping, got {type(grads).__name__}")
+        unknown = [k for k in grads.keys()
+                   if k not in self.params and k not in INPUT_GRADIENTS]
+        if unknown:
+            key = unknown[0]
+            close = difflib.get_close_matches(str(key), [str(k) for k in self.params], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise KeyError(f"grads[{key!r}]: no parameter of this optimiser has that name"
+                           f"{hint}; its parameters are {', '.join(map(repr, self.params))} "
+                           f"(the input gradients {', '.join(INPUT_GRADIENTS)} are ignored)")
         todo = []
         for name, p in self.params.items():
             g = grads.get(name)
