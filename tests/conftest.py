@@ -74,18 +74,21 @@ def dtype(request):
 # --- A run without torch (the wheel's and the old Pythons' and NumPy's tests, .ci/packaging):
 # the package needs only NumPy, torch is the oracle. Without torch, the test modules that
 # need it are not collected, and the run says how many it left out. A module needs torch
-# when it imports torch or oracle (the torch side) at its top level, or is listed below.
+# when it imports torch at its top level, or a module of tests/ that does (oracle.py, the
+# torch side, for instance), or is listed below.
 # A test of a torch-free module that needs torch says so itself (pytest.importorskip).
 NEEDS_TORCH_INDIRECTLY = {
     "test_softmax_paths.py": "reruns the torch-comparing tests under each kernel path",
 }
 
 
-def _needs_torch(path):
+def _needs_torch(path, seen=None):
     import ast
 
     if os.path.basename(path) in NEEDS_TORCH_INDIRECTLY:
         return True
+    seen = set() if seen is None else seen
+    seen.add(path)
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read(), path)
     for node in tree.body:
@@ -95,8 +98,11 @@ def _needs_torch(path):
             names = [node.module or ""]
         else:
             continue
-        if any(n.split(".")[0] in ("torch", "oracle") for n in names):
-            return True
+        for top in (n.split(".")[0] for n in names):
+            local = os.path.join(HERE, top + ".py")
+            if top == "torch" or (os.path.exists(local) and local not in seen
+                                  and _needs_torch(local, seen)):
+                return True
     return False
 
 
