@@ -10,12 +10,18 @@ the attended values.  The heatmap of the learned attention weights, for one quer
 slot, should therefore be close to the identity matrix.
 
     python examples/train_copy.py                  # 600 steps, prints the loss falling
-    python examples/train_copy.py --plot attn.png  # also saves the heatmap (matplotlib)
+    python examples/train_copy.py --plot attn.png  # the heatmap to attn.png (matplotlib)
 
-A progress bar is shown when tqdm is installed.  Gradients come from MyAtt.backward and
+The heatmap goes to the temporary directory by default (myatt_train_copy.png there),
+never into the working directory (examples/attention.png is the README's picture).
+A progress bar (tqdm, when installed) shows the loss as its postfix; it appears only
+when the run lasts over a second (--steps 5000, for instance). Without tqdm, a line
+every 100 steps shows the loss.  Gradients come from MyAtt.backward and
 the update from myatt.Adam (torch.optim.Adam's rule on the live parameters).
 """
 import argparse
+import os
+import tempfile
 
 import numpy as np
 
@@ -34,20 +40,28 @@ def batch(rng, S=SEQ, slots=None):
 
 
 def train(steps=600, lr=0.03, seed=0, progress=True, log_every=100):
-    """Train a fresh MyAtt; returns (model, list of per-step losses)."""
+    """Train a fresh MyAtt; returns (model, list of per-step losses).
+
+    progress: with tqdm, a bar whose postfix is the current loss, drawn once the run has
+    lasted a second (none for a shorter run, such as the default one); without tqdm, a
+    line "step N  loss L" every log_every steps and at the last.
+    """
     myatt.manual_seed(seed)
     rng = np.random.default_rng(seed)
     m = myatt.MyAtt(SLOTS, KEY, SLOTS, WIDTH, WIDTH)
     opt = myatt.Adam(m, lr=lr)
-    bar = range(steps)
+    bar = None
     if progress:
         try:
             from tqdm import tqdm
-            bar = tqdm(bar, desc="train", unit="step")
         except ImportError:
             pass
+        else:
+            # The loss goes into the bar (a line written beside it, even with tqdm.write,
+            # redraws a bar not yet updated at 0 %); delay: no bar that would only flash.
+            bar = tqdm(total=steps, desc="train", unit="step", delay=1.0)
     losses = []
-    for step in bar:
+    for step in range(steps):
         Q, K, V, target = batch(rng)
         out, _ = m(Q, K, V)
         diff = out - target
@@ -55,11 +69,13 @@ def train(steps=600, lr=0.03, seed=0, progress=True, log_every=100):
         # d(mean squared error)/d(output); no grad_attn_weights: the loss ignores them
         grads = m.backward(Q, K, V, (2.0 / diff.size) * diff)
         opt.step(grads)
-        if hasattr(bar, "set_postfix"):
+        if bar is not None:
             bar.set_postfix(loss=f"{losses[-1]:.4f}", refresh=False)
-        if progress and log_every and (step % log_every == 0 or step == steps - 1):
-            msg = f"step {step:5d}  loss {losses[-1]:.5f}"
-            bar.write(msg) if hasattr(bar, "write") else print(msg)
+            bar.update()
+        elif progress and log_every and (step % log_every == 0 or step == steps - 1):
+            print(f"step {step:5d}  loss {losses[-1]:.5f}")
+    if bar is not None:
+        bar.close()
     return m, losses
 
 
@@ -90,8 +106,9 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--lr", type=float, default=0.03)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--plot", default="attention.png",
-                   help="heatmap file, written when matplotlib is installed ('' for none)")
+    p.add_argument("--plot", default=os.path.join(tempfile.gettempdir(), "myatt_train_copy.png"),
+                   help="heatmap file, written when matplotlib is installed ('' for none; "
+                        "default: %(default)s)")
     args = p.parse_args(argv)
     m, losses = train(args.steps, args.lr, args.seed)
     k = max(1, len(losses) // 10)

@@ -27,8 +27,9 @@ class ResultComparison:
 
     One entry of :attr:`Comparison.results`, made by :func:`compare`; get it by name with
     ``report["output"]``. Differences are taken in float64; an element counts as outside the
-    tolerance when ``|myatt - torch| > atol + rtol * |torch|``, as in
-    ``torch.testing.assert_close``.
+    tolerance as in ``torch.testing.assert_close``: a finite pair when
+    ``|myatt - torch| > atol + rtol * |torch|``, NaN against NaN unless `equal_nan`, and
+    NaN or an infinity on one side only (or opposite infinities) always.
 
     Attributes
     ----------
@@ -41,14 +42,21 @@ class ResultComparison:
     rtol, atol : float
         The tolerances compared at.
     max_abs_err : float
-        ``max |myatt - torch|`` (NaN against NaN counts as 0).
+        ``max |myatt - torch|`` over the positions where both are finite.
     max_rel_err : float
-        ``max |myatt - torch| / |torch|`` (inf where torch is 0 and myatt is not).
+        ``max |myatt - torch| / |torch|`` there (inf where torch is 0 and myatt is not).
     mismatched : int
-        How many elements are outside ``atol + rtol * |torch|``.
+        How many elements ``assert_close`` counts as not close.
+    equal_nan : bool
+        Whether NaN against NaN agreed (:func:`compare`'s `equal_nan`).
+    nonfinite_same, nonfinite_differ : int
+        Positions with NaN on both sides or the same infinity; positions with a NaN or an
+        infinity on one side only (or opposite infinities).
     worst_index : tuple of int or None
-        Where ``|myatt - torch|`` is largest; ``myatt_value`` and ``torch_value`` are the two
-        values there.
+        The worst mismatch: a NaN/inf on one side, else a shared NaN when not
+        `equal_nan`, else the largest finite ``|myatt - torch|``; None when the two sides
+        are equal everywhere. ``myatt_value`` and ``torch_value`` are the two values
+        there.
     agree : bool
         ``torch.testing.assert_close`` passes; ``message`` holds its message when it fails.
     err64_myatt, err64_torch : float or None
@@ -71,13 +79,16 @@ class ResultComparison:
     torch_dtype: str                  #: torch's dtype, as torch names it
     rtol: float
     atol: float
-    max_abs_err: float = float("nan")   #: max |myatt - torch| (NaN-vs-NaN counts as 0)
-    max_rel_err: float = float("nan")   #: max |myatt - torch| / |torch| (inf where torch is 0)
-    mismatched: int = 0               #: elements outside atol + rtol * |torch|
-    worst_index: Optional[Tuple[int, ...]] = None   #: where |myatt - torch| is largest
+    max_abs_err: float = float("nan")   #: max |myatt - torch| where both are finite
+    max_rel_err: float = float("nan")   #: max |myatt - torch| / |torch| there (inf where torch is 0)
+    mismatched: int = 0               #: elements assert_close counts as not close
+    worst_index: Optional[Tuple[int, ...]] = None   #: the worst mismatch (None when there is none)
     myatt_value: float = float("nan")   #: myatt's value at worst_index
     torch_value: float = float("nan")   #: torch's value at worst_index
     agree: bool = False               #: torch.testing.assert_close passes
+    equal_nan: bool = True            #: NaN on both sides counts as agreement
+    nonfinite_same: int = 0           #: positions with NaN on both sides or the same inf
+    nonfinite_differ: int = 0         #: positions with NaN/inf on one side only (or opposite infs)
     message: str = ""                 #: assert_close's message when it fails
     err64_myatt: Optional[float] = None   #: max |myatt - torch in float64| (float32 only)
     err64_torch: Optional[float] = None   #: max |torch - torch in float64| (float32 only)
@@ -102,6 +113,11 @@ class ResultComparison:
             return f"{self.name}: agrees (max abs err {self.max_abs_err:.3g})"
         s = (f"{self.name}: {self.mismatched} of {self.size} elements outside "
              f"rtol={self.rtol:g}, atol={self.atol:g}")
+        if self.nonfinite_differ:
+            s += f"; {self.nonfinite_differ} NaN/inf on one side only"
+        if self.nonfinite_same:
+            s += (f"; {self.nonfinite_same} NaN/inf the same on both sides"
+                  + ("" if self.equal_nan else " (NaN counts as a mismatch: equal_nan=False)"))
         if self.worst_index is not None:
             s += (f"; worst at {self.worst_index}: myatt {self.myatt_value!r}, "
                   f"torch {self.torch_value!r}")
@@ -132,6 +148,10 @@ class Comparison:
         The dtype both sides computed in.
     results : list of ResultComparison
         One per result, in the order the module returns them.
+    notes : list of str
+        What :func:`compare` did or left out, and why: a torch module with dropout run in
+        eval mode, float64 columns absent because the torch callable failed on float64
+        inputs. Printed under the header.
 
     Examples
     --------
@@ -152,6 +172,8 @@ class Comparison:
     inputs: List[Tuple[str, Tuple[int, ...]]]
     dtype: str
     results: List[ResultComparison] = field(default_factory=list)
+    #: what was done or left out, and why (eval mode for dropout, float64 columns absent)
+    notes: List[str] = field(default_factory=list)
 
     @property
     def agree(self) -> bool:
@@ -184,6 +206,9 @@ class Comparison:
         with64 = any(r.err64_myatt is not None for r in self.results)
         if with64:
             head[5:5] = ["myatt vs f64", "torch vs f64"]
+        nonfinite = any(r.nonfinite_same or r.nonfinite_differ for r in self.results)
+        if nonfinite:
+            head[5:5] = ["nan/inf same", "nan/inf differ"]
         rows = [head]
         for r in self.results:
             same = r.shape == r.torch_shape
@@ -195,6 +220,9 @@ class Comparison:
             if with64:
                 row[5:5] = [f"{r.err64_myatt:.3g}" if r.err64_myatt is not None else "-",
                             f"{r.err64_torch:.3g}" if r.err64_torch is not None else "-"]
+            if nonfinite:
+                row[5:5] = [str(r.nonfinite_same) if same else "-",
+                            str(r.nonfinite_differ) if same else "-"]
             rows.append(row)
         return rows
 
@@ -204,9 +232,16 @@ class Comparison:
         tol = {(r.rtol, r.atol) for r in self.results}
         tol_s = ", ".join(f"rtol={a:g}, atol={b:g}" for a, b in sorted(tol))
         default = tol == {(rtol, atol)}
-        return [f"myatt.compare: torch {self.torch_module} vs myatt {self.module}",
-                f"inputs: {inputs or '(none)'} as {self.dtype}",
-                f"tolerance: {tol_s}" + (" (assert_close defaults)" if default else "")]
+        # equal_nan, said where it matters: NaN/inf in a result, or NaN made a mismatch
+        nan = {r.equal_nan for r in self.results}
+        shown = nan == {False} or any(r.nonfinite_same or r.nonfinite_differ
+                                      for r in self.results)
+        nan_s = ("" if not shown else ", NaN on both sides agrees (equal_nan=True)"
+                 if nan == {True} else ", NaN is a mismatch (equal_nan=False)")
+        return ([f"myatt.compare: torch {self.torch_module} vs myatt {self.module}",
+                 f"inputs: {inputs or '(none)'} as {self.dtype}",
+                 f"tolerance: {tol_s}" + (" (assert_close defaults)" if default else "")
+                 + nan_s] + [f"note: {n}" for n in self.notes])
 
     def _verdict(self):
         if self.agree:
@@ -243,8 +278,11 @@ class Comparison:
                 f"<div style='color: {colour}; font-weight: bold'>{verdict}</div></div>")
 
 
-def _result_names(torch_module, n):
-    if all(hasattr(torch_module, a) for a in _interop.MYATT_SIZES) and n == 2:
+def _result_names(torch_module, module, n):
+    """MyAtt's names when either side is a MyAtt (the torch callable may be a function
+    around one), else output / result[i]."""
+    if n == 2 and any(all(hasattr(m, a) for a in _interop.MYATT_SIZES)
+                      for m in (torch_module, module)):
         return ["output", "attn_weights"]
     if n == 1:
         return ["output"]
@@ -273,14 +311,14 @@ def _describe(module):
     return prefix + module.__name__
 
 
-def _compare_one(name, ours, theirs, rtol, atol, torch):
+def _compare_one(name, ours, theirs, rtol, atol, equal_nan, torch):
     ours_t = torch.from_numpy(np.ascontiguousarray(ours))
     theirs = theirs.detach().cpu()
     r = ResultComparison(name=name, shape=tuple(ours.shape), torch_shape=tuple(theirs.shape),
                          dtype=ours.dtype.name, torch_dtype=str(theirs.dtype).replace("torch.", ""),
-                         rtol=rtol, atol=atol)
+                         rtol=rtol, atol=atol, equal_nan=equal_nan)
     try:
-        torch.testing.assert_close(ours_t, theirs, rtol=rtol, atol=atol)
+        torch.testing.assert_close(ours_t, theirs, rtol=rtol, atol=atol, equal_nan=equal_nan)
         r.agree = True
     except AssertionError as e:
         r.message = str(e)
@@ -289,29 +327,61 @@ def _compare_one(name, ours, theirs, rtol, atol, torch):
     a = ours.astype(np.float64)
     b = theirs.to(torch.float64).numpy()
     with np.errstate(all="ignore"):
-        diff = np.abs(a - b)
-        diff[(a == b) | (np.isnan(a) & np.isnan(b))] = 0.0      # equal infs, NaN vs NaN
-        diff[np.isnan(a) != np.isnan(b)] = np.inf
+        # assert_close's rule, position by position: finite pairs within atol + rtol * |b|;
+        # the same infinity agrees; NaN with NaN agrees when equal_nan; any other pair
+        # with a NaN or an infinity is a mismatch.
+        finite = np.isfinite(a) & np.isfinite(b)
+        both_nan = np.isnan(a) & np.isnan(b)
+        same = both_nan | (~finite & (a == b))
+        differ = ~finite & ~same
+        diff = np.where(finite, np.abs(a - b), 0.0)
         rel = np.where(diff == 0, 0.0, diff / np.abs(b))
-        r.mismatched = int(np.count_nonzero(~(diff <= atol + rtol * np.abs(b))))
-    if a.size:
-        r.max_abs_err = float(diff.max())
-        r.max_rel_err = float(rel.max())
-        worst = np.unravel_index(int(np.argmax(diff)), diff.shape)
-        r.worst_index = tuple(int(i) for i in worst)
-        r.myatt_value = ours[worst].item()
-        r.torch_value = theirs.numpy()[worst].item()
-    else:
-        r.max_abs_err = r.max_rel_err = 0.0
+        outside = finite & ~(diff <= atol + rtol * np.abs(b))
+        bad = outside | differ | (both_nan if not equal_nan else False)
+    r.mismatched = int(np.count_nonzero(bad))
+    r.nonfinite_same = int(np.count_nonzero(same))
+    r.nonfinite_differ = int(np.count_nonzero(differ))
+    r.max_abs_err = float(diff.max()) if a.size else 0.0
+    r.max_rel_err = float(rel.max()) if a.size else 0.0
+    # The worst mismatch: a NaN/inf on one side, else NaN on both (equal_nan=False), else
+    # the largest finite difference; none when nothing differs (never two equal values).
+    for where in (differ, both_nan if not equal_nan else None, diff):
+        if where is not None and np.any(where):
+            worst = np.unravel_index(int(np.argmax(where)), where.shape)
+            r.worst_index = tuple(int(i) for i in worst)
+            r.myatt_value = ours[worst].item()
+            r.torch_value = theirs.numpy()[worst].item()
+            break
     return r
 
 
+def _eval_for_dropout(torch_module, torch):
+    """If `torch_module` is a torch Module in training mode with a dropout of p > 0: put
+    it in eval mode and return (a note saying so, the modes to restore); else (None, None)."""
+    if not (isinstance(torch_module, torch.nn.Module) and torch_module.training):
+        return None, None
+    drops = [(n, m) for n, m in torch_module.named_modules()
+             if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0]
+    if not drops:
+        return None, None
+    modes = {m: m.training for m in torch_module.modules()}
+    torch_module.eval()
+    names = ", ".join(f"{n or type(m).__name__} (p={m.p:g})" for n, m in drops[:3])
+    more = f" and {len(drops) - 3} more" if len(drops) > 3 else ""
+    return (f"the torch module was in training mode with dropout {names}{more}: compared in "
+            f"eval mode (no dropout; training mode restored afterwards)"), modes
+
+
 def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[float] = None,
-            atol: Optional[float] = None, float64_reference: bool = True) -> Comparison:
+            atol: Optional[float] = None, equal_nan: bool = True,
+            float64_reference: bool = True) -> Comparison:
     """Run `torch_module` and its myatt twin on the same inputs and report how they differ.
 
     Both sides get the same values, converted to the myatt side's dtype, and run without
     gradients; every result is compared as ``torch.testing.assert_close`` compares it.
+    A torch module in training mode with a dropout of p > 0 would be compared against
+    random masks: it runs in eval mode instead (its modes are restored afterwards), and
+    the report's ``notes`` say so. Other modules run in the mode they are in.
 
     Parameters
     ----------
@@ -329,10 +399,21 @@ def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[
     rtol, atol : float, optional
         Tolerances, both or neither. Default: ``assert_close``'s for the dtype
         (float32: 1.3e-6 and 1e-5; float64: 1e-7 and 1e-7).
+    equal_nan : bool, default True
+        Whether a NaN on both sides at the same position agrees. True because a NaN in the
+        inputs gives NaNs, and myatt giving torch's NaNs is agreement; False is
+        ``assert_close``'s own default, where any NaN is a mismatch. Either way the
+        report counts the NaN/inf positions the two sides share (``nonfinite_same``)
+        apart from those where only one side has a NaN or an infinity
+        (``nonfinite_differ``, always a mismatch), and the max errors are over the
+        positions where both values are finite.
     float64_reference : bool, default True
         For float32, also run torch in float64 on the same weights and inputs, and report
         each side's error against it (the spec's rule for long float32 reductions, where
-        two correct kernels may differ beyond tolerance).
+        two correct kernels may differ beyond tolerance). A torch module is copied to
+        float64 for that; a plain callable is called with float64 inputs, and when that
+        fails (a function around a float32 module) the report's ``notes`` say why the
+        float64 columns are absent.
 
     Returns
     -------
@@ -416,19 +497,34 @@ def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[
             return _as_tuple(mod(*(torch.from_numpy(x.astype(dt)).to(device) if a else x
                                    for x, a in zip(args, is_array))))
 
+    notes = []
+    note, modes = _eval_for_dropout(torch_module, torch)
+    if note is not None:
+        notes.append(note)
+    try:
+        return _compare(torch_module, module, args, is_array, arrays, dtype, rtol, atol,
+                        equal_nan, float64_reference, run_torch, notes, torch)
+    finally:
+        if modes is not None:
+            for m, training in modes.items():
+                m.training = training
+
+
+def _compare(torch_module, module, args, is_array, arrays, dtype, rtol, atol, equal_nan,
+             float64_reference, run_torch, notes, torch):
     theirs = run_torch(torch_module, dtype)
     ours = _as_tuple(module(*args))
     if len(ours) != len(theirs):
         raise ValueError(f"compare(): myatt returned {len(ours)} result(s), torch {len(theirs)}")
-    names = _result_names(torch_module, len(ours))
+    names = _result_names(torch_module, module, len(ours))
     input_names = (["Q", "K", "V"] if names == ["output", "attn_weights"] and len(arrays) == 3
                    else [f"input[{i}]" for i in range(len(arrays))])
     torch_name = (type(torch_module).__name__ if hasattr(torch_module, "forward")
                   else getattr(torch_module, "__name__", type(torch_module).__name__))
     report = Comparison(torch_module=torch_name, module=_describe(module),
                         inputs=[(n, tuple(a.shape)) for n, a in zip(input_names, arrays)],
-                        dtype=dtype.name)
-    report.results = [_compare_one(n, np.asarray(o), t, rtol, atol, torch)
+                        dtype=dtype.name, notes=notes)
+    report.results = [_compare_one(n, np.asarray(o), t, rtol, atol, equal_nan, torch)
                       for n, o, t in zip(names, ours, theirs)]
 
     if float64_reference and dtype == np.float32:
@@ -437,9 +533,16 @@ def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[
             ref_module = _copy.deepcopy(torch_module).to(torch.float64)
         try:
             refs = run_torch(ref_module, np.float64)
-        except (RuntimeError, TypeError):   # a callable that does not take float64
+        except (RuntimeError, TypeError) as e:   # a callable that does not take float64
             refs = None
-        if refs is not None and len(refs) == len(ours):
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            notes.append(f"no float64 columns: {torch_name} failed on float64 inputs "
+                         f"({type(e).__name__}: {first[:120]}); pass the torch module itself "
+                         f"(it is copied to float64), or float64_reference=False")
+        if refs is not None and len(refs) != len(ours):
+            notes.append(f"no float64 columns: {torch_name} gave {len(refs)} result(s) on "
+                         f"float64 inputs, {len(ours)} on {dtype.name}")
+        elif refs is not None:
             for r, o, t, ref in zip(report.results, ours, theirs, refs):
                 if r.shape != r.torch_shape or tuple(ref.shape) != r.shape:
                     continue

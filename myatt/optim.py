@@ -11,12 +11,20 @@ cast to the parameter's dtype as torch casts it::
 
 Unlike torch, gradients are passed to step() (they are returned, never stored on the
 parameters); a parameter whose key is missing from `grads` is skipped, as torch skips
-a parameter whose .grad is None.  (torch's CPU kernels fuse some multiply-adds, so
-float32 results agree to rounding, not bit for bit.)
+a parameter whose .grad is None.  A key that names no parameter is a KeyError (a
+misspelt name would otherwise leave its parameter unchanged without a word), except
+the input gradients that backward() returns beside the parameters' (Q, K, V, input).
+(torch's CPU kernels fuse some multiply-adds, so float32 results agree to rounding,
+not bit for bit.)
 """
+import difflib
+
 import numpy as np
 
 __all__ = ["SGD", "Adam"]
+
+# What MyAtt.backward and Linear.backward return beside the parameters' gradients.
+INPUT_GRADIENTS = ("Q", "K", "V", "input")
 
 
 def _live_params(params):
@@ -52,10 +60,12 @@ class _Optimizer:
     def step(self, grads):
         """Update, in place, every parameter whose name is a key of `grads`.
 
-        Every gradient is checked before any parameter changes. Keys that name no
-        parameter (``Q``, ``K``, ``V`` of :meth:`MyAtt.backward`'s dict) are ignored; a
-        parameter whose key is missing is skipped, as torch skips a parameter whose
-        ``.grad`` is None.
+        Every key and gradient is checked before any parameter changes. A parameter
+        whose key is missing is skipped, as torch skips a parameter whose ``.grad`` is
+        None. The input gradients beside the parameters' in :meth:`MyAtt.backward`'s
+        and :meth:`Linear.backward`'s dicts (``Q``, ``K``, ``V``, ``input``) are ignored;
+        any other key that names no parameter is an error (a misspelt name would
+        otherwise leave its parameter unchanged without a word).
 
         Parameters
         ----------
@@ -66,13 +76,25 @@ class _Optimizer:
 
         Raises
         ------
+        KeyError
+            When a key names no parameter and no input gradient; the message names
+            the key, the closest parameter name and all of them.
         TypeError
             When `grads` is not a mapping, or a gradient is not real numbers.
         ValueError
             When a gradient's shape is not its parameter's.
         """
-        if not hasattr(grads, "get"):
+        if not (hasattr(grads, "get") and hasattr(grads, "keys")):
             raise TypeError(f"grads must be a mapping, got {type(grads).__name__}")
+        unknown = [k for k in grads.keys()
+                   if k not in self.params and k not in INPUT_GRADIENTS]
+        if unknown:
+            key = unknown[0]
+            close = difflib.get_close_matches(str(key), [str(k) for k in self.params], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise KeyError(f"grads[{key!r}]: no parameter of this optimiser has that name"
+                           f"{hint}; its parameters are {', '.join(map(repr, self.params))} "
+                           f"(the input gradients {', '.join(INPUT_GRADIENTS)} are ignored)")
         todo = []
         for name, p in self.params.items():
             g = grads.get(name)

@@ -31,16 +31,32 @@ def _import_pyplot():
 
 _CHARMAPS: Dict[str, FrozenSet[int]] = {}
 
+# A glyph that stands for more code points than this is a placeholder, not a letter:
+# "Last Resort" fonts (matplotlib >= 3.11 ships Last Resort High-Efficiency) map every
+# code point of a Unicode block to one box showing the block's name, 371 glyphs for
+# all 1.1 million code points. Real fonts share a glyph among a few code points at most
+# (a space and a no-break space; a CJK compatibility ideograph and its unified twin).
+_PLACEHOLDER_SHARE = 64
+
 
 def _charmap(path: str) -> FrozenSet[int]:
-    """The code points a font file has glyphs for (cached)."""
+    """The code points a font file draws with a glyph of their own (cached).
+
+    Code points mapped to .notdef or to a placeholder glyph shared by more than
+    _PLACEHOLDER_SHARE code points (a Last Resort font's boxes) are left out.
+    """
     if path not in _CHARMAPS:
+        from collections import Counter
+
         from matplotlib import ft2font
 
         try:
-            _CHARMAPS[path] = frozenset(ft2font.FT2Font(path).get_charmap())
+            cmap = ft2font.FT2Font(path).get_charmap()
         except (OSError, RuntimeError, ValueError):
-            _CHARMAPS[path] = frozenset()
+            cmap = {}
+        share = Counter(cmap.values())
+        _CHARMAPS[path] = frozenset(c for c, g in cmap.items()
+                                    if g != 0 and share[g] <= _PLACEHOLDER_SHARE)
     return _CHARMAPS[path]
 
 

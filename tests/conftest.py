@@ -75,3 +75,75 @@ def _seed_myatt():
 def dtype(request):
     """Each of the two native dtypes, as a numpy.dtype."""
     return np.dtype(request.param)
+
+
+# --- A run without torch (the wheel's and the old Pythons' and NumPy's tests, .ci/packaging):
+# the package needs only NumPy, torch is the oracle. Without torch, the test modules that
+# need it are not collected, and the run says how many it left out. A module needs torch
+# when it imports torch at its top level, or a module of tests/ that does (oracle.py, the
+# torch side, for instance), or is listed below.
+# A test of a torch-free module that needs torch says so itself (pytest.importorskip).
+NEEDS_TORCH_INDIRECTLY = {
+    "test_softmax_paths.py": "reruns the torch-comparing tests under each kernel path",
+}
+
+
+def _needs_torch(path, seen=None):
+    import ast
+
+    if os.path.basename(path) in NEEDS_TORCH_INDIRECTLY:
+        return True
+    seen = set() if seen is None else seen
+    seen.add(path)
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""]
+        else:
+            continue
+        for top in (n.split(".")[0] for n in names):
+            local = os.path.join(HERE, top + ".py")
+            if top == "torch" or (os.path.exists(local) and local not in seen
+                                  and _needs_torch(local, seen)):
+                return True
+    return False
+
+
+def _count_tests(path):
+    import ast
+
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    return sum(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test")
+               for n in ast.walk(tree))
+
+
+try:
+    import torch  # noqa: F401
+    collect_ignore = []
+except ImportError:
+    import glob as _glob
+
+    collect_ignore = sorted(os.path.basename(p)
+                            for p in _glob.glob(os.path.join(HERE, "test_*.py"))
+                            if _needs_torch(p))
+
+
+def _torch_free_note():
+    n = sum(_count_tests(os.path.join(HERE, p)) for p in collect_ignore)
+    return (f"torch is not installed: left out {len(collect_ignore)} test modules that need "
+            f"it ({n} test functions before parametrisation)")
+
+
+def pytest_report_header(config):
+    if collect_ignore:
+        return _torch_free_note() + ": " + ", ".join(collect_ignore)
+    return None
+
+
+def pytest_terminal_summary(terminalreporter):
+    if collect_ignore:
+        terminalreporter.write_line(_torch_free_note())

@@ -128,3 +128,101 @@ def test_dtype_mismatch_is_refused(rng):
 def test_integer_arguments_pass_through(rng):
     a = rng.standard_normal((3, 4))
     assert myatt.compare(torch.softmax, a, np.int64(0), module=myatt.softmax).agree
+
+
+def torch_results(t, *arrays):
+    with torch.no_grad():
+        return [r.numpy() for r in t(*(torch.from_numpy(a) for a in arrays))]
+
+
+def test_nan_in_the_inputs_same_nans_agree(rng, dtype):
+    """A NaN in Q: torch gives NaN rows, myatt the same ones. That agrees (equal_nan=True,
+    the default), the NaN positions are counted apart, the errors are those of the
+    finite values, and no 'worst' element is named where the two values are equal."""
+    t = seed_module(dtype)
+    Q, K, V = (x.astype(dtype) for x in seed_inputs(rng, S=4))
+    Q[0, 1, 3] = np.nan
+    t_out, t_w = torch_results(t, Q, K, V)
+    report = myatt.compare(t, Q, K, V)
+    assert report.agree
+    for r, theirs in zip(report.results, (t_out, t_w)):
+        assert r.nonfinite_same == np.count_nonzero(np.isnan(theirs)) > 0
+        assert r.nonfinite_differ == 0 and r.mismatched == 0 and np.isfinite(r.max_abs_err)
+        if r.worst_index is not None:
+            assert r.myatt_value != r.torch_value
+    text = str(report)
+    assert "nan/inf same" in text and "NaN on both sides agrees (equal_nan=True)" in text
+
+    strict = myatt.compare(t, Q, K, V, equal_nan=False)   # assert_close's own default
+    assert not strict.agree
+    for r, theirs in zip(strict.results, (t_out, t_w)):
+        assert r.mismatched == np.count_nonzero(np.isnan(theirs))
+        assert np.isnan(theirs[r.worst_index]) and np.isnan(r.myatt_value)
+    assert "equal_nan=False" in str(strict)
+
+
+def test_nan_or_inf_on_one_side_is_the_worst_mismatch(rng):
+    t = seed_module(np.float64)
+    Q, K, V = seed_inputs(rng)
+    m = myatt.MyAtt.from_torch(t)
+    for bad in (np.nan, np.inf):
+        def spoilt(q, k, v):
+            out, w = m(q, k, v)
+            out[0, 2, 7] = bad
+            return out, w
+
+        report = myatt.compare(t, Q, K, V, module=spoilt)
+        out = report["output"]
+        assert not report.agree and report["attn_weights"].agree
+        assert out.nonfinite_differ == 1 and out.nonfinite_same == 0 and out.mismatched == 1
+        assert out.worst_index == (0, 2, 7)
+        assert np.isfinite(out.torch_value) and not np.isfinite(out.myatt_value)
+        assert np.isfinite(out.max_abs_err)
+        assert "1 NaN/inf on one side only" in str(report)
+
+
+class WithDropout(torch.nn.Module):
+    """The tutorial's MyAtt with dropout on its output (as a user's model might have)."""
+
+    def __init__(self, inner, p):
+        super().__init__()
+        self.inner, self.drop = inner, torch.nn.Dropout(p)
+
+    def forward(self, Q, K, V):
+        out, w = self.inner(Q, K, V)
+        return self.drop(out), w
+
+
+def test_training_mode_dropout_is_compared_in_eval_mode(rng):
+    inner = seed_module(np.float64)
+    t = WithDropout(inner, 0.5).train()
+    Q, K, V = seed_inputs(rng)
+    report = myatt.compare(t, Q, K, V, module=myatt.MyAtt.from_torch(inner))
+    assert report.agree   # against random masks, half the outputs would be zeros
+    assert len(report.notes) == 1 and "eval mode" in report.notes[0]
+    assert "drop (p=0.5)" in report.notes[0] and "note: " in str(report)
+    assert t.training and t.drop.training and inner.training   # restored
+    t.eval()
+    report = myatt.compare(t, Q, K, V, module=myatt.MyAtt.from_torch(inner))
+    assert report.agree and report.notes == [] and not t.training
+    t.train()
+    t.drop.p = 0.0   # no dropout: nothing to say, the mode is left alone
+    assert myatt.compare(t, Q, K, V, module=myatt.MyAtt.from_torch(inner)).notes == []
+
+
+def test_plain_callable_names_and_float64_note(rng):
+    """compare(fn, ..., module=m): the results are named after the myatt MyAtt, and the
+    report says why the float64 columns are absent (fn runs a float32 module)."""
+    t = seed_module(np.float32)
+    Q, K, V = seed_inputs(rng)
+    report = myatt.compare(lambda q, k, v: t(q, k, v), Q, K, V,
+                           module=myatt.MyAtt.from_torch(t))
+    assert report.agree
+    assert [r.name for r in report.results] == ["output", "attn_weights"]
+    assert all(r.err64_myatt is None for r in report.results)
+    assert len(report.notes) == 1
+    assert "no float64 columns" in report.notes[0] and "RuntimeError" in report.notes[0]
+    assert "myatt vs f64" not in str(report) and "no float64 columns" in str(report)
+    quiet = myatt.compare(lambda q, k, v: t(q, k, v), Q, K, V, module=myatt.MyAtt.from_torch(t),
+                          float64_reference=False)
+    assert quiet.notes == []

@@ -18,6 +18,8 @@ import pytest
 import myatt
 from entry_points import ENTRY_POINTS, SMALL, invoke, sizes
 
+AxisError = getattr(np, "exceptions", np).AxisError   # numpy.exceptions: NumPy >= 1.25
+
 N_CALLS = 2000          # calls per case for the reference counts
 N_TRACED = 1000         # calls per case under tracemalloc (slower)
 N_RSS = 3000            # calls per case for the resident size
@@ -123,7 +125,7 @@ def _cases(I):
         "linear-err-type": lambda: _expect(TypeError, myatt.linear, I.x, None),
         "softmax-dim0": lambda: myatt.softmax(I.x, 0),
         "softmax-last": lambda: myatt.softmax(I.a),
-        "softmax-err-axis": lambda: _expect(np.exceptions.AxisError, myatt.softmax, I.x, 5),
+        "softmax-err-axis": lambda: _expect(AxisError, myatt.softmax, I.x, 5),
         "softmax-err-dim-type": lambda: _expect(TypeError, myatt.softmax, I.x, 1.0),
         "softmax-err-dtype": lambda: _expect(TypeError, myatt.softmax, I.cplx),
         "bmm-err-shape": lambda: _expect(ValueError, myatt.bmm, I.a, I.a),
@@ -225,7 +227,7 @@ def test_references(case):
         fn()
     gc.collect()
     objs = I.objects() + [myatt.Linear, myatt.MyAtt, np.float32, np.float64,
-                          np.exceptions.AxisError]
+                          AxisError]
     before = [sys.getrefcount(o) for o in objs]
     for _ in range(N_CALLS):
         fn()

@@ -121,3 +121,33 @@ def test_failed_step_changes_nothing():
         opt.step({"weight": np.ones((2, 3)), "bias": np.ones(3)})
     np.testing.assert_array_equal(m.weight, w0)
     np.testing.assert_array_equal(m.bias, b0)
+
+
+@pytest.mark.parametrize("cls", [myatt.SGD, myatt.Adam])
+def test_unknown_key_is_an_error(rng, cls):
+    """A misspelt key changed nothing and said nothing; torch's optimisers never see
+    such a key (gradients live on the parameters). KeyError, naming the key, the
+    parameters and the likely one, and no parameter changes."""
+    m = myatt.MyAtt(4, 4, 6, 5, 3)
+    opt = cls(m, lr=0.1)
+    before = {k: v.copy() for k, v in m.state_dict().items()}
+    g = np.ones_like(m.attn.weight)
+    with pytest.raises(KeyError) as e:
+        opt.step({"attn_combine.bias": np.ones(3), "atn.weight": g})
+    msg = str(e.value)
+    assert "'atn.weight'" in msg and "did you mean 'attn.weight'?" in msg
+    assert all(repr(k) in msg for k in before)
+    for k, v in m.state_dict().items():
+        np.testing.assert_array_equal(v, before[k])
+    # backward()'s input gradients beside the parameters' are not parameters: ignored
+    Q, K, V = rng.standard_normal((1, 2, 4)), rng.standard_normal((1, 2, 4)), \
+        rng.standard_normal((1, 6, 5))
+    out, _ = m(Q, K, V)
+    grads = m.backward(Q, K, V, np.ones_like(out))
+    assert {"Q", "K", "V"} <= set(grads)
+    opt.step(grads)
+    lin = myatt.Linear(3, 2)
+    x = rng.standard_normal((2, 3))
+    cls(lin).step(lin.backward(x, np.ones((2, 2))))   # 'input' beside weight and bias
+    with pytest.raises(KeyError, match="'w'"):
+        cls(lin).step({"w": np.ones((2, 3))})
