@@ -16,18 +16,13 @@ static PyObject *asarray_detached(PyObject *obj)
     return arr;
 }
 
+/* What as_real_array passes: bool, the integers, float16 and the rows of the
+ * dtype table. */
 static int is_real_dtype(PyArray_Descr *d)
 {
-    switch (d->type_num) {
-    case NPY_BOOL:
-    case NPY_BYTE: case NPY_UBYTE: case NPY_SHORT: case NPY_USHORT:
-    case NPY_INT: case NPY_UINT: case NPY_LONG: case NPY_ULONG:
-    case NPY_LONGLONG: case NPY_ULONGLONG:
-    case NPY_HALF: case NPY_FLOAT: case NPY_DOUBLE:
-        return 1;
-    default:
-        return 0;
-    }
+    const int t = d->type_num;
+    return PyTypeNum_ISBOOL(t) || PyTypeNum_ISINTEGER(t) || t == NPY_HALF
+           || dtype_of_typenum(t) != NULL;
 }
 
 PyArrayObject *as_real_array(PyObject *obj, const char *what)
@@ -88,13 +83,21 @@ PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous)
     return (PyArrayObject *)PyArray_FromArray(a, PyArray_DescrFromType(typenum), flags);
 }
 
+const myatt_dtype *result_dtype(PyArrayObject *const *ops, int n)
+{
+    const myatt_dtype *best = MYATT_DTYPE_DEFAULT;
+    for (int i = 0; i < n; i++) {
+        const myatt_dtype *d = ops[i] != NULL ? dtype_of_typenum(PyArray_TYPE(ops[i])) : NULL;
+        if (d != NULL && d->index > best->index)
+            best = d;
+    }
+    return best;
+}
+
 int result_typenum(PyArrayObject *a, PyArrayObject *b, PyArrayObject *c)
 {
     PyArrayObject *ops[3] = {a, b, c};
-    for (int i = 0; i < 3; i++)
-        if (ops[i] != NULL && PyArray_TYPE(ops[i]) == NPY_DOUBLE)
-            return NPY_DOUBLE;
-    return NPY_FLOAT;
+    return result_dtype(ops, 3)->typenum;
 }
 
 int dtype_converter(PyObject *obj, int *typenum)
@@ -108,7 +111,7 @@ int dtype_converter(PyObject *obj, int *typenum)
         return 0;
     }
     int t = d->type_num;
-    if (t != NPY_FLOAT && t != NPY_DOUBLE) {
+    if (dtype_of_typenum(t) == NULL) {
         PyErr_Format(PyExc_TypeError,
                      "dtype must be numpy.float32 or numpy.float64, got %S", (PyObject *)d);
         Py_DECREF(d);
@@ -150,7 +153,8 @@ int size_arg(PyObject *obj, const char *what, Py_ssize_t *size)
 PyObject *new_array(int ndim, const npy_intp *dims, int typenum, const char *what)
 {
     char shape[SHAPE_STR_LEN];
-    npy_intp itemsize = typenum == NPY_FLOAT ? 4 : 8;
+    const myatt_dtype *dt = dtype_of_typenum(typenum);
+    npy_intp itemsize = dt != NULL ? dt->itemsize : 8;
     npy_intp count = 1;
     for (int i = 0; i < ndim; i++) {
         if (dims[i] != 0 && count > NPY_MAX_INTP / itemsize / dims[i]) {

@@ -15,7 +15,9 @@
 #endif
 #include <numpy/arrayobject.h>
 
+#include "dtype.h"
 #include "kernels/rng.h"
+#include "kernels/view.h"
 
 #if PY_VERSION_HEX < 0x030B0000
 #define PyType_GetModuleByDef _PyType_GetModuleByDef
@@ -41,7 +43,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;  /* layer(x) without an args tuple (linear_type.c) */
     Py_ssize_t in_features, out_features;
-    int typenum;                /* NPY_FLOAT or NPY_DOUBLE */
+    const myatt_dtype *dtype;   /* a row of the dtype table (dtype.h) */
     PyArrayObject *weight;      /* [out, in], C-contiguous, never handed out itself */
     PyArrayObject *bias;        /* [out], or NULL for bias=False */
 } LinearObject;
@@ -52,23 +54,22 @@ extern PyType_Spec myatt_type_spec;
 /* A new Linear (of `type`: Linear or a subclass) with torch's initial weights,
  * drawn from the module's generator. */
 LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_features,
-                            Py_ssize_t out_features, int bias, int typenum);
+                            Py_ssize_t out_features, int bias, const myatt_dtype *dtype);
 
-/* out[..., n] = x[..., k] @ weight[n, k]^T + bias, for x already of `typenum`,
+/* out[..., n] = x[..., k] @ weight[n, k]^T + bias, for x already of `dtype`,
  * aligned and in native byte order, x.shape[-1] == k checked by the caller.
- * weight is addressed through element strides; bias is contiguous or NULL.
+ * weight is a view [n, k]; bias is contiguous or NULL.
  * A new C-contiguous array, or NULL with an exception set. */
-PyObject *linear_apply(PyArrayObject *x, const void *weight, npy_intp rs_w, npy_intp cs_w,
-                       const void *bias, npy_intp n, int typenum);
+PyObject *linear_apply(PyArrayObject *x, mk_cmat weight, const void *bias,
+                       const myatt_dtype *dtype);
 
 /* The gradients of linear (linear_type.c; myatt.linear_backward and
  * Linear.backward share it): x [..., k] and grad_out [..., n] already of
- * `typenum`, aligned, native, their shapes checked by the caller; weight [n, k]
- * through element strides.  Returns the new tuple (grad_input shaped like x,
- * grad_weight [n, k], grad_bias [n] or None when !with_bias), or NULL. */
-PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, const void *weight,
-                            npy_intp rs_w, npy_intp cs_w, npy_intp n, int with_bias,
-                            int typenum);
+ * `dtype`, aligned, native, their shapes checked by the caller; weight a view
+ * [n, k].  Returns the new tuple (grad_input shaped like x, grad_weight [n, k],
+ * grad_bias [n] or None when !with_bias), or NULL. */
+PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, mk_cmat weight,
+                            int with_bias, const myatt_dtype *dtype);
 
 /* ---- releasing the GIL ----------------------------------------------------- */
 
@@ -90,11 +91,17 @@ PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, const voi
  * float16/32/64.  `what` names the argument in messages ("linear(): input"). */
 PyArrayObject *as_real_array(PyObject *obj, const char *what);
 
-/* `a` as `typenum` (NPY_FLOAT or NPY_DOUBLE), aligned, native byte order and,
+/* `a` as `typenum` (a row of the dtype table), aligned, native byte order and,
  * with `contiguous`, C-contiguous: `a` itself when it already is (new reference). */
 PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous);
 
-/* NPY_DOUBLE if any of the (possibly NULL) arrays is float64, else NPY_FLOAT. */
+/* The dtype a kernel function computes in for its operands ops[0:n] (NULL
+ * entries skipped): the last row of the dtype table (dtype.h) among their
+ * dtypes, the default row (float32) when none is in the table. */
+const myatt_dtype *result_dtype(PyArrayObject *const *ops, int n);
+
+/* result_dtype of up to three operands, as a type number (NPY_DOUBLE if any
+ * of the arrays is float64, else NPY_FLOAT). */
 int result_typenum(PyArrayObject *a, PyArrayObject *b, PyArrayObject *c);
 
 /* `dtype=` of the constructors: float32 or float64, anything numpy.dtype() takes. */
@@ -104,7 +111,7 @@ int dtype_converter(PyObject *obj, int *typenum);
  * Returns 0, or -1 with TypeError / ValueError / MemoryError naming `what`. */
 int size_arg(PyObject *obj, const char *what, Py_ssize_t *size);
 
-/* A new uninitialised C-contiguous array of `typenum` (NPY_FLOAT or NPY_DOUBLE),
+/* A new uninitialised C-contiguous array of `typenum` (a row of the dtype table),
  * or NULL with MemoryError naming `what` ("linear(): result") when its byte
  * count overflows or it cannot be allocated (never NumPy's ValueError). */
 PyObject *new_array(int ndim, const npy_intp *dims, int typenum, const char *what);
@@ -130,6 +137,31 @@ const char *shape_str(char *buf, size_t len, int ndim, const npy_intp *dims);
 
 /* Element stride of axis `i` of an aligned array. */
 #define ESTRIDE(a, i) (PyArray_STRIDES(a)[i] / (npy_intp)PyArray_ITEMSIZE(a))
+
+/* The kernel views (kernels/view.h) of an aligned 2-D / 3-D array. */
+static inline mk_cmat cmat_of(PyArrayObject *a)
+{
+    return (mk_cmat){PyArray_DATA(a), PyArray_DIM(a, 0), PyArray_DIM(a, 1),
+                     ESTRIDE(a, 0), ESTRIDE(a, 1)};
+}
+
+static inline mk_mat mat_of(PyArrayObject *a)
+{
+    return (mk_mat){PyArray_DATA(a), PyArray_DIM(a, 0), PyArray_DIM(a, 1),
+                    ESTRIDE(a, 0), ESTRIDE(a, 1)};
+}
+
+static inline mk_cbatch cbatch_of(PyArrayObject *a)
+{
+    return (mk_cbatch){PyArray_DATA(a), PyArray_DIM(a, 0), PyArray_DIM(a, 1), PyArray_DIM(a, 2),
+                       ESTRIDE(a, 0), ESTRIDE(a, 1), ESTRIDE(a, 2)};
+}
+
+static inline mk_batch batch_of(PyArrayObject *a)
+{
+    return (mk_batch){PyArray_DATA(a), PyArray_DIM(a, 0), PyArray_DIM(a, 1), PyArray_DIM(a, 2),
+                      ESTRIDE(a, 0), ESTRIDE(a, 1), ESTRIDE(a, 2)};
+}
 
 /* ---- state_dict (state_dict.c) -------------------------------------------- */
 

@@ -11,9 +11,10 @@
 
 /* ---- the computation, shared with myatt.linear ---------------------------- */
 
-PyObject *linear_apply(PyArrayObject *x, const void *weight, npy_intp rs_w, npy_intp cs_w,
-                       const void *bias, npy_intp n, int typenum)
+PyObject *linear_apply(PyArrayObject *x, mk_cmat weight, const void *bias,
+                       const myatt_dtype *dtype)
 {
+    const npy_intp n = weight.rows;
     int ndim = PyArray_NDIM(x);
     npy_intp k = PyArray_DIM(x, ndim - 1);
     npy_intp out_dims[NPY_MAXDIMS];
@@ -37,19 +38,16 @@ PyObject *linear_apply(PyArrayObject *x, const void *weight, npy_intp rs_w, npy_
     npy_intp cs_x = ESTRIDE(rows, ndim - 1);
     npy_intp rs_x = ndim == 2 ? ESTRIDE(rows, 0) : ndim == 1 ? 0 : k;
 
-    PyObject *out = new_array(ndim, out_dims, typenum, "linear: the result");
+    PyObject *out = new_array(ndim, out_dims, dtype->typenum, "linear: the result");
     if (out == NULL) {
         Py_DECREF(rows);
         return NULL;
     }
-    const void *xd = PyArray_DATA(rows);
-    void *od = PyArray_DATA((PyArrayObject *)out);
+    const mk_cmat xv = {PyArray_DATA(rows), m, k, rs_x, cs_x};
+    const mk_mat ov = mk_mat_c(PyArray_DATA((PyArrayObject *)out), m, n);
     int rc;
     MYATT_BEGIN_COMPUTE((double)m * (double)k * (double)n)
-    if (typenum == NPY_FLOAT)
-        rc = linear_forward_f32(od, xd, rs_x, cs_x, weight, rs_w, cs_w, bias, m, k, n);
-    else
-        rc = linear_forward_f64(od, xd, rs_x, cs_x, weight, rs_w, cs_w, bias, m, k, n);
+    rc = dtype->k->linear_forward(ov, xv, weight, bias);
     MYATT_END_COMPUTE
     Py_DECREF(rows);
     if (rc < 0) {
@@ -72,7 +70,7 @@ static PyObject *Linear_vectorcall(PyObject *self, PyObject *const *args, size_t
                                    PyObject *kwnames);
 
 LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_features,
-                            Py_ssize_t out_features, int bias, int typenum)
+                            Py_ssize_t out_features, int bias, const myatt_dtype *dtype)
 {
     npy_intp wdims[2] = {out_features, in_features};
     LinearObject *self = (LinearObject *)type->tp_alloc(type, 0);
@@ -81,13 +79,13 @@ LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_f
     self->vectorcall = Linear_vectorcall;
     self->in_features = in_features;
     self->out_features = out_features;
-    self->typenum = typenum;
-    self->weight = new_param(2, wdims, typenum,
+    self->dtype = dtype;
+    self->weight = new_param(2, wdims, dtype->typenum,
                              "Linear(): weight [out_features, in_features]");
     if (self->weight == NULL)
         goto fail;
     if (bias) {
-        self->bias = new_param(1, wdims, typenum, "Linear(): bias [out_features]");
+        self->bias = new_param(1, wdims, dtype->typenum, "Linear(): bias [out_features]");
         if (self->bias == NULL)
             goto fail;
     }
@@ -96,10 +94,9 @@ LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_f
         memset(PyArray_DATA(self->weight), 0, (size_t)PyArray_NBYTES(self->weight));
         if (b != NULL)
             memset(b, 0, (size_t)PyArray_NBYTES(self->bias));
-    } else if (typenum == NPY_FLOAT)
-        linear_init_f32(&st->rng, PyArray_DATA(self->weight), b, out_features, in_features);
-    else
-        linear_init_f64(&st->rng, PyArray_DATA(self->weight), b, out_features, in_features);
+    } else
+        dtype->k->linear_init(&st->rng, PyArray_DATA(self->weight), b, out_features,
+                              in_features);
     return self;
 fail:
     Py_DECREF(self);
@@ -111,7 +108,7 @@ static PyObject *Linear_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"in_features", "out_features", "bias", "dtype", NULL};
     PyObject *in_obj, *out_obj, *bias_obj = Py_True, *dtype_obj = NULL;
     Py_ssize_t in_features, out_features;
-    int typenum = NPY_FLOAT;
+    int typenum = MYATT_DTYPE_DEFAULT->typenum;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O$O:Linear", kwlist,
                                      &in_obj, &out_obj, &bias_obj, &dtype_obj))
         return NULL;
@@ -126,7 +123,8 @@ static PyObject *Linear_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     myatt_state *st = myatt_state_of_type(type);
     if (st == NULL)
         return NULL;
-    return (PyObject *)linear_create(st, type, in_features, out_features, bias, typenum);
+    return (PyObject *)linear_create(st, type, in_features, out_features, bias,
+                                     dtype_of_typenum(typenum));
 }
 
 static void Linear_dealloc(LinearObject *self)
@@ -153,13 +151,12 @@ static PyObject *linear_forward(LinearObject *self, PyObject *input)
         Py_DECREF(raw);
         return NULL;
     }
-    PyArrayObject *x = cast_array(raw, self->typenum, 0);
+    PyArrayObject *x = cast_array(raw, self->dtype->typenum, 0);
     Py_DECREF(raw);
     if (x == NULL)
         return NULL;
-    PyObject *out = linear_apply(x, PyArray_DATA(self->weight), self->in_features, 1,
-                                 self->bias ? PyArray_DATA(self->bias) : NULL,
-                                 self->out_features, self->typenum);
+    PyObject *out = linear_apply(x, cmat_of(self->weight),
+                                 self->bias ? PyArray_DATA(self->bias) : NULL, self->dtype);
     Py_DECREF(x);
     return out;
 }
@@ -300,7 +297,7 @@ static PyObject *Linear_get_out_features(LinearObject *self, void *Py_UNUSED(clo
 
 static PyObject *Linear_get_dtype(LinearObject *self, void *Py_UNUSED(closure))
 {
-    return (PyObject *)PyArray_DescrFromType(self->typenum);
+    return (PyObject *)PyArray_DescrFromType(self->dtype->typenum);
 }
 
 static PyObject *Linear_repr(LinearObject *self)
@@ -308,7 +305,7 @@ static PyObject *Linear_repr(LinearObject *self)
     return PyUnicode_FromFormat("%s(in_features=%zd, out_features=%zd, bias=%s, dtype=%s)",
                                 type_short_name(Py_TYPE(self)), self->in_features,
                                 self->out_features, self->bias ? "True" : "False",
-                                self->typenum == NPY_FLOAT ? "float32" : "float64");
+                                self->dtype->name);
 }
 
 /* ---- backward (myatt.linear_backward and Linear.backward) ------------------- */
@@ -329,10 +326,11 @@ static PyArrayObject *as_rows(PyArrayObject *a, npy_intp *rs, npy_intp *cs)
     return rows;
 }
 
-PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, const void *weight,
-                            npy_intp rs_w, npy_intp cs_w, npy_intp n, int with_bias,
-                            int typenum)
+PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, mk_cmat weight,
+                            int with_bias, const myatt_dtype *dtype)
 {
+    const npy_intp n = weight.rows;
+    const int typenum = dtype->typenum;
     PyArrayObject *xr = NULL, *gr = NULL, *gx = NULL, *gw = NULL, *gb = NULL;
     PyObject *result = NULL;
     int ndim = PyArray_NDIM(x);
@@ -341,20 +339,20 @@ PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, const voi
         m *= PyArray_DIM(x, i);   /* cannot overflow: x exists with these dimensions */
     npy_intp rs_x, cs_x, rs_g, cs_g, wdims[2] = {n, k};
     if ((xr = as_rows(x, &rs_x, &cs_x)) == NULL || (gr = as_rows(grad_out, &rs_g, &cs_g)) == NULL
-            || (gx = (PyArrayObject *)PyArray_SimpleNew(ndim, PyArray_DIMS(x), typenum)) == NULL
-            || (gw = (PyArrayObject *)PyArray_SimpleNew(2, wdims, typenum)) == NULL
-            || (with_bias && (gb = (PyArrayObject *)PyArray_SimpleNew(1, wdims, typenum)) == NULL))
+            || (gx = (PyArrayObject *)new_array(ndim, PyArray_DIMS(x), typenum,
+                                                "linear backward: grad_input")) == NULL
+            || (gw = (PyArrayObject *)new_array(2, wdims, typenum,
+                                                "linear backward: grad_weight")) == NULL
+            || (with_bias && (gb = (PyArrayObject *)new_array(1, wdims, typenum,
+                                                              "linear backward: grad_bias")) == NULL))
         goto fail;
-    const void *xd = PyArray_DATA(xr), *gd = PyArray_DATA(gr);
-    void *gxd = PyArray_DATA(gx), *gwd = PyArray_DATA(gw), *gbd = gb ? PyArray_DATA(gb) : NULL;
+    const mk_cmat xv = {PyArray_DATA(xr), m, k, rs_x, cs_x};
+    const mk_cmat gv = {PyArray_DATA(gr), m, n, rs_g, cs_g};
+    const mk_mat gxv = mk_mat_c(PyArray_DATA(gx), m, k), gwv = mk_mat_c(PyArray_DATA(gw), n, k);
+    void *gbd = gb ? PyArray_DATA(gb) : NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    if (typenum == NPY_FLOAT)
-        rc = linear_backward_f32(gxd, gwd, gbd, gd, rs_g, cs_g, xd, rs_x, cs_x,
-                                 weight, rs_w, cs_w, m, k, n);
-    else
-        rc = linear_backward_f64(gxd, gwd, gbd, gd, rs_g, cs_g, xd, rs_x, cs_x,
-                                 weight, rs_w, cs_w, m, k, n);
+    rc = dtype->k->linear_backward(gxv, gwv, gbd, gv, xv, weight);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         PyErr_NoMemory();
@@ -405,11 +403,10 @@ static PyObject *Linear_backward(LinearObject *self, PyObject *args, PyObject *k
                      shape_str(s1, sizeof s1, ndim, want), SHAPE_OF(s2, rg));
         goto fail;
     }
-    if ((x = cast_array(rx, self->typenum, 0)) == NULL
-            || (g = cast_array(rg, self->typenum, 0)) == NULL
-            || (grads = linear_grad_apply(x, g, PyArray_DATA(self->weight), self->in_features,
-                                          1, self->out_features, self->bias != NULL,
-                                          self->typenum)) == NULL)
+    if ((x = cast_array(rx, self->dtype->typenum, 0)) == NULL
+            || (g = cast_array(rg, self->dtype->typenum, 0)) == NULL
+            || (grads = linear_grad_apply(x, g, cmat_of(self->weight), self->bias != NULL,
+                                          self->dtype)) == NULL)
         goto fail;
     result = Py_BuildValue("{sOsOsO}", "input", PyTuple_GET_ITEM(grads, 0),
                            "weight", PyTuple_GET_ITEM(grads, 1),
@@ -429,8 +426,7 @@ static PyObject *Linear_reduce(LinearObject *self, PyObject *Py_UNUSED(ignored))
 {
     PyObject *args = Py_BuildValue("(nnO)", self->in_features, self->out_features,
                                    self->bias ? Py_True : Py_False);
-    PyObject *kwargs = Py_BuildValue("{ss}", "dtype",
-                                     self->typenum == NPY_FLOAT ? "float32" : "float64");
+    PyObject *kwargs = Py_BuildValue("{ss}", "dtype", self->dtype->name);
     PyObject *r = args && kwargs ? reduce_object((PyObject *)self, args, kwargs) : NULL;
     Py_XDECREF(args);
     Py_XDECREF(kwargs);

@@ -54,13 +54,13 @@ static PyObject *linear_impl(PyObject *input_obj, PyObject *weight_obj, PyObject
                      "weight %s, got %s", (Py_ssize_t)n, SHAPE_OF(s1, rw), SHAPE_OF(s2, rb));
         goto fail;
     }
-    int typenum = result_typenum(rx, rw, rb);
-    if ((x = cast_array(rx, typenum, 0)) == NULL
-            || (w = cast_array(rw, typenum, 0)) == NULL
-            || (rb != NULL && (b = cast_array(rb, typenum, 1)) == NULL))
+    PyArrayObject *ops[3] = {rx, rw, rb};
+    const myatt_dtype *dt = result_dtype(ops, 3);
+    if ((x = cast_array(rx, dt->typenum, 0)) == NULL
+            || (w = cast_array(rw, dt->typenum, 0)) == NULL
+            || (rb != NULL && (b = cast_array(rb, dt->typenum, 1)) == NULL))
         goto fail;
-    result = linear_apply(x, PyArray_DATA(w), ESTRIDE(w, 0), ESTRIDE(w, 1),
-                          b ? PyArray_DATA(b) : NULL, n, typenum);
+    result = linear_apply(x, cmat_of(w), b ? PyArray_DATA(b) : NULL, dt);
 fail:
     Py_XDECREF(rx);
     Py_XDECREF(rw);
@@ -156,14 +156,14 @@ static PyObject *softmax_impl(PyObject *module, PyObject *input_obj, PyObject *d
         Py_DECREF(raw);
         return NULL;
     }
-    int typenum = result_typenum(raw, NULL, NULL);
-    PyArrayObject *x = cast_array(raw, typenum, 1);
+    const myatt_dtype *dt = result_dtype(&raw, 1);
+    PyArrayObject *x = cast_array(raw, dt->typenum, 1);
     Py_DECREF(raw);
     if (x == NULL) {
         name_memory_error("softmax(): a contiguous copy of input");
         return NULL;
     }
-    PyObject *out = new_array(ndim, PyArray_DIMS(x), typenum, "softmax(): the result");
+    PyObject *out = new_array(ndim, PyArray_DIMS(x), dt->typenum, "softmax(): the result");
     if (out == NULL) {
         Py_DECREF(x);
         return NULL;
@@ -173,10 +173,7 @@ static PyObject *softmax_impl(PyObject *module, PyObject *input_obj, PyObject *d
     const void *xd = PyArray_DATA(x);
     void *od = PyArray_DATA((PyArrayObject *)out);
     MYATT_BEGIN_COMPUTE(8.0 * (double)outer * (double)n * (double)inner)
-    if (typenum == NPY_FLOAT)
-        softmax_forward_f32(od, xd, outer, n, inner);
-    else
-        softmax_forward_f64(od, xd, outer, n, inner);
+    dt->k->softmax_forward(od, xd, outer, n, inner);
     MYATT_END_COMPUTE
     Py_DECREF(x);
     return out;
@@ -224,25 +221,21 @@ static PyObject *bmm_impl(PyObject *a_obj, PyObject *b_obj)
                      "match: input %s, mat2 %s", SHAPE_OF(s1, ra), SHAPE_OF(s2, rb));
         goto fail;
     }
-    int typenum = result_typenum(ra, rb, NULL);
-    if ((a = cast_array(ra, typenum, 0)) == NULL || (b = cast_array(rb, typenum, 0)) == NULL)
+    PyArrayObject *ops[2] = {ra, rb};
+    const myatt_dtype *dt = result_dtype(ops, 2);
+    if ((a = cast_array(ra, dt->typenum, 0)) == NULL
+            || (b = cast_array(rb, dt->typenum, 0)) == NULL)
         goto fail;
     npy_intp bt = PyArray_DIM(a, 0), n = PyArray_DIM(a, 1), m = PyArray_DIM(a, 2);
     npy_intp p = PyArray_DIM(b, 2), dims[3] = {bt, n, p};
-    out = new_array(3, dims, typenum, "bmm(): the result");
+    out = new_array(3, dims, dt->typenum, "bmm(): the result");
     if (out == NULL)
         goto fail;
-    void *od = PyArray_DATA((PyArrayObject *)out);
+    const mk_batch ov = batch_of((PyArrayObject *)out);
+    const mk_cbatch av = cbatch_of(a), bv = cbatch_of(b);
     int rc;
     MYATT_BEGIN_COMPUTE((double)bt * (double)n * (double)m * (double)p)
-    if (typenum == NPY_FLOAT)
-        rc = bmm_forward_f32(od, PyArray_DATA(a), ESTRIDE(a, 0), ESTRIDE(a, 1), ESTRIDE(a, 2),
-                             PyArray_DATA(b), ESTRIDE(b, 0), ESTRIDE(b, 1), ESTRIDE(b, 2),
-                             bt, n, m, p);
-    else
-        rc = bmm_forward_f64(od, PyArray_DATA(a), ESTRIDE(a, 0), ESTRIDE(a, 1), ESTRIDE(a, 2),
-                             PyArray_DATA(b), ESTRIDE(b, 0), ESTRIDE(b, 1), ESTRIDE(b, 2),
-                             bt, n, m, p);
+    rc = dt->k->bmm_forward(ov, av, bv);
     MYATT_END_COMPUTE
     if (rc < 0) {
         Py_CLEAR(out);
@@ -325,14 +318,13 @@ static PyObject *myatt_linear_backward(PyObject *module, PyObject *args, PyObjec
                      shape_str(s1, sizeof s1, ndim, want), SHAPE_OF(s2, rg));
         goto fail;
     }
-    int typenum = result_typenum(rg, rx, rw);
-    if (rb != NULL && PyArray_TYPE(rb) == NPY_DOUBLE)
-        typenum = NPY_DOUBLE;
-    if ((g = cast_array(rg, typenum, 0)) == NULL || (x = cast_array(rx, typenum, 0)) == NULL
-            || (w = cast_array(rw, typenum, 0)) == NULL)
+    PyArrayObject *ops[4] = {rg, rx, rw, rb};
+    const myatt_dtype *dt = result_dtype(ops, 4);
+    if ((g = cast_array(rg, dt->typenum, 0)) == NULL
+            || (x = cast_array(rx, dt->typenum, 0)) == NULL
+            || (w = cast_array(rw, dt->typenum, 0)) == NULL)
         goto fail;
-    result = linear_grad_apply(x, g, PyArray_DATA(w), ESTRIDE(w, 0), ESTRIDE(w, 1), n,
-                               rb != NULL, typenum);
+    result = linear_grad_apply(x, g, cmat_of(w), rb != NULL, dt);
 fail:
     Py_XDECREF(rg);
     Py_XDECREF(rx);
@@ -371,19 +363,19 @@ static PyObject *myatt_softmax_backward(PyObject *module, PyObject *args, PyObje
     }
     if (axis_arg(module, dim_obj, ndim, "softmax_backward(): dim", &axis) < 0)
         goto fail;
-    int typenum = result_typenum(rg, ry, NULL);
-    if ((g = cast_array(rg, typenum, 1)) == NULL || (y = cast_array(ry, typenum, 1)) == NULL
-            || (out = PyArray_SimpleNew(ndim, PyArray_DIMS(y), typenum)) == NULL)
+    PyArrayObject *ops[2] = {rg, ry};
+    const myatt_dtype *dt = result_dtype(ops, 2);
+    if ((g = cast_array(rg, dt->typenum, 1)) == NULL
+            || (y = cast_array(ry, dt->typenum, 1)) == NULL
+            || (out = new_array(ndim, PyArray_DIMS(y), dt->typenum,
+                                "softmax_backward(): the result")) == NULL)
         goto fail;
     npy_intp outer, n, inner;
     axis_split(y, axis, &outer, &n, &inner);
     const void *gd = PyArray_DATA(g), *yd = PyArray_DATA(y);
     void *od = PyArray_DATA((PyArrayObject *)out);
     Py_BEGIN_ALLOW_THREADS
-    if (typenum == NPY_FLOAT)
-        softmax_backward_f32(od, gd, yd, outer, n, inner);
-    else
-        softmax_backward_f64(od, gd, yd, outer, n, inner);
+    dt->k->softmax_backward(od, gd, yd, outer, n, inner);
     Py_END_ALLOW_THREADS
 fail:
     Py_XDECREF(rg);
@@ -423,7 +415,7 @@ static PyObject *myatt_bmm_backward(PyObject *module, PyObject *args, PyObject *
                      "not match: input %s, mat2 %s", SHAPE_OF(s1, ra), SHAPE_OF(s2, rb));
         goto fail;
     }
-    npy_intp bt = PyArray_DIM(ra, 0), n = PyArray_DIM(ra, 1), m = PyArray_DIM(ra, 2);
+    npy_intp bt = PyArray_DIM(ra, 0), n = PyArray_DIM(ra, 1);
     npy_intp p = PyArray_DIM(rb, 2), want[3] = {bt, n, p};
     if (PyArray_NDIM(rg) != 3 || !PyArray_CompareLists(want, PyArray_DIMS(rg), 3)) {
         PyErr_Format(PyExc_ValueError, "bmm_backward(): grad_output must have shape %s (the "
@@ -431,27 +423,21 @@ static PyObject *myatt_bmm_backward(PyObject *module, PyObject *args, PyObject *
                      SHAPE_OF(s2, ra), SHAPE_OF(s3, rb), SHAPE_OF(s4, rg));
         goto fail;
     }
-    int typenum = result_typenum(rg, ra, rb);
-    if ((g = cast_array(rg, typenum, 0)) == NULL || (a = cast_array(ra, typenum, 0)) == NULL
-            || (b = cast_array(rb, typenum, 0)) == NULL
-            || (ga = (PyArrayObject *)PyArray_SimpleNew(3, PyArray_DIMS(a), typenum)) == NULL
-            || (gb = (PyArrayObject *)PyArray_SimpleNew(3, PyArray_DIMS(b), typenum)) == NULL)
+    PyArrayObject *ops[3] = {rg, ra, rb};
+    const myatt_dtype *dt = result_dtype(ops, 3);
+    if ((g = cast_array(rg, dt->typenum, 0)) == NULL
+            || (a = cast_array(ra, dt->typenum, 0)) == NULL
+            || (b = cast_array(rb, dt->typenum, 0)) == NULL
+            || (ga = (PyArrayObject *)new_array(3, PyArray_DIMS(a), dt->typenum,
+                                                "bmm_backward(): grad_input")) == NULL
+            || (gb = (PyArrayObject *)new_array(3, PyArray_DIMS(b), dt->typenum,
+                                                "bmm_backward(): grad_mat2")) == NULL)
         goto fail;
-    void *gad = PyArray_DATA(ga), *gbd = PyArray_DATA(gb);
+    const mk_batch gav = batch_of(ga), gbv = batch_of(gb);
+    const mk_cbatch gv = cbatch_of(g), av = cbatch_of(a), bv = cbatch_of(b);
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    if (typenum == NPY_FLOAT)
-        rc = bmm_backward_f32(gad, gbd,
-                              PyArray_DATA(g), ESTRIDE(g, 0), ESTRIDE(g, 1), ESTRIDE(g, 2),
-                              PyArray_DATA(a), ESTRIDE(a, 0), ESTRIDE(a, 1), ESTRIDE(a, 2),
-                              PyArray_DATA(b), ESTRIDE(b, 0), ESTRIDE(b, 1), ESTRIDE(b, 2),
-                              bt, n, m, p);
-    else
-        rc = bmm_backward_f64(gad, gbd,
-                              PyArray_DATA(g), ESTRIDE(g, 0), ESTRIDE(g, 1), ESTRIDE(g, 2),
-                              PyArray_DATA(a), ESTRIDE(a, 0), ESTRIDE(a, 1), ESTRIDE(a, 2),
-                              PyArray_DATA(b), ESTRIDE(b, 0), ESTRIDE(b, 1), ESTRIDE(b, 2),
-                              bt, n, m, p);
+    rc = dt->k->bmm_backward(gav, gbv, gv, av, bv);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         PyErr_NoMemory();
