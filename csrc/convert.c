@@ -25,6 +25,85 @@ static int is_real_dtype(PyArray_Descr *d)
            || dtype_of_typenum(t) != NULL;
 }
 
+/* Add the note "<what>: converting <type> to an array" to the current
+ * exception (PEP 678; Python 3.11 and later: on 3.10 it stays as it is). */
+static void note_conversion(PyObject *obj, const char *what)
+{
+#if PY_VERSION_HEX >= 0x030B0000
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL) {
+        if (tb != NULL)
+            PyException_SetTraceback(value, tb);
+        PyObject *r = PyObject_CallMethod(value, "add_note", "N",
+                                          PyUnicode_FromFormat("%s: converting %.100s to an "
+                                                               "array", what,
+                                                               Py_TYPE(obj)->tp_name));
+        if (r == NULL)   /* keep the input's exception, not one from adding the note */
+            PyErr_Clear();
+        Py_XDECREF(r);
+    }
+    PyErr_Restore(type, value, tb);
+#else
+    (void)obj, (void)what;
+#endif
+}
+
+/* NumPy turns a sequence whose __len__ or __getitem__ raises into an object
+ * array (it swallows the exception).  Walk such an input as NumPy would read
+ * it, so the input's own exception can be raised: -1 with it set, 0 when the
+ * walk meets none. */
+static int probe_sequence(PyObject *obj, int depth)
+{
+    if (depth > NPY_MAXDIMS || PyArray_Check(obj) || PyUnicode_Check(obj) || PyBytes_Check(obj)
+            || !PySequence_Check(obj))
+        return 0;
+    Py_ssize_t n = PySequence_Size(obj);
+    if (n < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_GetItem(obj, i);
+        if (item == NULL)
+            return -1;
+        int rc = probe_sequence(item, depth + 1);
+        Py_DECREF(item);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* After numpy.asarray(obj) failed with the exception set: when obj's own
+ * __array__ runs without raising but gives no ndarray (numpy's ValueError
+ * "object __array__ method not producing an array"), that is a wrong argument
+ * type: TypeError naming `what`, and 1.  Else 0, the exception untouched (the
+ * input's own, or numpy's). */
+static int bad_array_method(PyObject *obj, const char *what)
+{
+    if (PyList_Check(obj) || PyTuple_Check(obj))
+        return 0;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *method = PyObject_GetAttrString(obj, "__array__");
+    PyObject *got = method != NULL ? PyObject_CallNoArgs(method) : NULL;
+    Py_XDECREF(method);
+    if (got == NULL || PyArray_Check(got)) {
+        Py_XDECREF(got);
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        return 0;
+    }
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyErr_Format(PyExc_TypeError, "%s must be an array-like of real numbers; numpy.asarray "
+                 "failed on %.100s: %S", what, Py_TYPE(obj)->tp_name, value ? value : Py_None);
+    Py_DECREF(got);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return 1;
+}
+
 PyArrayObject *as_real_array(PyObject *obj, const char *what)
 {
     PyObject *arr;
@@ -36,28 +115,35 @@ PyArrayObject *as_real_array(PyObject *obj, const char *what)
         if (arr == NULL) {
             if (PyErr_ExceptionMatches(PyExc_MemoryError))
                 return NULL;
+            /* A torch tensor that requires grad refuses __array__: retry with
+             * obj.detach().  Any other failure is the input's own (its
+             * __array__, __len__ or __getitem__ raised; a ragged list is
+             * numpy's ValueError): it reaches the caller as it is, with a note
+             * naming the argument. */
             PyObject *type, *value, *tb;
-            PyErr_Fetch(&type, &value, &tb);
-            PyErr_NormalizeException(&type, &value, &tb);
-            int has_detach = PyObject_HasAttrString(obj, "detach");
-            if (has_detach) {
+            PyErr_Fetch(&type, &value, &tb);   /* HasAttr would clear it */
+            if (PyObject_HasAttrString(obj, "detach"))
                 arr = asarray_detached(obj);
-                if (arr == NULL)
-                    PyErr_Clear();
+            if (arr == NULL) {
+                PyErr_Clear();
+                PyErr_Restore(type, value, tb);
+            } else {
+                Py_XDECREF(type);
+                Py_XDECREF(value);
+                Py_XDECREF(tb);
             }
-            if (arr == NULL)
-                PyErr_Format(PyExc_TypeError,
-                             "%s must be an array-like of real numbers; numpy.asarray failed "
-                             "on %.100s: %S", what, Py_TYPE(obj)->tp_name,
-                             value ? value : Py_None);
-            Py_XDECREF(type);
-            Py_XDECREF(value);
-            Py_XDECREF(tb);
+            if (arr == NULL && bad_array_method(obj, what) == 0)
+                note_conversion(obj, what);
             if (arr == NULL)
                 return NULL;
         }
     }
     PyArray_Descr *d = PyArray_DESCR((PyArrayObject *)arr);
+    if (d->type_num == NPY_OBJECT && !PyArray_Check(obj) && probe_sequence(obj, 0) < 0) {
+        note_conversion(obj, what);
+        Py_DECREF(arr);
+        return NULL;
+    }
     if (!is_real_dtype(d)) {
         PyErr_Format(PyExc_TypeError,
                      "%s has dtype %S; myatt takes real numbers (bool, integer, float16, "

@@ -21,7 +21,11 @@ import numpy as np
 
 import myatt
 
-ALLOWED = (TypeError, ValueError, KeyError, MemoryError, AttributeError)
+class InputError(Exception):
+    """Raised by an input's own __array__: it reaches the caller as it is (SPEC, Errors)."""
+
+
+ALLOWED = (TypeError, ValueError, KeyError, MemoryError, AttributeError, InputError)
 REAL = [np.float32, np.float64, np.float16, np.int8, np.int16, np.int32, np.int64,
         np.uint8, np.uint16, np.uint32, np.uint64, np.bool_]
 UNSUPPORTED = [np.complex64, np.complex128, object, "U3", "S3", "datetime64[s]",
@@ -129,7 +133,7 @@ def array(r, shape, dtype=None, plain=False):
         elif mode == 3:
             return r.pick([None, 1.5, "x", [[1.0], [1.0, 2.0]], {"a": 1}, object()])
         elif mode == 4:
-            return ArrayLike(r.pick([ValueError("no"), RuntimeError("no"), MemoryError(),
+            return ArrayLike(r.pick([ValueError("no"), InputError("no"), MemoryError(),
                                      np.ones(shape, np.float32), [1.0, 2.0]]))
         elif mode == 5:
             dtype = r.pick(UNSUPPORTED)
