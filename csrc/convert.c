@@ -186,25 +186,68 @@ int result_typenum(PyArrayObject *a, PyArrayObject *b, PyArrayObject *c)
     return result_dtype(ops, 3)->typenum;
 }
 
+/* torch.float32 / torch.float64 (a torch.dtype, recognised without importing
+ * torch: its type's module is "torch" and its str "torch.<name>"): the row of
+ * that name, or NULL (no exception) for anything else. */
+static const myatt_dtype *torch_dtype(PyObject *obj)
+{
+    PyObject *module = PyObject_GetAttrString((PyObject *)Py_TYPE(obj), "__module__");
+    if (module == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    int is_torch = PyUnicode_Check(module) && PyUnicode_CompareWithASCIIString(module, "torch") == 0;
+    Py_DECREF(module);
+    if (!is_torch)
+        return NULL;
+    PyObject *str = PyObject_Str(obj);
+    if (str == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    const char *s = PyUnicode_AsUTF8(str);
+    const myatt_dtype *d = NULL;
+    if (s == NULL)
+        PyErr_Clear();
+    else if (strncmp(s, "torch.", 6) == 0)
+        d = dtype_of_name(s + 6);
+    Py_DECREF(str);
+    return d;
+}
+
+int dtype_arg(PyObject *obj, const char *owner, const myatt_dtype **dtype)
+{
+    const myatt_dtype *d = torch_dtype(obj);
+    if (d != NULL) {
+        *dtype = d;
+        return 0;
+    }
+    PyArray_Descr *descr = NULL;
+    if (obj != Py_None && PyArray_DescrConverter2(obj, &descr) && descr != NULL)
+        d = dtype_of_typenum(descr->type_num);
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    if (d == NULL) {
+        if (descr != NULL)   /* a dtype numpy knows, not one myatt computes in */
+            PyErr_Format(PyExc_TypeError, "%s(): dtype must be %s, got %S", owner,
+                         dtype_names(), (PyObject *)descr);
+        else
+            PyErr_Format(PyExc_TypeError, "%s(): dtype must be %s, got %R", owner,
+                         dtype_names(), obj);
+        Py_XDECREF(descr);
+        return -1;
+    }
+    Py_DECREF(descr);
+    *dtype = d;
+    return 0;
+}
+
 int dtype_converter(PyObject *obj, int *typenum)
 {
-    PyArray_Descr *d = NULL;
-    if (obj == Py_None || !PyArray_DescrConverter2(obj, &d) || d == NULL) {
-        if (PyErr_Occurred())
-            PyErr_Clear();
-        PyErr_Format(PyExc_TypeError,
-                     "dtype must be numpy.float32 or numpy.float64, got %R", obj);
+    const myatt_dtype *d;
+    if (dtype_arg(obj, "myatt", &d) < 0)
         return 0;
-    }
-    int t = d->type_num;
-    if (dtype_of_typenum(t) == NULL) {
-        PyErr_Format(PyExc_TypeError,
-                     "dtype must be numpy.float32 or numpy.float64, got %S", (PyObject *)d);
-        Py_DECREF(d);
-        return 0;
-    }
-    Py_DECREF(d);
-    *typenum = t;
+    *typenum = d->typenum;
     return 1;
 }
 

@@ -104,7 +104,13 @@ const myatt_dtype *result_dtype(PyArrayObject *const *ops, int n);
  * of the arrays is float64, else NPY_FLOAT). */
 int result_typenum(PyArrayObject *a, PyArrayObject *b, PyArrayObject *c);
 
-/* `dtype=` of the constructors: float32 or float64, anything numpy.dtype() takes. */
+/* `dtype=` of the constructors: a row of the dtype table, spelt as anything
+ * numpy.dtype() reads as one ("float32", numpy.float32, "f4", ...) or as a
+ * torch dtype (torch.float32; torch is not imported).  0, or -1 with TypeError
+ * "<owner>(): dtype must be float32 or float64, got 'float23'". */
+int dtype_arg(PyObject *obj, const char *owner, const myatt_dtype **dtype);
+
+/* dtype_arg as a PyArg "O&" converter (owner "myatt"): 1, or 0 with the error set. */
 int dtype_converter(PyObject *obj, int *typenum);
 
 /* A size argument (in_features, query_size, ...): an integer >= 0.

@@ -108,14 +108,14 @@ static PyObject *Linear_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"in_features", "out_features", "bias", "dtype", NULL};
     PyObject *in_obj, *out_obj, *bias_obj = Py_True, *dtype_obj = NULL;
     Py_ssize_t in_features, out_features;
-    int typenum = MYATT_DTYPE_DEFAULT->typenum;
+    const myatt_dtype *dtype = MYATT_DTYPE_DEFAULT;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O$O:Linear", kwlist,
                                      &in_obj, &out_obj, &bias_obj, &dtype_obj))
         return NULL;
     if (size_arg(in_obj, "Linear(): in_features", &in_features) < 0
             || size_arg(out_obj, "Linear(): out_features", &out_features) < 0)
         return NULL;
-    if (dtype_obj != NULL && !dtype_converter(dtype_obj, &typenum))
+    if (dtype_obj != NULL && dtype_arg(dtype_obj, "Linear", &dtype) < 0)
         return NULL;
     int bias = PyObject_IsTrue(bias_obj);
     if (bias < 0)
@@ -123,8 +123,7 @@ static PyObject *Linear_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     myatt_state *st = myatt_state_of_type(type);
     if (st == NULL)
         return NULL;
-    return (PyObject *)linear_create(st, type, in_features, out_features, bias,
-                                     dtype_of_typenum(typenum));
+    return (PyObject *)linear_create(st, type, in_features, out_features, bias, dtype);
 }
 
 static void Linear_dealloc(LinearObject *self)
@@ -473,7 +472,8 @@ PyDoc_STRVAR(Linear_doc,
 "arrays sharing the object's memory: `m.weight -= lr * g` updates the layer in\n"
 "place; assigning an array copies it in after checking its shape. The initial\n"
 "values are torch's for the same seed (see myatt.manual_seed). dtype is\n"
-"float32 or float64 (anything numpy.dtype() reads as one of them).\n\n"
+"float32 or float64 (anything numpy.dtype() reads as one of them, or\n"
+"torch.float32 / torch.float64).\n\n"
 "Linear.from_torch(module) copies a torch.nn.Linear; pickle, copy.copy and\n"
 "copy.deepcopy keep the dtype and the weights.");
 

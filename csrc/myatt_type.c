@@ -30,14 +30,14 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                                        "MyAtt(): output_size"};
     PyObject *objs[5], *dtype_obj = NULL;
     Py_ssize_t sizes[5];
-    int typenum = MYATT_DTYPE_DEFAULT->typenum;
+    const myatt_dtype *dtype = MYATT_DTYPE_DEFAULT;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|$O:MyAtt", kwlist, &objs[0], &objs[1],
                                      &objs[2], &objs[3], &objs[4], &dtype_obj))
         return NULL;
     for (int i = 0; i < 5; i++)
         if (size_arg(objs[i], what[i], &sizes[i]) < 0)
             return NULL;
-    if (dtype_obj != NULL && !dtype_converter(dtype_obj, &typenum))
+    if (dtype_obj != NULL && dtype_arg(dtype_obj, "MyAtt", &dtype) < 0)
         return NULL;
     Py_ssize_t qs = sizes[0], ks = sizes[1], v1 = sizes[2], v2 = sizes[3], os = sizes[4];
     if (ks > PY_SSIZE_T_MAX - qs || v2 > PY_SSIZE_T_MAX - qs) {
@@ -56,7 +56,7 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->value_size1 = v1;
     self->value_size2 = v2;
     self->output_size = os;
-    self->dtype = dtype_of_typenum(typenum);
+    self->dtype = dtype;
     /* torch's order of draws: attn's weight and bias, then attn_combine's. */
     self->attn = linear_create(st, st->linear_type, qs + ks, v1, 1, self->dtype);
     if (self->attn == NULL)
@@ -513,7 +513,8 @@ PyDoc_STRVAR(MyAtt_doc,
 "    output = attn_combine(cat(Q[0], attn_applied))[None]        # [1, S, output_size]\n\n"
 "attn = Linear(query_size + key_size, value_size1) and\n"
 "attn_combine = Linear(query_size + value_size2, output_size) hold the parameters.\n"
-"dtype is float32 or float64 (anything numpy.dtype() reads as one of them).\n\n"
+"dtype is float32 or float64 (anything numpy.dtype() reads as one of them,\n"
+"or torch.float32 / torch.float64).\n\n"
 "MyAtt.from_torch(module) copies the tutorial's torch module and\n"
 "myatt.compare(module, Q, K, V) checks the two against each other; pickle,\n"
 "copy.copy and copy.deepcopy keep the dtype and the weights.");

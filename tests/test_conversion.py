@@ -208,3 +208,63 @@ def test_a_failed_conversion_leaves_the_module_unchanged():
         m.weight = RaisingItem()
     for k, v in m.state_dict().items():
         np.testing.assert_array_equal(v, before[k])
+
+
+# --------------------------------------------------------------------------- #
+# dtype= of the constructors
+# --------------------------------------------------------------------------- #
+CONSTRUCTORS = {"Linear": lambda **kw: myatt.Linear(4, 3, **kw),
+                "MyAtt": lambda **kw: myatt.MyAtt(*SIZES, **kw)}
+
+
+@pytest.mark.parametrize("owner", list(CONSTRUCTORS))
+@pytest.mark.parametrize("tdtype,expected", [(torch.float32, np.float32),
+                                             (torch.float64, np.float64)], ids=str)
+def test_torch_dtypes_accepted(owner, tdtype, expected):
+    m = CONSTRUCTORS[owner](dtype=tdtype)
+    assert m.dtype == np.dtype(expected)
+    for v in m.state_dict().values():
+        assert v.dtype == expected
+
+
+@pytest.mark.parametrize("owner", list(CONSTRUCTORS))
+def test_torch_dtype_gives_torchs_weights(owner):
+    """dtype=torch.float64 is dtype=numpy.float64: the same draws, the same weights."""
+    myatt.manual_seed(3)
+    a = CONSTRUCTORS[owner](dtype=torch.float64)
+    myatt.manual_seed(3)
+    b = CONSTRUCTORS[owner](dtype=np.float64)
+    for k, v in a.state_dict().items():
+        np.testing.assert_array_equal(v, b.state_dict()[k])
+
+
+@pytest.mark.parametrize("owner", list(CONSTRUCTORS))
+@pytest.mark.parametrize("bad,shown", [
+    ("float23", "'float23'"), (np.int32, "int32"), ("complex64", "complex64"),
+    (None, "None"), (object, "object"), (torch.float16, "torch.float16"),
+    (torch.bfloat16, "torch.bfloat16"), (torch.int64, "torch.int64"), (3, "3"),
+], ids=repr)
+def test_unknown_dtype_names_the_constructor(owner, bad, shown):
+    with pytest.raises(TypeError) as info:
+        CONSTRUCTORS[owner](dtype=bad)
+    assert str(info.value) == f"{owner}(): dtype must be float32 or float64, got {shown}"
+
+
+def test_dtype_check_does_not_import_torch():
+    """A torch dtype is recognised by its type's module and str, without importing
+    torch: an object that only looks like one is refused, and torch stays unimported
+    in a fresh interpreter that never asked for it."""
+    import subprocess
+    code = ("import sys, myatt\n"
+            "class dtype:\n"
+            "    __module__ = 'nottorch'\n"
+            "    def __str__(self): return 'torch.float32'\n"
+            "try:\n"
+            "    myatt.Linear(2, 2, dtype=dtype())\n"
+            "except TypeError as e:\n"
+            "    print('refused')\n"
+            "m = myatt.Linear(2, 2, dtype='float64')\n"
+            "print('torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["refused", "False"]
