@@ -1,5 +1,7 @@
-/* What the CPython glue files share: the NumPy C API (imported once, in
- * module.c), the module state, and the argument conversion helpers of convert.c.
+/* What every CPython glue file shares: the NumPy C API (imported once, in
+ * module.c), the kernel views of arrays, the GIL bracket and the argument
+ * conversion helpers of convert.c.  The lowest glue layer: it includes no
+ * other glue header but dtype.h (docs/architecture.md).
  *
  * The glue converts and checks arguments, allocates results, releases the GIL
  * and calls the pure-C kernels of kernels/.  No arithmetic happens here. */
@@ -19,58 +21,6 @@
 #include "kernels/rng.h"
 #include "kernels/view.h"
 
-#if PY_VERSION_HEX < 0x030B0000
-#define PyType_GetModuleByDef _PyType_GetModuleByDef
-#endif
-
-/* ---- module state (module.c) ---------------------------------------------- */
-
-typedef struct {
-    PyTypeObject *linear_type;
-    PyTypeObject *myatt_type;
-    PyObject *axis_error;     /* numpy.exceptions.AxisError */
-    mt19937 rng;              /* myatt.manual_seed; used with the GIL held */
-} myatt_state;
-
-extern PyModuleDef myatt_module_def;
-
-/* The state of the module that defines `type` (or a base of it). */
-myatt_state *myatt_state_of_type(PyTypeObject *type);
-
-/* ---- the extension types (linear_type.c, myatt_type.c) -------------------- */
-
-typedef struct {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;  /* layer(x) without an args tuple (linear_type.c) */
-    Py_ssize_t in_features, out_features;
-    const myatt_dtype *dtype;   /* a row of the dtype table (dtype.h) */
-    PyArrayObject *weight;      /* [out, in], C-contiguous, never handed out itself */
-    PyArrayObject *bias;        /* [out], or NULL for bias=False */
-} LinearObject;
-
-extern PyType_Spec linear_type_spec;
-extern PyType_Spec myatt_type_spec;
-
-/* A new Linear (of `type`: Linear or a subclass) with torch's initial weights,
- * drawn from the module's generator. */
-LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_features,
-                            Py_ssize_t out_features, int bias, const myatt_dtype *dtype);
-
-/* out[..., n] = x[..., k] @ weight[n, k]^T + bias, for x already of `dtype`,
- * aligned and in native byte order, x.shape[-1] == k checked by the caller.
- * weight is a view [n, k]; bias is contiguous or NULL.
- * A new C-contiguous array, or NULL with an exception set. */
-PyObject *linear_apply(PyArrayObject *x, mk_cmat weight, const void *bias,
-                       const myatt_dtype *dtype);
-
-/* The gradients of linear (linear_type.c; myatt.linear_backward and
- * Linear.backward share it): x [..., k] and grad_out [..., n] already of
- * `dtype`, aligned, native, their shapes checked by the caller; weight a view
- * [n, k].  Returns the new tuple (grad_input shaped like x, grad_weight [n, k],
- * grad_bias [n] or None when !with_bias), or NULL. */
-PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, mk_cmat weight,
-                            int with_bias, const myatt_dtype *dtype);
-
 /* ---- releasing the GIL ----------------------------------------------------- */
 
 /* The kernels run without the GIL (other threads go on) unless the work is
@@ -82,7 +32,6 @@ PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, mk_cmat w
     { PyThreadState *myatt_saved_ = (double)(work) >= MYATT_GIL_MIN_WORK ? PyEval_SaveThread() : NULL;
 #define MYATT_END_COMPUTE \
       if (myatt_saved_ != NULL) PyEval_RestoreThread(myatt_saved_); }
-
 /* ---- argument conversion (convert.c) -------------------------------------- */
 
 /* Any array-like as an ndarray (new reference), without copying what need not
@@ -168,40 +117,4 @@ static inline mk_batch batch_of(PyArrayObject *a)
     return (mk_batch){PyArray_DATA(a), PyArray_DIM(a, 0), PyArray_DIM(a, 1), PyArray_DIM(a, 2),
                       ESTRIDE(a, 0), ESTRIDE(a, 1), ESTRIDE(a, 2)};
 }
-
-/* ---- state_dict (state_dict.c) -------------------------------------------- */
-
-/* {keys[i]: copy of params[i]} for the non-NULL params, in order. */
-PyObject *state_dict_build(const char *const *keys, PyArrayObject *const *params, int n);
-
-/* Copy d[keys[i]] into params[i] for every key present, after converting and
- * checking every one of them: on any error nothing is written.  strict: missing
- * or unexpected keys raise KeyError.  Returns (missing_keys, unexpected_keys). */
-PyObject *state_dict_load(PyObject *d, int strict, const char *const *keys,
-                          PyArrayObject *const *params, int n, const char *owner);
-
-/* ---- pickling, copying, from_torch, _repr_html_ (interop.c) --------------- */
-
-/* A new object of `type` from its tp_new(args, kwargs) (kwargs a dict or None),
- * loaded from state_dict with strict=True.  Draws nothing from myatt's
- * generator: while myatt_rebuilding is set, this thread's linear_create
- * zero-fills the parameters instead.  Unpickling, copy and from_torch. */
-extern _Thread_local int myatt_rebuilding;
-PyObject *object_from_state(PyTypeObject *type, PyObject *args, PyObject *kwargs,
-                            PyObject *state_dict);
-
-/* __reduce__: (type(self)._from_state, (args, kwargs, self.state_dict()),
- * the instance __dict__ of a subclass or None). */
-PyObject *reduce_object(PyObject *self, PyObject *args, PyObject *kwargs);
-
-/* The methods both types share: _from_state (unpickling), from_torch (with the
- * myatt._interop function that reads the torch module: "linear_spec" or
- * "myatt_spec") and _repr_html_. */
-PyObject *from_state_method(PyTypeObject *cls, PyObject *args);
-PyObject *from_torch_with(PyTypeObject *cls, PyObject *module, const char *spec_func);
-PyObject *repr_html_method(PyObject *self, PyObject *ignored);
-
-/* module.func(arg), `module` a helper module of the package ("myatt._interop"). */
-PyObject *call_package_helper(const char *module, const char *func, PyObject *arg);
-
 #endif

@@ -1,7 +1,10 @@
 /* myatt.MyAtt: the seed's attention module as an extension type.  It owns two
  * Linear objects (attn, attn_combine) and runs the fused kernel of
  * kernels/myatt.c on their parameters. */
-#include "glue.h"
+#include "interop.h"
+#include "linear_type.h"
+#include "pieces.h"
+#include "state_dict.h"
 
 #include "kernels/myatt.h"
 
@@ -31,9 +34,20 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PyObject *objs[5], *dtype_obj = NULL;
     Py_ssize_t sizes[5];
     const myatt_dtype *dtype = MYATT_DTYPE_DEFAULT;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|$O:MyAtt", kwlist, &objs[0], &objs[1],
-                                     &objs[2], &objs[3], &objs[4], &dtype_obj))
+    myatt_state *st = myatt_state_of_type(type);
+    if (st == NULL)
         return NULL;
+    PyObject *rest;
+    int rebuild = rebuild_requested(st, kwds, &rest);
+    if (rebuild < 0)
+        return NULL;
+    int ok = PyArg_ParseTupleAndKeywords(args, rest, "OOOOO|$O:MyAtt", kwlist, &objs[0],
+                                         &objs[1], &objs[2], &objs[3], &objs[4], &dtype_obj);
+    if (rebuild)
+        Py_DECREF(rest);
+    if (!ok)
+        return NULL;
+    const linear_init init = rebuild ? LINEAR_INIT_ZEROS : LINEAR_INIT_TORCH;
     for (int i = 0; i < 5; i++)
         if (size_arg(objs[i], what[i], &sizes[i]) < 0)
             return NULL;
@@ -44,9 +58,6 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_MemoryError, "MyAtt(): sizes too large to allocate");
         return NULL;
     }
-    myatt_state *st = myatt_state_of_type(type);
-    if (st == NULL)
-        return NULL;
     MyAttObject *self = (MyAttObject *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
@@ -58,10 +69,10 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->output_size = os;
     self->dtype = dtype;
     /* torch's order of draws: attn's weight and bias, then attn_combine's. */
-    self->attn = linear_create(st, st->linear_type, qs + ks, v1, 1, self->dtype);
+    self->attn = linear_create(st, st->linear_type, qs + ks, v1, 1, self->dtype, init);
     if (self->attn == NULL)
         goto fail;
-    self->attn_combine = linear_create(st, st->linear_type, qs + v2, os, 1, self->dtype);
+    self->attn_combine = linear_create(st, st->linear_type, qs + v2, os, 1, self->dtype, init);
     if (self->attn_combine == NULL)
         goto fail;
     return (PyObject *)self;
