@@ -72,14 +72,6 @@ const myatt_dtype myatt_dtypes[MYATT_NDTYPES] = {
     {NPY_DOUBLE, "float64", 8, 1, &kernels_f64},
 };
 
-const myatt_dtype *dtype_of_typenum(int typenum)
-{
-    for (int i = 0; i < MYATT_NDTYPES; i++)
-        if (myatt_dtypes[i].typenum == typenum)
-            return &myatt_dtypes[i];
-    return NULL;
-}
-
 const myatt_dtype *dtype_of_name(const char *name)
 {
     for (int i = 0; i < MYATT_NDTYPES; i++)

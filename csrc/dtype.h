@@ -47,8 +47,15 @@ typedef struct {
 extern const myatt_dtype myatt_dtypes[MYATT_NDTYPES];
 #define MYATT_DTYPE_DEFAULT (&myatt_dtypes[0])
 
-/* The row of a NumPy type number, or NULL when myatt does not compute in it. */
-const myatt_dtype *dtype_of_typenum(int typenum);
+/* The row of a NumPy type number, or NULL when myatt does not compute in it.
+ * Inline: every kernel call asks it for each operand. */
+static inline const myatt_dtype *dtype_of_typenum(int typenum)
+{
+    for (int i = 0; i < MYATT_NDTYPES; i++)
+        if (myatt_dtypes[i].typenum == typenum)
+            return &myatt_dtypes[i];
+    return NULL;
+}
 
 /* The row named `name` ("float64"), or NULL. */
 const myatt_dtype *dtype_of_name(const char *name);
