@@ -16,18 +16,92 @@ static PyObject *asarray_detached(PyObject *obj)
     return arr;
 }
 
+/* What as_real_array passes: bool, the integers, float16 and the rows of the
+ * dtype table. */
 static int is_real_dtype(PyArray_Descr *d)
 {
-    switch (d->type_num) {
-    case NPY_BOOL:
-    case NPY_BYTE: case NPY_UBYTE: case NPY_SHORT: case NPY_USHORT:
-    case NPY_INT: case NPY_UINT: case NPY_LONG: case NPY_ULONG:
-    case NPY_LONGLONG: case NPY_ULONGLONG:
-    case NPY_HALF: case NPY_FLOAT: case NPY_DOUBLE:
-        return 1;
-    default:
+    const int t = d->type_num;
+    return PyTypeNum_ISBOOL(t) || PyTypeNum_ISINTEGER(t) || t == NPY_HALF
+           || dtype_of_typenum(t) != NULL;
+}
+
+/* Add the note "<what>: converting <type> to an array" to the current
+ * exception (PEP 678; Python 3.11 and later: on 3.10 it stays as it is). */
+static void note_conversion(PyObject *obj, const char *what)
+{
+#if PY_VERSION_HEX >= 0x030B0000
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL) {
+        if (tb != NULL)
+            PyException_SetTraceback(value, tb);
+        PyObject *r = PyObject_CallMethod(value, "add_note", "N",
+                                          PyUnicode_FromFormat("%s: converting %.100s to an "
+                                                               "array", what,
+                                                               Py_TYPE(obj)->tp_name));
+        if (r == NULL)   /* keep the input's exception, not one from adding the note */
+            PyErr_Clear();
+        Py_XDECREF(r);
+    }
+    PyErr_Restore(type, value, tb);
+#else
+    (void)obj, (void)what;
+#endif
+}
+
+/* NumPy turns a sequence whose __len__ or __getitem__ raises into an object
+ * array (it swallows the exception).  Walk such an input as NumPy would read
+ * it, so the input's own exception can be raised: -1 with it set, 0 when the
+ * walk meets none. */
+static int probe_sequence(PyObject *obj, int depth)
+{
+    if (depth > NPY_MAXDIMS || PyArray_Check(obj) || PyUnicode_Check(obj) || PyBytes_Check(obj)
+            || !PySequence_Check(obj))
+        return 0;
+    Py_ssize_t n = PySequence_Size(obj);
+    if (n < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_GetItem(obj, i);
+        if (item == NULL)
+            return -1;
+        int rc = probe_sequence(item, depth + 1);
+        Py_DECREF(item);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* After numpy.asarray(obj) failed with the exception set: when obj's own
+ * __array__ runs without raising but gives no ndarray (numpy's ValueError
+ * "object __array__ method not producing an array"), that is a wrong argument
+ * type: TypeError naming `what`, and 1.  Else 0, the exception untouched (the
+ * input's own, or numpy's). */
+static int bad_array_method(PyObject *obj, const char *what)
+{
+    if (PyList_Check(obj) || PyTuple_Check(obj))
+        return 0;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *method = PyObject_GetAttrString(obj, "__array__");
+    PyObject *got = method != NULL ? PyObject_CallNoArgs(method) : NULL;
+    Py_XDECREF(method);
+    if (got == NULL || PyArray_Check(got)) {
+        Py_XDECREF(got);
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
         return 0;
     }
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyErr_Format(PyExc_TypeError, "%s must be an array-like of real numbers; numpy.asarray "
+                 "failed on %.100s: %S", what, Py_TYPE(obj)->tp_name, value ? value : Py_None);
+    Py_DECREF(got);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return 1;
 }
 
 PyArrayObject *as_real_array(PyObject *obj, const char *what)
@@ -41,28 +115,35 @@ PyArrayObject *as_real_array(PyObject *obj, const char *what)
         if (arr == NULL) {
             if (PyErr_ExceptionMatches(PyExc_MemoryError))
                 return NULL;
+            /* A torch tensor that requires grad refuses __array__: retry with
+             * obj.detach().  Any other failure is the input's own (its
+             * __array__, __len__ or __getitem__ raised; a ragged list is
+             * numpy's ValueError): it reaches the caller as it is, with a note
+             * naming the argument. */
             PyObject *type, *value, *tb;
-            PyErr_Fetch(&type, &value, &tb);
-            PyErr_NormalizeException(&type, &value, &tb);
-            int has_detach = PyObject_HasAttrString(obj, "detach");
-            if (has_detach) {
+            PyErr_Fetch(&type, &value, &tb);   /* HasAttr would clear it */
+            if (PyObject_HasAttrString(obj, "detach"))
                 arr = asarray_detached(obj);
-                if (arr == NULL)
-                    PyErr_Clear();
+            if (arr == NULL) {
+                PyErr_Clear();
+                PyErr_Restore(type, value, tb);
+            } else {
+                Py_XDECREF(type);
+                Py_XDECREF(value);
+                Py_XDECREF(tb);
             }
-            if (arr == NULL)
-                PyErr_Format(PyExc_TypeError,
-                             "%s must be an array-like of real numbers; numpy.asarray failed "
-                             "on %.100s: %S", what, Py_TYPE(obj)->tp_name,
-                             value ? value : Py_None);
-            Py_XDECREF(type);
-            Py_XDECREF(value);
-            Py_XDECREF(tb);
+            if (arr == NULL && bad_array_method(obj, what) == 0)
+                note_conversion(obj, what);
             if (arr == NULL)
                 return NULL;
         }
     }
     PyArray_Descr *d = PyArray_DESCR((PyArrayObject *)arr);
+    if (d->type_num == NPY_OBJECT && !PyArray_Check(obj) && probe_sequence(obj, 0) < 0) {
+        note_conversion(obj, what);
+        Py_DECREF(arr);
+        return NULL;
+    }
     if (!is_real_dtype(d)) {
         PyErr_Format(PyExc_TypeError,
                      "%s has dtype %S; myatt takes real numbers (bool, integer, float16, "
@@ -88,34 +169,85 @@ PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous)
     return (PyArrayObject *)PyArray_FromArray(a, PyArray_DescrFromType(typenum), flags);
 }
 
+const myatt_dtype *result_dtype(PyArrayObject *const *ops, int n)
+{
+    const myatt_dtype *best = MYATT_DTYPE_DEFAULT;
+    for (int i = 0; i < n; i++) {
+        const myatt_dtype *d = ops[i] != NULL ? dtype_of_typenum(PyArray_TYPE(ops[i])) : NULL;
+        if (d != NULL && d->index > best->index)
+            best = d;
+    }
+    return best;
+}
+
 int result_typenum(PyArrayObject *a, PyArrayObject *b, PyArrayObject *c)
 {
     PyArrayObject *ops[3] = {a, b, c};
-    for (int i = 0; i < 3; i++)
-        if (ops[i] != NULL && PyArray_TYPE(ops[i]) == NPY_DOUBLE)
-            return NPY_DOUBLE;
-    return NPY_FLOAT;
+    return result_dtype(ops, 3)->typenum;
+}
+
+/* torch.float32 / torch.float64 (a torch.dtype, recognised without importing
+ * torch: its type's module is "torch" and its str "torch.<name>"): the row of
+ * that name, or NULL (no exception) for anything else. */
+static const myatt_dtype *torch_dtype(PyObject *obj)
+{
+    PyObject *module = PyObject_GetAttrString((PyObject *)Py_TYPE(obj), "__module__");
+    if (module == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    int is_torch = PyUnicode_Check(module) && PyUnicode_CompareWithASCIIString(module, "torch") == 0;
+    Py_DECREF(module);
+    if (!is_torch)
+        return NULL;
+    PyObject *str = PyObject_Str(obj);
+    if (str == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    const char *s = PyUnicode_AsUTF8(str);
+    const myatt_dtype *d = NULL;
+    if (s == NULL)
+        PyErr_Clear();
+    else if (strncmp(s, "torch.", 6) == 0)
+        d = dtype_of_name(s + 6);
+    Py_DECREF(str);
+    return d;
+}
+
+int dtype_arg(PyObject *obj, const char *owner, const myatt_dtype **dtype)
+{
+    const myatt_dtype *d = torch_dtype(obj);
+    if (d != NULL) {
+        *dtype = d;
+        return 0;
+    }
+    PyArray_Descr *descr = NULL;
+    if (obj != Py_None && PyArray_DescrConverter2(obj, &descr) && descr != NULL)
+        d = dtype_of_typenum(descr->type_num);
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    if (d == NULL) {
+        if (descr != NULL)   /* a dtype numpy knows, not one myatt computes in */
+            PyErr_Format(PyExc_TypeError, "%s(): dtype must be %s, got %S", owner,
+                         dtype_names(), (PyObject *)descr);
+        else
+            PyErr_Format(PyExc_TypeError, "%s(): dtype must be %s, got %R", owner,
+                         dtype_names(), obj);
+        Py_XDECREF(descr);
+        return -1;
+    }
+    Py_DECREF(descr);
+    *dtype = d;
+    return 0;
 }
 
 int dtype_converter(PyObject *obj, int *typenum)
 {
-    PyArray_Descr *d = NULL;
-    if (obj == Py_None || !PyArray_DescrConverter2(obj, &d) || d == NULL) {
-        if (PyErr_Occurred())
-            PyErr_Clear();
-        PyErr_Format(PyExc_TypeError,
-                     "dtype must be numpy.float32 or numpy.float64, got %R", obj);
+    const myatt_dtype *d;
+    if (dtype_arg(obj, "myatt", &d) < 0)
         return 0;
-    }
-    int t = d->type_num;
-    if (t != NPY_FLOAT && t != NPY_DOUBLE) {
-        PyErr_Format(PyExc_TypeError,
-                     "dtype must be numpy.float32 or numpy.float64, got %S", (PyObject *)d);
-        Py_DECREF(d);
-        return 0;
-    }
-    Py_DECREF(d);
-    *typenum = t;
+    *typenum = d->typenum;
     return 1;
 }
 
@@ -150,7 +282,8 @@ int size_arg(PyObject *obj, const char *what, Py_ssize_t *size)
 PyObject *new_array(int ndim, const npy_intp *dims, int typenum, const char *what)
 {
     char shape[SHAPE_STR_LEN];
-    npy_intp itemsize = typenum == NPY_FLOAT ? 4 : 8;
+    const myatt_dtype *dt = dtype_of_typenum(typenum);
+    npy_intp itemsize = dt != NULL ? dt->itemsize : 8;
     npy_intp count = 1;
     for (int i = 0; i < ndim; i++) {
         if (dims[i] != 0 && count > NPY_MAX_INTP / itemsize / dims[i]) {

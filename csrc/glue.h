@@ -1,5 +1,7 @@
-/* What the CPython glue files share: the NumPy C API (imported once, in
- * module.c), the module state, and the argument conversion helpers of convert.c.
+/* What every CPython glue file shares: the NumPy C API (imported once, in
+ * module.c), the kernel views of arrays, the GIL bracket and the argument
+ * conversion helpers of convert.c.  The lowest glue layer: it includes no
+ * other glue header but dtype.h (docs/architecture.md).
  *
  * The glue converts and checks arguments, allocates results, releases the GIL
  * and calls the pure-C kernels of kernels/.  No arithmetic happens here. */
@@ -15,60 +17,9 @@
 #endif
 #include <numpy/arrayobject.h>
 
+#include "dtype.h"
 #include "kernels/rng.h"
-
-#if PY_VERSION_HEX < 0x030B0000
-#define PyType_GetModuleByDef _PyType_GetModuleByDef
-#endif
-
-/* ---- module state (module.c) ---------------------------------------------- */
-
-typedef struct {
-    PyTypeObject *linear_type;
-    PyTypeObject *myatt_type;
-    PyObject *axis_error;     /* numpy.exceptions.AxisError */
-    mt19937 rng;              /* myatt.manual_seed; used with the GIL held */
-} myatt_state;
-
-extern PyModuleDef myatt_module_def;
-
-/* The state of the module that defines `type` (or a base of it). */
-myatt_state *myatt_state_of_type(PyTypeObject *type);
-
-/* ---- the extension types (linear_type.c, myatt_type.c) -------------------- */
-
-typedef struct {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;  /* layer(x) without an args tuple (linear_type.c) */
-    Py_ssize_t in_features, out_features;
-    int typenum;                /* NPY_FLOAT or NPY_DOUBLE */
-    PyArrayObject *weight;      /* [out, in], C-contiguous, never handed out itself */
-    PyArrayObject *bias;        /* [out], or NULL for bias=False */
-} LinearObject;
-
-extern PyType_Spec linear_type_spec;
-extern PyType_Spec myatt_type_spec;
-
-/* A new Linear (of `type`: Linear or a subclass) with torch's initial weights,
- * drawn from the module's generator. */
-LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_features,
-                            Py_ssize_t out_features, int bias, int typenum);
-
-/* out[..., n] = x[..., k] @ weight[n, k]^T + bias, for x already of `typenum`,
- * aligned and in native byte order, x.shape[-1] == k checked by the caller.
- * weight is addressed through element strides; bias is contiguous or NULL.
- * A new C-contiguous array, or NULL with an exception set. */
-PyObject *linear_apply(PyArrayObject *x, const void *weight, npy_intp rs_w, npy_intp cs_w,
-                       const void *bias, npy_intp n, int typenum);
-
-/* The gradients of linear (linear_type.c; myatt.linear_backward and
- * Linear.backward share it): x [..., k] and grad_out [..., n] already of
- * `typenum`, aligned, native, their shapes checked by the caller; weight [n, k]
- * through element strides.  Returns the new tuple (grad_input shaped like x,
- * grad_weight [n, k], grad_bias [n] or None when !with_bias), or NULL. */
-PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, const void *weight,
-                            npy_intp rs_w, npy_intp cs_w, npy_intp n, int with_bias,
-                            int typenum);
+#include "kernels/view.h"
 
 /* ---- releasing the GIL ----------------------------------------------------- */
 
@@ -81,7 +32,6 @@ PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, const voi
     { PyThreadState *myatt_saved_ = (double)(work) >= MYATT_GIL_MIN_WORK ? PyEval_SaveThread() : NULL;
 #define MYATT_END_COMPUTE \
       if (myatt_saved_ != NULL) PyEval_RestoreThread(myatt_saved_); }
-
 /* ---- argument conversion (convert.c) -------------------------------------- */
 
 /* Any array-like as an ndarray (new reference), without copying what need not
@@ -90,21 +40,33 @@ PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, const voi
  * float16/32/64.  `what` names the argument in messages ("linear(): input"). */
 PyArrayObject *as_real_array(PyObject *obj, const char *what);
 
-/* `a` as `typenum` (NPY_FLOAT or NPY_DOUBLE), aligned, native byte order and,
+/* `a` as `typenum` (a row of the dtype table), aligned, native byte order and,
  * with `contiguous`, C-contiguous: `a` itself when it already is (new reference). */
 PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous);
 
-/* NPY_DOUBLE if any of the (possibly NULL) arrays is float64, else NPY_FLOAT. */
+/* The dtype a kernel function computes in for its operands ops[0:n] (NULL
+ * entries skipped): the last row of the dtype table (dtype.h) among their
+ * dtypes, the default row (float32) when none is in the table. */
+const myatt_dtype *result_dtype(PyArrayObject *const *ops, int n);
+
+/* result_dtype of up to three operands, as a type number (NPY_DOUBLE if any
+ * of the arrays is float64, else NPY_FLOAT). */
 int result_typenum(PyArrayObject *a, PyArrayObject *b, PyArrayObject *c);
 
-/* `dtype=` of the constructors: float32 or float64, anything numpy.dtype() takes. */
+/* `dtype=` of the constructors: a row of the dtype table, spelt as anything
+ * numpy.dtype() reads as one ("float32", numpy.float32, "f4", ...) or as a
+ * torch dtype (torch.float32; torch is not imported).  0, or -1 with TypeError
+ * "<owner>(): dtype must be float32 or float64, got 'float23'". */
+int dtype_arg(PyObject *obj, const char *owner, const myatt_dtype **dtype);
+
+/* dtype_arg as a PyArg "O&" converter (owner "myatt"): 1, or 0 with the error set. */
 int dtype_converter(PyObject *obj, int *typenum);
 
 /* A size argument (in_features, query_size, ...): an integer >= 0.
  * Returns 0, or -1 with TypeError / ValueError / MemoryError naming `what`. */
 int size_arg(PyObject *obj, const char *what, Py_ssize_t *size);
 
-/* A new uninitialised C-contiguous array of `typenum` (NPY_FLOAT or NPY_DOUBLE),
+/* A new uninitialised C-contiguous array of `typenum` (a row of the dtype table),
  * or NULL with MemoryError naming `what` ("linear(): result") when its byte
  * count overflows or it cannot be allocated (never NumPy's ValueError). */
 PyObject *new_array(int ndim, const npy_intp *dims, int typenum, const char *what);
@@ -131,39 +93,28 @@ const char *shape_str(char *buf, size_t len, int ndim, const npy_intp *dims);
 /* Element stride of axis `i` of an aligned array. */
 #define ESTRIDE(a, i) (PyArray_STRIDES(a)[i] / (npy_intp)PyArray_ITEMSIZE(a))
 
-/* ---- state_dict (state_dict.c) -------------------------------------------- */
+/* The kernel views (kernels/view.h) of an aligned 2-D / 3-D array. */
+static inline mk_cmat cmat_of(PyArrayObject *a)
+{
+    return (mk_cmat){PyArray_DATA(a), PyArray_DIM(a, 0), PyArray_DIM(a, 1),
+                     ESTRIDE(a, 0), ESTRIDE(a, 1)};
+}
 
-/* {keys[i]: copy of params[i]} for the non-NULL params, in order. */
-PyObject *state_dict_build(const char *const *keys, PyArrayObject *const *params, int n);
+static inline mk_mat mat_of(PyArrayObject *a)
+{
+    return (mk_mat){PyArray_DATA(a), PyArray_DIM(a, 0), PyArray_DIM(a, 1),
+                    ESTRIDE(a, 0), ESTRIDE(a, 1)};
+}
 
-/* Copy d[keys[i]] into params[i] for every key present, after converting and
- * checking every one of them: on any error nothing is written.  strict: missing
- * or unexpected keys raise KeyError.  Returns (missing_keys, unexpected_keys). */
-PyObject *state_dict_load(PyObject *d, int strict, const char *const *keys,
-                          PyArrayObject *const *params, int n, const char *owner);
+static inline mk_cbatch cbatch_of(PyArrayObject *a)
+{
+    return (mk_cbatch){PyArray_DATA(a), PyArray_DIM(a, 0), PyArray_DIM(a, 1), PyArray_DIM(a, 2),
+                       ESTRIDE(a, 0), ESTRIDE(a, 1), ESTRIDE(a, 2)};
+}
 
-/* ---- pickling, copying, from_torch, _repr_html_ (interop.c) --------------- */
-
-/* A new object of `type` from its tp_new(args, kwargs) (kwargs a dict or None),
- * loaded from state_dict with strict=True.  Draws nothing from myatt's
- * generator: while myatt_rebuilding is set, this thread's linear_create
- * zero-fills the parameters instead.  Unpickling, copy and from_torch. */
-extern _Thread_local int myatt_rebuilding;
-PyObject *object_from_state(PyTypeObject *type, PyObject *args, PyObject *kwargs,
-                            PyObject *state_dict);
-
-/* __reduce__: (type(self)._from_state, (args, kwargs, self.state_dict()),
- * the instance __dict__ of a subclass or None). */
-PyObject *reduce_object(PyObject *self, PyObject *args, PyObject *kwargs);
-
-/* The methods both types share: _from_state (unpickling), from_torch (with the
- * myatt._interop function that reads the torch module: "linear_spec" or
- * "myatt_spec") and _repr_html_. */
-PyObject *from_state_method(PyTypeObject *cls, PyObject *args);
-PyObject *from_torch_with(PyTypeObject *cls, PyObject *module, const char *spec_func);
-PyObject *repr_html_method(PyObject *self, PyObject *ignored);
-
-/* module.func(arg), `module` a helper module of the package ("myatt._interop"). */
-PyObject *call_package_helper(const char *module, const char *func, PyObject *arg);
-
+static inline mk_batch batch_of(PyArrayObject *a)
+{
+    return (mk_batch){PyArray_DATA(a), PyArray_DIM(a, 0), PyArray_DIM(a, 1), PyArray_DIM(a, 2),
+                      ESTRIDE(a, 0), ESTRIDE(a, 1), ESTRIDE(a, 2)};
+}
 #endif

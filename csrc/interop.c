@@ -3,9 +3,42 @@
  * methods; where Python is the natural language (reading a torch module,
  * writing HTML) they call a small helper module of the package, imported on
  * first use: importing myatt never imports torch. */
-#include "glue.h"
+#include "interop.h"
 
-_Thread_local int myatt_rebuilding;
+#include "pieces.h"
+
+/* The keyword object_from_state hands tp_new (through a subclass's __new__,
+ * which passes **kwargs on) so that it builds without drawing from the
+ * generator; its value must be the module's own token object, so no caller
+ * can ask for it by accident.  The key is made once (st->rebuild_key): a
+ * string made per call would be interned and dropped again each time. */
+#define REBUILD_KEY "_myatt_rebuild"
+
+int interop_setup(myatt_state *st)
+{
+    st->rebuild_token = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+    st->rebuild_key = PyUnicode_InternFromString(REBUILD_KEY);
+    return st->rebuild_token == NULL || st->rebuild_key == NULL ? -1 : 0;
+}
+
+int rebuild_requested(myatt_state *st, PyObject *kwds, PyObject **rest)
+{
+    *rest = kwds;
+    if (kwds == NULL || !PyDict_Check(kwds))
+        return 0;
+    PyObject *token = PyDict_GetItemWithError(kwds, st->rebuild_key);   /* borrowed */
+    if (token == NULL && PyErr_Occurred())
+        return -1;
+    if (token == NULL || token != st->rebuild_token)
+        return 0;   /* absent, or not ours: the parser refuses the keyword */
+    PyObject *copy = PyDict_Copy(kwds);
+    if (copy == NULL || PyDict_DelItem(copy, st->rebuild_key) < 0) {
+        Py_XDECREF(copy);
+        return -1;
+    }
+    *rest = copy;
+    return 1;
+}
 
 PyObject *object_from_state(PyTypeObject *type, PyObject *args, PyObject *kwargs,
                             PyObject *state_dict)
@@ -15,17 +48,22 @@ PyObject *object_from_state(PyTypeObject *type, PyObject *args, PyObject *kwargs
                      "dict or None", type_short_name(type));
         return NULL;
     }
-    if (myatt_state_of_type(type) == NULL)   /* not one of ours */
+    myatt_state *st = myatt_state_of_type(type);
+    if (st == NULL)   /* not one of ours */
         return NULL;
     /* The constructor would draw torch's initial weights from myatt's generator,
-     * only to overwrite them at once: while this thread rebuilds the object it
-     * draws nothing (linear_create), so unpickling, copying and from_torch never
-     * change which weights the next constructor gives after a manual_seed.  The
-     * flag is this thread's: other threads, which a Python subclass's __new__
-     * may let run, construct and draw as usual. */
-    myatt_rebuilding++;
-    PyObject *obj = type->tp_new(type, args, kwargs == Py_None ? NULL : kwargs);
-    myatt_rebuilding--;
+     * only to overwrite them at once: asked to rebuild (the private keyword,
+     * rebuild_requested) it draws nothing, so unpickling, copying and
+     * from_torch never change which weights the next constructor gives after a
+     * manual_seed.  The request travels with this call only: other threads,
+     * which a Python subclass's __new__ may let run, construct and draw as usual. */
+    PyObject *kw = kwargs == Py_None ? PyDict_New() : PyDict_Copy(kwargs);
+    if (kw == NULL || PyDict_SetItem(kw, st->rebuild_key, st->rebuild_token) < 0) {
+        Py_XDECREF(kw);
+        return NULL;
+    }
+    PyObject *obj = type->tp_new(type, args, kw);
+    Py_DECREF(kw);
     if (obj == NULL)
         return NULL;
     PyObject *r = PyObject_CallMethod(obj, "load_state_dict", "O", state_dict);

@@ -1,63 +1,18 @@
-/* myatt.Linear: the extension type holding one linear layer's parameters, and
- * linear_apply, the glue around the linear kernel that myatt.linear shares. */
-#include "glue.h"
+/* myatt.Linear: the extension type holding one linear layer's parameters.
+ * Its computations are linear_ops.c's (shared with myatt.linear).  Exports
+ * linear_type_spec (pieces.h) and linear_create (linear_type.h). */
+#include "linear_type.h"
 
-#include "kernels/linear.h"
+#include "checks.h"
+#include "interop.h"
+#include "linear_ops.h"
+#include "pieces.h"
+#include "state_dict.h"
 
 #include <stddef.h>
 #include <string.h>
 
 #include <structmember.h>
-
-/* ---- the computation, shared with myatt.linear ---------------------------- */
-
-PyObject *linear_apply(PyArrayObject *x, const void *weight, npy_intp rs_w, npy_intp cs_w,
-                       const void *bias, npy_intp n, int typenum)
-{
-    int ndim = PyArray_NDIM(x);
-    npy_intp k = PyArray_DIM(x, ndim - 1);
-    npy_intp out_dims[NPY_MAXDIMS];
-    npy_intp m = 1;
-    for (int i = 0; i < ndim - 1; i++) {
-        out_dims[i] = PyArray_DIM(x, i);
-        m *= out_dims[i];   /* cannot overflow: x exists with these dimensions */
-    }
-    out_dims[ndim - 1] = n;
-
-    /* [..., k] viewed as rows [m, k]: strides as they are for 1-D and 2-D input,
-     * a contiguous copy first for more dimensions that are not contiguous. */
-    PyArrayObject *rows = (PyArrayObject *)Py_NewRef(x);
-    if (ndim > 2 && !PyArray_IS_C_CONTIGUOUS(x)) {
-        Py_SETREF(rows, (PyArrayObject *)PyArray_NewCopy(x, NPY_CORDER));
-        if (rows == NULL) {
-            name_memory_error("linear: a contiguous copy of input");
-            return NULL;
-        }
-    }
-    npy_intp cs_x = ESTRIDE(rows, ndim - 1);
-    npy_intp rs_x = ndim == 2 ? ESTRIDE(rows, 0) : ndim == 1 ? 0 : k;
-
-    PyObject *out = new_array(ndim, out_dims, typenum, "linear: the result");
-    if (out == NULL) {
-        Py_DECREF(rows);
-        return NULL;
-    }
-    const void *xd = PyArray_DATA(rows);
-    void *od = PyArray_DATA((PyArrayObject *)out);
-    int rc;
-    MYATT_BEGIN_COMPUTE((double)m * (double)k * (double)n)
-    if (typenum == NPY_FLOAT)
-        rc = linear_forward_f32(od, xd, rs_x, cs_x, weight, rs_w, cs_w, bias, m, k, n);
-    else
-        rc = linear_forward_f64(od, xd, rs_x, cs_x, weight, rs_w, cs_w, bias, m, k, n);
-    MYATT_END_COMPUTE
-    Py_DECREF(rows);
-    if (rc < 0) {
-        Py_DECREF(out);
-        return PyErr_NoMemory();
-    }
-    return out;
-}
 
 /* ---- construction ---------------------------------------------------------- */
 
@@ -72,7 +27,8 @@ static PyObject *Linear_vectorcall(PyObject *self, PyObject *const *args, size_t
                                    PyObject *kwnames);
 
 LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_features,
-                            Py_ssize_t out_features, int bias, int typenum)
+                            Py_ssize_t out_features, int bias, const myatt_dtype *dtype,
+                            linear_init init)
 {
     npy_intp wdims[2] = {out_features, in_features};
     LinearObject *self = (LinearObject *)type->tp_alloc(type, 0);
@@ -81,25 +37,24 @@ LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_f
     self->vectorcall = Linear_vectorcall;
     self->in_features = in_features;
     self->out_features = out_features;
-    self->typenum = typenum;
-    self->weight = new_param(2, wdims, typenum,
+    self->dtype = dtype;
+    self->weight = new_param(2, wdims, dtype->typenum,
                              "Linear(): weight [out_features, in_features]");
     if (self->weight == NULL)
         goto fail;
     if (bias) {
-        self->bias = new_param(1, wdims, typenum, "Linear(): bias [out_features]");
+        self->bias = new_param(1, wdims, dtype->typenum, "Linear(): bias [out_features]");
         if (self->bias == NULL)
             goto fail;
     }
     void *b = bias ? PyArray_DATA(self->bias) : NULL;
-    if (myatt_rebuilding) {   /* object_from_state loads the parameters next */
+    if (init == LINEAR_INIT_ZEROS) {   /* object_from_state loads the parameters next */
         memset(PyArray_DATA(self->weight), 0, (size_t)PyArray_NBYTES(self->weight));
         if (b != NULL)
             memset(b, 0, (size_t)PyArray_NBYTES(self->bias));
-    } else if (typenum == NPY_FLOAT)
-        linear_init_f32(&st->rng, PyArray_DATA(self->weight), b, out_features, in_features);
-    else
-        linear_init_f64(&st->rng, PyArray_DATA(self->weight), b, out_features, in_features);
+    } else
+        dtype->k->linear_init(&st->rng, PyArray_DATA(self->weight), b, out_features,
+                              in_features);
     return self;
 fail:
     Py_DECREF(self);
@@ -111,22 +66,30 @@ static PyObject *Linear_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"in_features", "out_features", "bias", "dtype", NULL};
     PyObject *in_obj, *out_obj, *bias_obj = Py_True, *dtype_obj = NULL;
     Py_ssize_t in_features, out_features;
-    int typenum = NPY_FLOAT;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O$O:Linear", kwlist,
-                                     &in_obj, &out_obj, &bias_obj, &dtype_obj))
+    const myatt_dtype *dtype = MYATT_DTYPE_DEFAULT;
+    myatt_state *st = myatt_state_of_type(type);
+    if (st == NULL)
+        return NULL;
+    PyObject *rest;
+    int rebuild = rebuild_requested(st, kwds, &rest);
+    if (rebuild < 0)
+        return NULL;
+    int ok = PyArg_ParseTupleAndKeywords(args, rest, "OO|O$O:Linear", kwlist,
+                                         &in_obj, &out_obj, &bias_obj, &dtype_obj);
+    if (rebuild)
+        Py_DECREF(rest);
+    if (!ok)
         return NULL;
     if (size_arg(in_obj, "Linear(): in_features", &in_features) < 0
             || size_arg(out_obj, "Linear(): out_features", &out_features) < 0)
         return NULL;
-    if (dtype_obj != NULL && !dtype_converter(dtype_obj, &typenum))
+    if (dtype_obj != NULL && dtype_arg(dtype_obj, "Linear", &dtype) < 0)
         return NULL;
     int bias = PyObject_IsTrue(bias_obj);
     if (bias < 0)
         return NULL;
-    myatt_state *st = myatt_state_of_type(type);
-    if (st == NULL)
-        return NULL;
-    return (PyObject *)linear_create(st, type, in_features, out_features, bias, typenum);
+    return (PyObject *)linear_create(st, type, in_features, out_features, bias, dtype,
+                                     rebuild ? LINEAR_INIT_ZEROS : LINEAR_INIT_TORCH);
 }
 
 static void Linear_dealloc(LinearObject *self)
@@ -145,21 +108,16 @@ static PyObject *linear_forward(LinearObject *self, PyObject *input)
     PyArrayObject *raw = as_real_array(input, "Linear: input");
     if (raw == NULL)
         return NULL;
-    if (PyArray_NDIM(raw) == 0 || PyArray_DIM(raw, PyArray_NDIM(raw) - 1) != self->in_features) {
-        char got[SHAPE_STR_LEN];
-        PyErr_Format(PyExc_ValueError,
-                     "Linear: input must have shape (..., %zd) (in_features = %zd), got %s",
-                     self->in_features, self->in_features, SHAPE_OF(got, raw));
+    if (check_in_features("Linear: input", raw, self->in_features) < 0) {
         Py_DECREF(raw);
         return NULL;
     }
-    PyArrayObject *x = cast_array(raw, self->typenum, 0);
+    PyArrayObject *x = cast_array(raw, self->dtype->typenum, 0);
     Py_DECREF(raw);
     if (x == NULL)
         return NULL;
-    PyObject *out = linear_apply(x, PyArray_DATA(self->weight), self->in_features, 1,
-                                 self->bias ? PyArray_DATA(self->bias) : NULL,
-                                 self->out_features, self->typenum);
+    PyObject *out = linear_apply(x, cmat_of(self->weight),
+                                 self->bias ? PyArray_DATA(self->bias) : NULL, self->dtype);
     Py_DECREF(x);
     return out;
 }
@@ -300,7 +258,7 @@ static PyObject *Linear_get_out_features(LinearObject *self, void *Py_UNUSED(clo
 
 static PyObject *Linear_get_dtype(LinearObject *self, void *Py_UNUSED(closure))
 {
-    return (PyObject *)PyArray_DescrFromType(self->typenum);
+    return (PyObject *)PyArray_DescrFromType(self->dtype->typenum);
 }
 
 static PyObject *Linear_repr(LinearObject *self)
@@ -308,67 +266,10 @@ static PyObject *Linear_repr(LinearObject *self)
     return PyUnicode_FromFormat("%s(in_features=%zd, out_features=%zd, bias=%s, dtype=%s)",
                                 type_short_name(Py_TYPE(self)), self->in_features,
                                 self->out_features, self->bias ? "True" : "False",
-                                self->typenum == NPY_FLOAT ? "float32" : "float64");
+                                self->dtype->name);
 }
 
-/* ---- backward (myatt.linear_backward and Linear.backward) ------------------- */
-
-/* a [..., d] as rows [m, d]: a itself for 1-D (one row, row stride 0) and 2-D
- * (its strides), else a C-contiguous version of it.  New reference or NULL. */
-static PyArrayObject *as_rows(PyArrayObject *a, npy_intp *rs, npy_intp *cs)
-{
-    int ndim = PyArray_NDIM(a);
-    PyArrayObject *rows = (PyArrayObject *)Py_NewRef(a);
-    if (ndim > 2 && !PyArray_IS_C_CONTIGUOUS(a)) {
-        Py_SETREF(rows, (PyArrayObject *)PyArray_NewCopy(a, NPY_CORDER));
-        if (rows == NULL)
-            return NULL;
-    }
-    *cs = ESTRIDE(rows, ndim - 1);
-    *rs = ndim == 2 ? ESTRIDE(rows, 0) : ndim == 1 ? 0 : PyArray_DIM(rows, ndim - 1);
-    return rows;
-}
-
-PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, const void *weight,
-                            npy_intp rs_w, npy_intp cs_w, npy_intp n, int with_bias,
-                            int typenum)
-{
-    PyArrayObject *xr = NULL, *gr = NULL, *gx = NULL, *gw = NULL, *gb = NULL;
-    PyObject *result = NULL;
-    int ndim = PyArray_NDIM(x);
-    npy_intp k = PyArray_DIM(x, ndim - 1), m = 1;
-    for (int i = 0; i < ndim - 1; i++)
-        m *= PyArray_DIM(x, i);   /* cannot overflow: x exists with these dimensions */
-    npy_intp rs_x, cs_x, rs_g, cs_g, wdims[2] = {n, k};
-    if ((xr = as_rows(x, &rs_x, &cs_x)) == NULL || (gr = as_rows(grad_out, &rs_g, &cs_g)) == NULL
-            || (gx = (PyArrayObject *)PyArray_SimpleNew(ndim, PyArray_DIMS(x), typenum)) == NULL
-            || (gw = (PyArrayObject *)PyArray_SimpleNew(2, wdims, typenum)) == NULL
-            || (with_bias && (gb = (PyArrayObject *)PyArray_SimpleNew(1, wdims, typenum)) == NULL))
-        goto fail;
-    const void *xd = PyArray_DATA(xr), *gd = PyArray_DATA(gr);
-    void *gxd = PyArray_DATA(gx), *gwd = PyArray_DATA(gw), *gbd = gb ? PyArray_DATA(gb) : NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    if (typenum == NPY_FLOAT)
-        rc = linear_backward_f32(gxd, gwd, gbd, gd, rs_g, cs_g, xd, rs_x, cs_x,
-                                 weight, rs_w, cs_w, m, k, n);
-    else
-        rc = linear_backward_f64(gxd, gwd, gbd, gd, rs_g, cs_g, xd, rs_x, cs_x,
-                                 weight, rs_w, cs_w, m, k, n);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
-        PyErr_NoMemory();
-        goto fail;
-    }
-    result = PyTuple_Pack(3, (PyObject *)gx, (PyObject *)gw, gb ? (PyObject *)gb : Py_None);
-fail:
-    Py_XDECREF(xr);
-    Py_XDECREF(gr);
-    Py_XDECREF(gx);
-    Py_XDECREF(gw);
-    Py_XDECREF(gb);
-    return result;
-}
+/* ---- backward --------------------------------------------------------------- */
 
 PyDoc_STRVAR(Linear_backward_doc,
 "backward($self, input, grad_output)\n--\n\n"
@@ -382,34 +283,19 @@ static PyObject *Linear_backward(LinearObject *self, PyObject *args, PyObject *k
     static char *kwlist[] = {"input", "grad_output", NULL};
     PyObject *input_obj, *go_obj, *grads = NULL, *result = NULL;
     PyArrayObject *rx = NULL, *rg = NULL, *x = NULL, *g = NULL;
-    char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN];
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:Linear.backward", kwlist,
                                      &input_obj, &go_obj))
         return NULL;
     if ((rx = as_real_array(input_obj, "Linear.backward(): input")) == NULL
             || (rg = as_real_array(go_obj, "Linear.backward(): grad_output")) == NULL)
         goto fail;
-    int ndim = PyArray_NDIM(rx);
-    if (ndim == 0 || PyArray_DIM(rx, ndim - 1) != self->in_features) {
-        PyErr_Format(PyExc_ValueError, "Linear.backward(): input must have shape (..., %zd) "
-                     "(in_features = %zd), got %s", self->in_features, self->in_features,
-                     SHAPE_OF(s1, rx));
+    if (check_in_features("Linear.backward(): input", rx, self->in_features) < 0
+            || check_grad_output_rows("Linear.backward()", rx, rg, self->out_features) < 0)
         goto fail;
-    }
-    npy_intp want[NPY_MAXDIMS];
-    memcpy(want, PyArray_DIMS(rx), (size_t)ndim * sizeof(npy_intp));
-    want[ndim - 1] = self->out_features;
-    if (PyArray_NDIM(rg) != ndim || !PyArray_CompareLists(want, PyArray_DIMS(rg), ndim)) {
-        PyErr_Format(PyExc_ValueError, "Linear.backward(): grad_output must have shape %s "
-                     "(input's leading dimensions, out_features), got %s",
-                     shape_str(s1, sizeof s1, ndim, want), SHAPE_OF(s2, rg));
-        goto fail;
-    }
-    if ((x = cast_array(rx, self->typenum, 0)) == NULL
-            || (g = cast_array(rg, self->typenum, 0)) == NULL
-            || (grads = linear_grad_apply(x, g, PyArray_DATA(self->weight), self->in_features,
-                                          1, self->out_features, self->bias != NULL,
-                                          self->typenum)) == NULL)
+    if ((x = cast_array(rx, self->dtype->typenum, 0)) == NULL
+            || (g = cast_array(rg, self->dtype->typenum, 0)) == NULL
+            || (grads = linear_grad_apply(x, g, cmat_of(self->weight), self->bias != NULL,
+                                          self->dtype)) == NULL)
         goto fail;
     result = Py_BuildValue("{sOsOsO}", "input", PyTuple_GET_ITEM(grads, 0),
                            "weight", PyTuple_GET_ITEM(grads, 1),
@@ -429,8 +315,7 @@ static PyObject *Linear_reduce(LinearObject *self, PyObject *Py_UNUSED(ignored))
 {
     PyObject *args = Py_BuildValue("(nnO)", self->in_features, self->out_features,
                                    self->bias ? Py_True : Py_False);
-    PyObject *kwargs = Py_BuildValue("{ss}", "dtype",
-                                     self->typenum == NPY_FLOAT ? "float32" : "float64");
+    PyObject *kwargs = Py_BuildValue("{ss}", "dtype", self->dtype->name);
     PyObject *r = args && kwargs ? reduce_object((PyObject *)self, args, kwargs) : NULL;
     Py_XDECREF(args);
     Py_XDECREF(kwargs);
@@ -477,7 +362,8 @@ PyDoc_STRVAR(Linear_doc,
 "arrays sharing the object's memory: `m.weight -= lr * g` updates the layer in\n"
 "place; assigning an array copies it in after checking its shape. The initial\n"
 "values are torch's for the same seed (see myatt.manual_seed). dtype is\n"
-"float32 or float64 (anything numpy.dtype() reads as one of them).\n\n"
+"float32 or float64 (anything numpy.dtype() reads as one of them, or\n"
+"torch.float32 / torch.float64).\n\n"
 "Linear.from_torch(module) copies a torch.nn.Linear; pickle, copy.copy and\n"
 "copy.deepcopy keep the dtype and the weights.");
 

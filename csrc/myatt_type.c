@@ -1,7 +1,10 @@
 /* myatt.MyAtt: the seed's attention module as an extension type.  It owns two
  * Linear objects (attn, attn_combine) and runs the fused kernel of
  * kernels/myatt.c on their parameters. */
-#include "glue.h"
+#include "interop.h"
+#include "linear_type.h"
+#include "pieces.h"
+#include "state_dict.h"
 
 #include "kernels/myatt.h"
 
@@ -13,7 +16,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;    /* MyAtt_vectorcall: m(Q, K, V) without an args tuple */
     Py_ssize_t query_size, key_size, value_size1, value_size2, output_size;
-    int typenum;
+    const myatt_dtype *dtype;     /* a row of the dtype table (dtype.h) */
     LinearObject *attn;           /* Linear(query_size + key_size, value_size1)   */
     LinearObject *attn_combine;   /* Linear(query_size + value_size2, output_size) */
 } MyAttObject;
@@ -30,23 +33,31 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                                        "MyAtt(): output_size"};
     PyObject *objs[5], *dtype_obj = NULL;
     Py_ssize_t sizes[5];
-    int typenum = NPY_FLOAT;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|$O:MyAtt", kwlist, &objs[0], &objs[1],
-                                     &objs[2], &objs[3], &objs[4], &dtype_obj))
+    const myatt_dtype *dtype = MYATT_DTYPE_DEFAULT;
+    myatt_state *st = myatt_state_of_type(type);
+    if (st == NULL)
         return NULL;
+    PyObject *rest;
+    int rebuild = rebuild_requested(st, kwds, &rest);
+    if (rebuild < 0)
+        return NULL;
+    int ok = PyArg_ParseTupleAndKeywords(args, rest, "OOOOO|$O:MyAtt", kwlist, &objs[0],
+                                         &objs[1], &objs[2], &objs[3], &objs[4], &dtype_obj);
+    if (rebuild)
+        Py_DECREF(rest);
+    if (!ok)
+        return NULL;
+    const linear_init init = rebuild ? LINEAR_INIT_ZEROS : LINEAR_INIT_TORCH;
     for (int i = 0; i < 5; i++)
         if (size_arg(objs[i], what[i], &sizes[i]) < 0)
             return NULL;
-    if (dtype_obj != NULL && !dtype_converter(dtype_obj, &typenum))
+    if (dtype_obj != NULL && dtype_arg(dtype_obj, "MyAtt", &dtype) < 0)
         return NULL;
     Py_ssize_t qs = sizes[0], ks = sizes[1], v1 = sizes[2], v2 = sizes[3], os = sizes[4];
     if (ks > PY_SSIZE_T_MAX - qs || v2 > PY_SSIZE_T_MAX - qs) {
         PyErr_SetString(PyExc_MemoryError, "MyAtt(): sizes too large to allocate");
         return NULL;
     }
-    myatt_state *st = myatt_state_of_type(type);
-    if (st == NULL)
-        return NULL;
     MyAttObject *self = (MyAttObject *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
@@ -56,12 +67,12 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->value_size1 = v1;
     self->value_size2 = v2;
     self->output_size = os;
-    self->typenum = typenum;
+    self->dtype = dtype;
     /* torch's order of draws: attn's weight and bias, then attn_combine's. */
-    self->attn = linear_create(st, st->linear_type, qs + ks, v1, 1, typenum);
+    self->attn = linear_create(st, st->linear_type, qs + ks, v1, 1, self->dtype, init);
     if (self->attn == NULL)
         goto fail;
-    self->attn_combine = linear_create(st, st->linear_type, qs + v2, os, 1, typenum);
+    self->attn_combine = linear_create(st, st->linear_type, qs + v2, os, 1, self->dtype, init);
     if (self->attn_combine == NULL)
         goto fail;
     return (PyObject *)self;
@@ -93,33 +104,35 @@ static PyArrayObject *batch0(PyArrayObject *a, int typenum)
     return cast;
 }
 
-/* Batch item 0 of a checked 3-D array as the kernel reads it: its data and
- * element strides.  An array already of `typenum`, aligned and in native byte
- * order is read in place (no view object: the same pointer and strides the
- * view a[0] would have); anything else goes through batch0, and *hold keeps
- * the converted copy alive (NULL when reading in place). */
-typedef struct {
-    PyArrayObject *hold;
-    const void *data;
-    npy_intp rs, cs;
-} matrix;
-
-static int batch0_matrix(PyArrayObject *a, int typenum, matrix *m)
+/* Batch item 0 of a checked 3-D array as the kernel reads it: a view.  An
+ * array already of `typenum`, aligned and in native byte order is read in
+ * place (no view object: the same pointer and strides the view a[0] would
+ * have); anything else goes through batch0, and *hold keeps the converted copy
+ * alive (NULL when reading in place). */
+static int batch0_view(PyArrayObject *a, int typenum, PyArrayObject **hold, mk_cmat *m)
 {
     if (PyArray_TYPE(a) == typenum && PyArray_ISALIGNED(a) && PyArray_ISNOTSWAPPED(a)) {
         const npy_intp item = (npy_intp)PyArray_ITEMSIZE(a);
-        m->hold = NULL;
-        m->data = PyArray_DATA(a);
-        m->rs = PyArray_STRIDES(a)[1] / item;
-        m->cs = PyArray_STRIDES(a)[2] / item;
+        *hold = NULL;
+        *m = (mk_cmat){PyArray_DATA(a), PyArray_DIM(a, 1), PyArray_DIM(a, 2),
+                       PyArray_STRIDES(a)[1] / item, PyArray_STRIDES(a)[2] / item};
         return 0;
     }
-    if ((m->hold = batch0(a, typenum)) == NULL)
+    if ((*hold = batch0(a, typenum)) == NULL)
         return -1;
-    m->data = PyArray_DATA(m->hold);
-    m->rs = ESTRIDE(m->hold, 0);
-    m->cs = ESTRIDE(m->hold, 1);
+    *m = cmat_of(*hold);
     return 0;
+}
+
+/* The kernel's inputs: batch item 0 views q, k, v and the parameters. */
+static myatt_inputs myatt_inputs_of(MyAttObject *self, mk_cmat q, mk_cmat k, mk_cmat v)
+{
+    LinearObject *a = self->attn, *c = self->attn_combine;
+    return (myatt_inputs){
+        .q = q, .k = k, .v = v,
+        .w_attn = cmat_of(a->weight), .w_comb = cmat_of(c->weight),
+        .b_attn = PyArray_DATA(a->bias), .b_comb = PyArray_DATA(c->bias),
+    };
 }
 
 /* What torch would fail on, in the order torch meets it; 0 or -1 with ValueError. */
@@ -188,19 +201,20 @@ static int check_qkv_fail(MyAttObject *self, PyArrayObject *q, PyArrayObject *k,
 
 static PyObject *myatt_forward(MyAttObject *self, PyObject *Q, PyObject *K, PyObject *V)
 {
-    PyArrayObject *rq = NULL, *rk = NULL, *rv = NULL;
-    matrix q = {NULL}, k = {NULL}, v = {NULL};
+    PyArrayObject *rq = NULL, *rk = NULL, *rv = NULL, *hq = NULL, *hk = NULL, *hv = NULL;
+    mk_cmat q, k, v;
     PyArrayObject *out = NULL, *weights = NULL;
     PyObject *result = NULL;
-    int typenum = self->typenum;
+    const myatt_dtype *dt = self->dtype;
+    const int typenum = dt->typenum;
 
     if ((rq = as_real_array(Q, "MyAtt: Q")) == NULL
             || (rk = as_real_array(K, "MyAtt: K")) == NULL
             || (rv = as_real_array(V, "MyAtt: V")) == NULL
             || check_qkv(self, rq, rk, rv) < 0
-            || batch0_matrix(rq, typenum, &q) < 0
-            || batch0_matrix(rk, typenum, &k) < 0
-            || batch0_matrix(rv, typenum, &v) < 0)
+            || batch0_view(rq, typenum, &hq, &q) < 0
+            || batch0_view(rk, typenum, &hk, &k) < 0
+            || batch0_view(rv, typenum, &hv, &v) < 0)
         goto fail;
 
     npy_intp S = PyArray_DIM(rq, 1), dq = PyArray_DIM(rq, 2), dk = PyArray_DIM(rk, 2);
@@ -211,23 +225,13 @@ static PyObject *myatt_forward(MyAttObject *self, PyObject *Q, PyObject *K, PyOb
                                                      "MyAtt: attn_weights")) == NULL)
         goto fail;
 
-    LinearObject *a = self->attn, *c = self->attn_combine;
+    const myatt_inputs in = myatt_inputs_of(self, q, k, v);
+    void *od = PyArray_DATA(out), *wd = PyArray_DATA(weights);
     const double work = (double)S * ((double)(dq + dk) * (double)v1 + (double)v1 * (double)v2
                                      + (double)(dq + v2) * (double)os);
     int rc;
     MYATT_BEGIN_COMPUTE(work)
-    if (typenum == NPY_FLOAT)
-        rc = myatt_forward_f32(PyArray_DATA(out), PyArray_DATA(weights),
-                               q.data, q.rs, q.cs, k.data, k.rs, k.cs, v.data, v.rs, v.cs,
-                               PyArray_DATA(a->weight), PyArray_DATA(a->bias),
-                               PyArray_DATA(c->weight), PyArray_DATA(c->bias),
-                               S, dq, dk, v1, v2, os);
-    else
-        rc = myatt_forward_f64(PyArray_DATA(out), PyArray_DATA(weights),
-                               q.data, q.rs, q.cs, k.data, k.rs, k.cs, v.data, v.rs, v.cs,
-                               PyArray_DATA(a->weight), PyArray_DATA(a->bias),
-                               PyArray_DATA(c->weight), PyArray_DATA(c->bias),
-                               S, dq, dk, v1, v2, os);
+    rc = dt->k->myatt_forward(od, wd, &in);
     MYATT_END_COMPUTE
     if (rc < 0) {
         PyErr_NoMemory();
@@ -239,9 +243,9 @@ fail:
     Py_XDECREF(rq);
     Py_XDECREF(rk);
     Py_XDECREF(rv);
-    Py_XDECREF(q.hold);
-    Py_XDECREF(k.hold);
-    Py_XDECREF(v.hold);
+    Py_XDECREF(hq);
+    Py_XDECREF(hk);
+    Py_XDECREF(hv);
     Py_XDECREF(out);
     Py_XDECREF(weights);
     return result;
@@ -308,7 +312,8 @@ static PyObject *myatt_backward(MyAttObject *self, PyObject *Q, PyObject *K, PyO
     PyArrayObject *gq = NULL, *gk = NULL, *gv = NULL, *gwa = NULL, *gba = NULL;
     PyArrayObject *gwc = NULL, *gbc = NULL;
     PyObject *result = NULL;
-    int typenum = self->typenum;
+    const myatt_dtype *dt = self->dtype;
+    const int typenum = dt->typenum;
 
     if ((rq = as_real_array(Q, "MyAtt.backward(): Q")) == NULL
             || (rk = as_real_array(K, "MyAtt.backward(): K")) == NULL
@@ -318,8 +323,7 @@ static PyObject *myatt_backward(MyAttObject *self, PyObject *Q, PyObject *K, PyO
                 && (rga = as_real_array(GA, "MyAtt.backward(): grad_attn_weights")) == NULL)
             || check_qkv(self, rq, rk, rv) < 0)
         goto fail;
-    npy_intp S = PyArray_DIM(rq, 1), dq = PyArray_DIM(rq, 2), dk = PyArray_DIM(rk, 2);
-    npy_intp v1 = self->value_size1, v2 = PyArray_DIM(rv, 2), os = self->output_size;
+    npy_intp S = PyArray_DIM(rq, 1), v1 = self->value_size1, os = self->output_size;
     npy_intp go_dims[3] = {1, S, os}, ga_dims[2] = {S, v1};
     if (check_grad_shape(rgo, 3, go_dims, "grad_output") < 0
             || (rga != NULL && check_grad_shape(rga, 2, ga_dims, "grad_attn_weights") < 0))
@@ -333,41 +337,31 @@ static PyObject *myatt_backward(MyAttObject *self, PyObject *Q, PyObject *K, PyO
     LinearObject *a = self->attn, *c = self->attn_combine;
     if ((gq = (PyArrayObject *)PyArray_ZEROS(3, PyArray_DIMS(rq), typenum, 0)) == NULL
             || (gk = (PyArrayObject *)PyArray_ZEROS(3, PyArray_DIMS(rk), typenum, 0)) == NULL
-            || (gv = (PyArrayObject *)PyArray_SimpleNew(3, PyArray_DIMS(rv), typenum)) == NULL
-            || (gwa = (PyArrayObject *)PyArray_NewLikeArray(a->weight, NPY_CORDER, NULL, 0)) == NULL
-            || (gba = (PyArrayObject *)PyArray_NewLikeArray(a->bias, NPY_CORDER, NULL, 0)) == NULL
-            || (gwc = (PyArrayObject *)PyArray_NewLikeArray(c->weight, NPY_CORDER, NULL, 0)) == NULL
-            || (gbc = (PyArrayObject *)PyArray_NewLikeArray(c->bias, NPY_CORDER, NULL, 0)) == NULL)
+            || (gv = (PyArrayObject *)new_array(3, PyArray_DIMS(rv), typenum,
+                                                "MyAtt.backward(): the gradient of V")) == NULL
+            || (gwa = (PyArrayObject *)new_array(2, PyArray_DIMS(a->weight), typenum,
+                                                 "MyAtt.backward(): the gradient of attn.weight")) == NULL
+            || (gba = (PyArrayObject *)new_array(1, PyArray_DIMS(a->bias), typenum,
+                                                 "MyAtt.backward(): the gradient of attn.bias")) == NULL
+            || (gwc = (PyArrayObject *)new_array(2, PyArray_DIMS(c->weight), typenum,
+                                                 "MyAtt.backward(): the gradient of "
+                                                 "attn_combine.weight")) == NULL
+            || (gbc = (PyArrayObject *)new_array(1, PyArray_DIMS(c->bias), typenum,
+                                                 "MyAtt.backward(): the gradient of "
+                                                 "attn_combine.bias")) == NULL)
         goto fail;
 
-    const void *gad = ga ? PyArray_DATA(ga) : NULL;
-    npy_intp rs_ga = ga ? ESTRIDE(ga, 0) : 0, cs_ga = ga ? ESTRIDE(ga, 1) : 0;
+    const myatt_inputs in = myatt_inputs_of(self, cmat_of(q), cmat_of(k), cmat_of(v));
+    const myatt_grads grads = {
+        .q = PyArray_DATA(gq), .k = PyArray_DATA(gk), .v = PyArray_DATA(gv),
+        .w_attn = PyArray_DATA(gwa), .b_attn = PyArray_DATA(gba),
+        .w_comb = PyArray_DATA(gwc), .b_comb = PyArray_DATA(gbc),
+    };
+    const mk_cmat gov = cmat_of(go);
+    const mk_cmat gav = ga != NULL ? cmat_of(ga) : (mk_cmat){NULL};
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    if (typenum == NPY_FLOAT)
-        rc = myatt_backward_f32(PyArray_DATA(gq), PyArray_DATA(gk), PyArray_DATA(gv),
-                                PyArray_DATA(gwa), PyArray_DATA(gba),
-                                PyArray_DATA(gwc), PyArray_DATA(gbc),
-                                PyArray_DATA(go), ESTRIDE(go, 0), ESTRIDE(go, 1),
-                                gad, rs_ga, cs_ga,
-                                PyArray_DATA(q), ESTRIDE(q, 0), ESTRIDE(q, 1),
-                                PyArray_DATA(k), ESTRIDE(k, 0), ESTRIDE(k, 1),
-                                PyArray_DATA(v), ESTRIDE(v, 0), ESTRIDE(v, 1),
-                                PyArray_DATA(a->weight), PyArray_DATA(a->bias),
-                                PyArray_DATA(c->weight), PyArray_DATA(c->bias),
-                                S, dq, dk, v1, v2, os);
-    else
-        rc = myatt_backward_f64(PyArray_DATA(gq), PyArray_DATA(gk), PyArray_DATA(gv),
-                                PyArray_DATA(gwa), PyArray_DATA(gba),
-                                PyArray_DATA(gwc), PyArray_DATA(gbc),
-                                PyArray_DATA(go), ESTRIDE(go, 0), ESTRIDE(go, 1),
-                                gad, rs_ga, cs_ga,
-                                PyArray_DATA(q), ESTRIDE(q, 0), ESTRIDE(q, 1),
-                                PyArray_DATA(k), ESTRIDE(k, 0), ESTRIDE(k, 1),
-                                PyArray_DATA(v), ESTRIDE(v, 0), ESTRIDE(v, 1),
-                                PyArray_DATA(a->weight), PyArray_DATA(a->bias),
-                                PyArray_DATA(c->weight), PyArray_DATA(c->bias),
-                                S, dq, dk, v1, v2, os);
+    rc = dt->k->myatt_backward(&grads, gov, ga != NULL ? &gav : NULL, &in);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         PyErr_NoMemory();
@@ -460,7 +454,7 @@ static PyObject *MyAtt_get_size(MyAttObject *self, void *closure)
 
 static PyObject *MyAtt_get_dtype(MyAttObject *self, void *Py_UNUSED(closure))
 {
-    return (PyObject *)PyArray_DescrFromType(self->typenum);
+    return (PyObject *)PyArray_DescrFromType(self->dtype->typenum);
 }
 
 static PyObject *MyAtt_repr(MyAttObject *self)
@@ -469,8 +463,7 @@ static PyObject *MyAtt_repr(MyAttObject *self)
                                 "value_size2=%zd, output_size=%zd, dtype=%s)",
                                 type_short_name(Py_TYPE(self)), self->query_size,
                                 self->key_size, self->value_size1, self->value_size2,
-                                self->output_size,
-                                self->typenum == NPY_FLOAT ? "float32" : "float64");
+                                self->output_size, self->dtype->name);
 }
 
 /* ---- pickling, copying, from_torch, _repr_html_ (helpers in interop.c) ---- */
@@ -479,8 +472,7 @@ static PyObject *MyAtt_reduce(MyAttObject *self, PyObject *Py_UNUSED(ignored))
 {
     PyObject *args = Py_BuildValue("(nnnnn)", self->query_size, self->key_size,
                                    self->value_size1, self->value_size2, self->output_size);
-    PyObject *kwargs = Py_BuildValue("{ss}", "dtype",
-                                     self->typenum == NPY_FLOAT ? "float32" : "float64");
+    PyObject *kwargs = Py_BuildValue("{ss}", "dtype", self->dtype->name);
     PyObject *r = args && kwargs ? reduce_object((PyObject *)self, args, kwargs) : NULL;
     Py_XDECREF(args);
     Py_XDECREF(kwargs);
@@ -532,7 +524,8 @@ PyDoc_STRVAR(MyAtt_doc,
 "    output = attn_combine(cat(Q[0], attn_applied))[None]        # [1, S, output_size]\n\n"
 "attn = Linear(query_size + key_size, value_size1) and\n"
 "attn_combine = Linear(query_size + value_size2, output_size) hold the parameters.\n"
-"dtype is float32 or float64 (anything numpy.dtype() reads as one of them).\n\n"
+"dtype is float32 or float64 (anything numpy.dtype() reads as one of them,\n"
+"or torch.float32 / torch.float64).\n\n"
 "MyAtt.from_torch(module) copies the tutorial's torch module and\n"
 "myatt.compare(module, Q, K, V) checks the two against each other; pickle,\n"
 "copy.copy and copy.deepcopy keep the dtype and the weights.");

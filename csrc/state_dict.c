@@ -1,6 +1,6 @@
 /* state_dict() and load_state_dict() for Linear and MyAtt: one implementation
  * over a table of (key, parameter array) pairs. */
-#include "glue.h"
+#include "state_dict.h"
 
 #include <string.h>
 

@@ -85,6 +85,17 @@ static void *base(const operand *o)
                   : (void *)((float *)o->block + o->offset);
 }
 
+/* The kernel views (view.h) of an operand. */
+static mk_cmat cview(const operand *o)
+{
+    return (mk_cmat){base(o), o->rows, o->cols, o->rs, o->cs};
+}
+
+static mk_mat mview(const operand *o)
+{
+    return (mk_mat){base(o), o->rows, o->cols, o->rs, o->cs};
+}
+
 /* A rows x cols operand in a layout the input chooses: row- or column-major,
  * leading dimension padded by 0..3, rows and/or columns reversed, and (for an
  * input) a zero stride.  Writable outputs never get a zero stride. */
@@ -230,10 +241,8 @@ static void fuzz_gemm(reader *r, int f64, int nonfinite)
         for (int64_t j = 0; j < n; j++)
             start[i * n + j] = accumulate ? get(&c, i, j) : 0.0;
 
-    int rc = f64 ? gemm_f64(base(&c), c.rs, c.cs, base(&a), a.rs, a.cs, base(&b), b.rs, b.cs,
-                            has_bias ? base(&bias) : NULL, m, n, k, accumulate)
-                 : gemm_f32(base(&c), c.rs, c.cs, base(&a), a.rs, a.cs, base(&b), b.rs, b.cs,
-                            has_bias ? base(&bias) : NULL, m, n, k, accumulate);
+    int rc = (f64 ? gemm_f64 : gemm_f32)(mview(&c), cview(&a), cview(&b),
+                                         has_bias ? base(&bias) : NULL, accumulate);
     if (rc != 0)
         FAIL("gemm returned %d", rc);
     for (int64_t i = 0; i < m; i++)
@@ -273,10 +282,8 @@ static void fuzz_linear(reader *r, int f64, int nonfinite)
             ((float *)bias)[j] = (float)v;
     }
     out = (operand){malloc((size_t)(m * n > 0 ? m * n : 1) * size), m * n, 0, n, 1, m, n, f64};
-    int rc = f64 ? linear_forward_f64(base(&out), base(&x), x.rs, x.cs, base(&w), w.rs, w.cs,
-                                      has_bias ? bias : NULL, m, k, n)
-                 : linear_forward_f32(base(&out), base(&x), x.rs, x.cs, base(&w), w.rs, w.cs,
-                                      has_bias ? bias : NULL, m, k, n);
+    int rc = (f64 ? linear_forward_f64 : linear_forward_f32)(mview(&out), cview(&x), cview(&w),
+                                                             has_bias ? bias : NULL);
     if (rc != 0)
         FAIL("linear returned %d", rc);
     for (int64_t i = 0; i < m; i++)
@@ -310,10 +317,10 @@ static void fuzz_bmm(reader *r, int f64, int nonfinite)
     size_t size = f64 ? 8 : 4;
     int64_t total = bt * n * p;
     void *out = malloc((size_t)(total > 0 ? total : 1) * size);
-    int rc = f64 ? bmm_forward_f64(out, base(&a), bs_a, a.rs, a.cs, base(&b), bs_b, b.rs, b.cs,
-                                   bt, n, m, p)
-                 : bmm_forward_f32(out, base(&a), bs_a, a.rs, a.cs, base(&b), bs_b, b.rs, b.cs,
-                                   bt, n, m, p);
+    const mk_batch ov = {out, bt, n, p, n * p, p, 1};
+    const mk_cbatch av = {base(&a), bt, n, m, bs_a, a.rs, a.cs};
+    const mk_cbatch bv = {base(&b), bt, m, p, bs_b, b.rs, b.cs};
+    int rc = (f64 ? bmm_forward_f64 : bmm_forward_f32)(ov, av, bv);
     if (rc != 0)
         FAIL("bmm returned %d", rc);
     for (int64_t t = 0; t < bt; t++)
@@ -408,12 +415,11 @@ static void fuzz_myatt(reader *r, int f64)
     fill(&bc, r, 0);
     void *out = malloc((size_t)(S * o > 0 ? S * o : 1) * size);
     void *attn = malloc((size_t)(S * v1 > 0 ? S * v1 : 1) * size);
-    int rc = f64 ? myatt_forward_f64(out, attn, base(&q), q.rs, q.cs, base(&k), k.rs, k.cs,
-                                     base(&v), v.rs, v.cs, wa.block, ba.block, wc.block,
-                                     bc.block, S, dq, dk, v1, v2, o)
-                 : myatt_forward_f32(out, attn, base(&q), q.rs, q.cs, base(&k), k.rs, k.cs,
-                                     base(&v), v.rs, v.cs, wa.block, ba.block, wc.block,
-                                     bc.block, S, dq, dk, v1, v2, o);
+    const myatt_inputs in = {
+        .q = cview(&q), .k = cview(&k), .v = cview(&v), .w_attn = cview(&wa),
+        .w_comb = cview(&wc), .b_attn = ba.block, .b_comb = bc.block,
+    };
+    int rc = (f64 ? myatt_forward_f64 : myatt_forward_f32)(out, attn, &in);
     if (rc != 0)
         FAIL("myatt returned %d", rc);
     double *w = malloc((size_t)(v1 > 0 ? v1 : 1) * sizeof(double));

@@ -29,6 +29,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import reference  # noqa: E402  (tests/reference.py: the plain float64 kernels)
 from entry_points import WITH_ARRAYS, Sizes, flat, invoke  # noqa: E402  (the registry)
 
+
+class InputError(Exception):
+    """Raised by an input's own __array__: it reaches the caller as it is (SPEC, Errors)."""
+
+
 ALLOWED = (TypeError, ValueError, KeyError, MemoryError, AttributeError)
 REAL = [np.float32, np.float64, np.float16, np.int8, np.int16, np.int32, np.int64,
         np.uint8, np.uint16, np.uint32, np.uint64, np.bool_]
@@ -143,7 +148,7 @@ def array(r, shape, dtype=None, plain=False):
         elif mode == 3:
             return r.pick([None, 1.5, "x", [[1.0], [1.0, 2.0]], {"a": 1}, object()])
         elif mode == 4:
-            return ArrayLike(r.pick([ValueError("no"), RuntimeError("no"), MemoryError(),
+            return ArrayLike(r.pick([ValueError("no"), InputError("no"), MemoryError(),
                                      np.ones(shape, np.float32), [1.0, 2.0]]))
         elif mode == 5:
             dtype = r.pick(UNSUPPORTED)

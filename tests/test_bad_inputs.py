@@ -6,6 +6,7 @@ cannot be allocated (MemoryError, never a crash or a hang), NaN/inf and zero-siz
 dimensions (results as torch's).
 """
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -58,9 +59,10 @@ BAD = {
     "None": (lambda s: None, TypeError),
     "int-scalar-object": (lambda s: object(), TypeError),
     "set": (lambda s: {1.0, 2.0}, TypeError),
-    "ragged": (lambda s: [[1.0], [1.0, 2.0]], TypeError),
-    "bad-sequence": (lambda s: BadSequence(), TypeError),
-    "__array__-raises": (lambda s: ArrayLike(RuntimeError("no array today")), TypeError),
+    # the input's own exceptions reach the caller (SPEC, Errors); numpy's for a ragged list
+    "ragged": (lambda s: [[1.0], [1.0, 2.0]], ValueError),
+    "bad-sequence": (lambda s: BadSequence(), RuntimeError),
+    "__array__-raises": (lambda s: ArrayLike(RuntimeError("no array today")), RuntimeError),
     "__array__-returns-list": (lambda s: ArrayLike(lambda: [1.0, 2.0]), TypeError),
     "__array__-returns-complex": (lambda s: ArrayLike(np.ones(s, np.complex64)), TypeError),
     "__array__-returns-str": (lambda s: ArrayLike(np.full(s, "x")), TypeError),
@@ -141,8 +143,10 @@ def test_bad_value_matrix(ep, kind):
     assert type(info.value) is exc or (exc is ValueError and not isinstance(info.value, TypeError))
     # the message names the argument (MyAtt's feature-size messages name Q with K or V)
     names = [arg.name, *arg.also_named]
+    # an input's own exception keeps its message; a note names the argument (3.11+)
     msg = "\n".join([str(info.value), *getattr(info.value, "__notes__", [])])   # (PEP 678)
-    assert re.search(name_re(*names), msg), f"message does not name {arg.name!r}: {msg}"
+    if sys.version_info >= (3, 11) or kind not in ("ragged", "bad-sequence", "__array__-raises"):
+        assert re.search(name_re(*names), msg), f"message does not name {arg.name!r}: {msg}"
     if module is not None:
         _assert_unchanged(module, snap)
 

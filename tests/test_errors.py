@@ -7,6 +7,7 @@ numpy.exceptions.AxisError (a ValueError and an IndexError): softmax's dim out o
 KeyError: missing/unexpected keys in a strict load_state_dict.
 """
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -86,7 +87,10 @@ def test_kernel_bad_types(kernel, pos, bad):
     ep = KERNELS[kernel]
     args = [np.ones_like(a) for a in ep.good(SMALL)]
     args[pos] = BAD_VALUES[bad](ep.args[pos].shape(SMALL))
-    raises(lambda: invoke(ep, None, args), TypeError, names=[ep.args[pos].name])
+    exc = ValueError if bad == "ragged_list" else TypeError   # numpy's, as in numpy
+    # numpy's message is kept; a note names the argument (3.11+)
+    named = bad != "ragged_list" or sys.version_info >= (3, 11)
+    raises(lambda: invoke(ep, None, args), exc, names=[ep.args[pos].name] if named else [])
 
 
 # --------------------------------------------------------------------------- #
@@ -231,7 +235,9 @@ def test_module_bad_types(arg, bad):
     snap = snapshot(m)
     args = dict(zip("QKV", module_inputs({})))
     args[arg] = BAD_VALUES[bad](GOOD[arg])
-    raises(lambda: m(args["Q"], args["K"], args["V"]), TypeError, names=[arg])
+    exc = ValueError if bad == "ragged_list" else TypeError   # numpy's, as in numpy
+    named = bad != "ragged_list" or sys.version_info >= (3, 11)
+    raises(lambda: m(args["Q"], args["K"], args["V"]), exc, names=[arg] if named else [])
     assert_state_equal(m, snap)
 
 
@@ -332,7 +338,7 @@ ASSIGN_CASES = [
     ("weight-str", "weight", lambda: np.full((3, 7), "1"), TypeError, []),
     ("weight-object", "weight", lambda: np.ones((3, 7), dtype=object), TypeError, []),
     ("weight-None", "weight", lambda: None, TypeError, []),
-    ("weight-ragged", "weight", lambda: [[1.0] * 7, [1.0] * 6, [1.0] * 7], TypeError, []),
+    ("weight-ragged", "weight", lambda: [[1.0] * 7, [1.0] * 6, [1.0] * 7], ValueError, []),
     ("bias-None", "bias", lambda: None, TypeError, []),
     ("bias-datetime", "bias", lambda: np.zeros(3, dtype="datetime64[s]"), TypeError, []),
 ]

@@ -417,7 +417,7 @@ def _ragged(sd):
 
 @pytest.mark.parametrize("corrupt,exc", [
     (_bad_shape, ValueError), (_bad_ndim, ValueError), (_bad_dtype, TypeError),
-    (_missing, KeyError), (_unexpected, KeyError), (_ragged, TypeError),
+    (_missing, KeyError), (_unexpected, KeyError), (_ragged, ValueError),
 ], ids=["bad_shape", "bad_ndim", "bad_dtype", "missing", "unexpected", "ragged"])
 def test_failed_load_changes_nothing(rng, dtype, corrupt, exc):
     """One bad entry among good ones (put last, after the good ones): nothing is written."""

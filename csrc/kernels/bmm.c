@@ -1,7 +1,6 @@
 /* bmm: out[b, n, p] = inp[b, n, m] @ mat2[b, m, p]   (torch.bmm), and its backward.
  *
- * One gemm per batch item (two in the backward); out is C-contiguous, so item i
- * starts at i * n * p.  (Note the names: here m is the inner, summed dimension,
+ * One gemm per batch item (two in the backward).  (Note the names: here m is the inner, summed dimension,
  * as in torch's docs.)  Written once for both dtypes in bmm_tmpl.h.
  *
  * Threads: an item's product big enough for threads splits its own output
@@ -38,11 +37,29 @@ static int bmm_batch_threads(int64_t b, double item_work)
 #define T float
 #define SUF(name) name##_f32
 #include "bmm_tmpl.h"
-#undef T
-#undef SUF
 
 #define T double
 #define SUF(name) name##_f64
 #include "bmm_tmpl.h"
-#undef T
-#undef SUF
+
+int bmm_forward_f32(mk_batch out, mk_cbatch inp, mk_cbatch mat2)
+{
+    return bmm_forward_body_f32(out, inp, mat2);
+}
+
+int bmm_forward_f64(mk_batch out, mk_cbatch inp, mk_cbatch mat2)
+{
+    return bmm_forward_body_f64(out, inp, mat2);
+}
+
+int bmm_backward_f32(mk_batch grad_inp, mk_batch grad_mat2,
+                     mk_cbatch grad_out, mk_cbatch inp, mk_cbatch mat2)
+{
+    return bmm_backward_body_f32(grad_inp, grad_mat2, grad_out, inp, mat2);
+}
+
+int bmm_backward_f64(mk_batch grad_inp, mk_batch grad_mat2,
+                     mk_cbatch grad_out, mk_cbatch inp, mk_cbatch mat2)
+{
+    return bmm_backward_body_f64(grad_inp, grad_mat2, grad_out, inp, mat2);
+}

@@ -1,49 +1,49 @@
 /* bmm, written once for both dtypes: included by bmm.c with T (float or double)
- * and SUF(name) (name##_f32 or name##_f64) defined.  No include guard on
- * purpose.  Contract: bmm.h. */
+ * and SUF(name) (name##_f32 or name##_f64) defined, undefined again at the
+ * end.  No include guard on purpose.  Defines the static bodies
+ * bmm_forward_body and bmm_backward_body; bmm.c writes out the public symbols.
+ * Contract: bmm.h. */
+#ifndef T
+#error "bmm_tmpl.h: define T (the element type) before including it"
+#endif
+#ifndef SUF
+#error "bmm_tmpl.h: define SUF(name) (name##_f32, name##_f64) before including it"
+#endif
 
 /* One batch task: items [task * per_task, ...) of a forward or backward. */
 typedef struct {
     int backward;
-    T *out_or_grad_inp;            /* forward: out;  backward: grad_inp */
-    T *grad_mat2;                  /* backward only */
-    const T *go;                   /* backward only: grad_out */
-    int64_t bs_go, rs_go, cs_go;
-    const T *inp;
-    int64_t bs_inp, rs_inp, cs_inp;
-    const T *mat2;
-    int64_t bs_mat2, rs_mat2, cs_mat2;
-    int64_t b, n, m, p;
+    mk_batch out_or_grad_inp;      /* forward: out;  backward: grad_inp */
+    mk_batch grad_mat2;            /* backward only */
+    mk_cbatch go;                  /* backward only: grad_out */
+    mk_cbatch inp, mat2;
     int64_t per_task;
     atomic_int failed;
 } SUF(bmm_job);
 
 /* Item i of the job: one gemm (forward) or two (backward), transposes
- * through swapped strides:
+ * through swapped strides (mk_t):
  *   out_i       [n, p] = inp_i [n, m] @ mat2_i [m, p]
- *   grad_inp_i  [n, m] = grad_out_i [n, p] @ mat2_i^T [p, m]  (rs = cs_mat2, cs = rs_mat2)
- *   grad_mat2_i [m, p] = inp_i^T [m, n] (rs = cs_inp, cs = rs_inp) @ grad_out_i [n, p] */
+ *   grad_inp_i  [n, m] = grad_out_i [n, p] @ mat2_i^T [p, m]
+ *   grad_mat2_i [m, p] = inp_i^T [m, n] @ grad_out_i [n, p] */
 static int SUF(bmm_item)(const SUF(bmm_job) *j, int64_t i)
 {
-    const int64_t n = j->n, m = j->m, p = j->p;
-    const T *inp_i = j->inp + i * j->bs_inp;
-    const T *mat2_i = j->mat2 + i * j->bs_mat2;
+    const mk_cmat inp_i = mk_citem(j->inp, i, sizeof(T));
+    const mk_cmat mat2_i = mk_citem(j->mat2, i, sizeof(T));
     if (!j->backward)
-        return SUF(gemm)(j->out_or_grad_inp + i * n * p, p, 1, inp_i, j->rs_inp, j->cs_inp,
-                         mat2_i, j->rs_mat2, j->cs_mat2, NULL, n, p, m, 0);
-    const T *go_i = j->go + i * j->bs_go;
-    if (SUF(gemm)(j->out_or_grad_inp + i * n * m, m, 1, go_i, j->rs_go, j->cs_go,
-                  mat2_i, j->cs_mat2, j->rs_mat2, NULL, n, m, p, 0) != 0)
+        return SUF(gemm)(mk_item(j->out_or_grad_inp, i, sizeof(T)), inp_i, mat2_i, NULL, 0);
+    const mk_cmat go_i = mk_citem(j->go, i, sizeof(T));
+    if (SUF(gemm)(mk_item(j->out_or_grad_inp, i, sizeof(T)), go_i, mk_t(mat2_i), NULL, 0) != 0)
         return -1;
-    return SUF(gemm)(j->grad_mat2 + i * m * p, p, 1, inp_i, j->cs_inp, j->rs_inp,
-                     go_i, j->rs_go, j->cs_go, NULL, m, p, n, 0);
+    return SUF(gemm)(mk_item(j->grad_mat2, i, sizeof(T)), mk_t(inp_i), go_i, NULL, 0);
 }
 
 static void SUF(bmm_task)(void *arg, int task)
 {
     SUF(bmm_job) *j = arg;
+    const int64_t b = j->inp.batch;
     const int64_t start = task * j->per_task;
-    const int64_t end = start + j->per_task < j->b ? start + j->per_task : j->b;
+    const int64_t end = start + j->per_task < b ? start + j->per_task : b;
     for (int64_t i = start; i < end; i++)
         if (SUF(bmm_item)(j, i) != 0) {
             atomic_store(&j->failed, 1);
@@ -55,47 +55,39 @@ static void SUF(bmm_task)(void *arg, int task)
  * too small for the gemm to use threads itself (bmm_batch_threads). */
 static int SUF(bmm_run)(SUF(bmm_job) *j, double item_work)
 {
-    const int nthreads = bmm_batch_threads(j->b, item_work);
+    const int64_t b = j->inp.batch;
+    const int nthreads = bmm_batch_threads(b, item_work);
     if (nthreads <= 1) {
-        for (int64_t i = 0; i < j->b; i++)
+        for (int64_t i = 0; i < b; i++)
             if (SUF(bmm_item)(j, i) != 0)
                 return -1;
         return 0;
     }
-    j->per_task = (j->b + nthreads - 1) / nthreads;
+    j->per_task = (b + nthreads - 1) / nthreads;
     atomic_init(&j->failed, 0);
     mk_parallel_run(nthreads, SUF(bmm_task), j);
     return atomic_load(&j->failed) ? -1 : 0;
 }
 
-int SUF(bmm_forward)(T *out,
-                     const T *inp, int64_t bs_inp, int64_t rs_inp, int64_t cs_inp,
-                     const T *mat2, int64_t bs_mat2, int64_t rs_mat2, int64_t cs_mat2,
-                     int64_t b, int64_t n, int64_t m, int64_t p)
+static int SUF(bmm_forward_body)(mk_batch out, mk_cbatch inp, mk_cbatch mat2)
 {
+    const int64_t n = inp.rows, m = inp.cols, p = mat2.cols;
     if (n <= 0 || p <= 0)   /* nothing to write; b may be huge (zero batch stride) */
         return 0;
-    SUF(bmm_job) j = {
-        .backward = 0, .out_or_grad_inp = out,
-        .inp = inp, .bs_inp = bs_inp, .rs_inp = rs_inp, .cs_inp = cs_inp,
-        .mat2 = mat2, .bs_mat2 = bs_mat2, .rs_mat2 = rs_mat2, .cs_mat2 = cs_mat2,
-        .b = b, .n = n, .m = m, .p = p,
-    };
+    SUF(bmm_job) j = {.backward = 0, .out_or_grad_inp = out, .inp = inp, .mat2 = mat2};
     return SUF(bmm_run)(&j, (double)n * (double)m * (double)p);
 }
 
-int SUF(bmm_backward)(T *grad_inp, T *grad_mat2,
-                      const T *grad_out, int64_t bs_go, int64_t rs_go, int64_t cs_go,
-                      const T *inp, int64_t bs_inp, int64_t rs_inp, int64_t cs_inp,
-                      const T *mat2, int64_t bs_mat2, int64_t rs_mat2, int64_t cs_mat2,
-                      int64_t b, int64_t n, int64_t m, int64_t p)
+static int SUF(bmm_backward_body)(mk_batch grad_inp, mk_batch grad_mat2,
+                                  mk_cbatch grad_out, mk_cbatch inp, mk_cbatch mat2)
 {
+    const int64_t n = inp.rows, m = inp.cols, p = mat2.cols;
     SUF(bmm_job) j = {
         .backward = 1, .out_or_grad_inp = grad_inp, .grad_mat2 = grad_mat2,
-        .go = grad_out, .bs_go = bs_go, .rs_go = rs_go, .cs_go = cs_go,
-        .inp = inp, .bs_inp = bs_inp, .rs_inp = rs_inp, .cs_inp = cs_inp,
-        .mat2 = mat2, .bs_mat2 = bs_mat2, .rs_mat2 = rs_mat2, .cs_mat2 = cs_mat2,
-        .b = b, .n = n, .m = m, .p = p,
+        .go = grad_out, .inp = inp, .mat2 = mat2,
     };
     return SUF(bmm_run)(&j, 2.0 * (double)n * (double)m * (double)p);
 }
+
+#undef T
+#undef SUF

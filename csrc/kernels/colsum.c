@@ -6,11 +6,17 @@
 #define T float
 #define SUF(name) name##_f32
 #include "colsum_tmpl.h"
-#undef T
-#undef SUF
 
 #define T double
 #define SUF(name) name##_f64
 #include "colsum_tmpl.h"
-#undef T
-#undef SUF
+
+void colsum_f32(void *out, mk_cmat x)
+{
+    colsum_body_f32(out, x.data, x.rs, x.cs, x.rows, x.cols);
+}
+
+void colsum_f64(void *out, mk_cmat x)
+{
+    colsum_body_f64(out, x.data, x.rs, x.cs, x.rows, x.cols);
+}

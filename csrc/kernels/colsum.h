@@ -8,14 +8,14 @@
  * docs/torch-softmax.md).  Threads split columns at whole blocks, so thread
  * counts never change torch's bits; this kernel is single-threaded.
  *
- * x is strided (rs, cs in elements); out [n] is contiguous.  m == 0 gives
- * zeros.  Cannot fail. */
+ * x [m, n] is a strided view; out [n] is contiguous.  m == 0 gives zeros.
+ * Cannot fail. */
 #ifndef MYATT_KERNELS_COLSUM_H
 #define MYATT_KERNELS_COLSUM_H
 
-#include <stdint.h>
+#include "view.h"
 
-void colsum_f32(float *out, const float *x, int64_t rs, int64_t cs, int64_t m, int64_t n);
-void colsum_f64(double *out, const double *x, int64_t rs, int64_t cs, int64_t m, int64_t n);
+void colsum_f32(void *out, mk_cmat x);
+void colsum_f64(void *out, mk_cmat x);
 
 #endif

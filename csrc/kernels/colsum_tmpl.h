@@ -1,5 +1,13 @@
 /* torch's column sums, written once for both dtypes: included by colsum.c with
- * T and SUF(name) defined.  No include guard on purpose.  Contract: colsum.h. */
+ * T and SUF(name) defined, undefined again at the end.  No include guard on
+ * purpose.  Defines the static colsum_body; colsum.c writes out the public
+ * symbols.  Contract: colsum.h. */
+#ifndef T
+#error "colsum_tmpl.h: define T (the element type) before including it"
+#endif
+#ifndef SUF
+#error "colsum_tmpl.h: define SUF(name) (name##_f32, name##_f64) before including it"
+#endif
 
 /* multi_row_sum for one column: x[0], x[stride], ... (k terms), torch's
  * four-level cascade: blocks of 2^lp terms summed into level 0, which is
@@ -40,7 +48,7 @@ static T SUF(colsum_ilp4)(const T *x, int64_t stride, int64_t k)
     return ((p[0] + p[1]) + p[2]) + p[3];
 }
 
-void SUF(colsum)(T *out, const T *x, int64_t rs, int64_t cs, int64_t m, int64_t n)
+static void SUF(colsum_body)(T *out, const T *x, int64_t rs, int64_t cs, int64_t m, int64_t n)
 {
     enum { W = 32 / sizeof(T) };   /* lanes of torch's AVX2 vector */
     if (m <= 1) {                  /* not a reduction: 0 + x (-0 becomes +0), or zeros */
@@ -72,3 +80,6 @@ void SUF(colsum)(T *out, const T *x, int64_t rs, int64_t cs, int64_t m, int64_t 
         out[j] = (T)0 + (j < blocked ? SUF(colsum_cascade)(x + j * cs, rs, m)
                                      : SUF(colsum_ilp4)(x + j * cs, rs, m));
 }
+
+#undef T
+#undef SUF

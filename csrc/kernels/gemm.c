@@ -164,11 +164,49 @@ const gemm_microkernel_f64 *gemm_select_f64(void)
 #define T float
 #define SUF(name) name##_f32
 #include "gemm_tmpl.h"
-#undef T
-#undef SUF
 
 #define T double
 #define SUF(name) name##_f64
 #include "gemm_tmpl.h"
-#undef T
-#undef SUF
+
+int gemm_f32(mk_mat c, mk_cmat a, mk_cmat b, const void *bias, int accumulate)
+{
+    return gemm_body_f32(c, a, b, bias, accumulate);
+}
+
+int gemm_f64(mk_mat c, mk_cmat a, mk_cmat b, const void *bias, int accumulate)
+{
+    return gemm_body_f64(c, a, b, bias, accumulate);
+}
+
+int gemm_cat_f32(mk_mat c, mk_cmat a1, mk_cmat a2, mk_cmat b, const void *bias, int accumulate)
+{
+    return gemm_cat_body_f32(c, a1, a2, b, bias, accumulate);
+}
+
+int gemm_cat_f64(mk_mat c, mk_cmat a1, mk_cmat a2, mk_cmat b, const void *bias, int accumulate)
+{
+    return gemm_cat_body_f64(c, a1, a2, b, bias, accumulate);
+}
+
+int gemm_run_f32(const gemm_microkernel_f32 *uk,
+                 float *c, int64_t rs_c, int64_t cs_c,
+                 const float *a, int64_t rs_a, int64_t cs_a,
+                 const float *b, int64_t rs_b, int64_t cs_b,
+                 const float *bias,
+                 int64_t m, int64_t n, int64_t k, int accumulate)
+{
+    return gemm_run_body_f32(uk, c, rs_c, cs_c, a, rs_a, cs_a, b, rs_b, cs_b, bias,
+                             m, n, k, accumulate);
+}
+
+int gemm_run_f64(const gemm_microkernel_f64 *uk,
+                 double *c, int64_t rs_c, int64_t cs_c,
+                 const double *a, int64_t rs_a, int64_t cs_a,
+                 const double *b, int64_t rs_b, int64_t cs_b,
+                 const double *bias,
+                 int64_t m, int64_t n, int64_t k, int accumulate)
+{
+    return gemm_run_body_f64(uk, c, rs_c, cs_c, a, rs_a, cs_a, b, rs_b, cs_b, bias,
+                             m, n, k, accumulate);
+}

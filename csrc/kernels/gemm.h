@@ -15,35 +15,19 @@
 
 #include <stdint.h>
 
-int gemm_f32(float *c, int64_t rs_c, int64_t cs_c,
-             const float *a, int64_t rs_a, int64_t cs_a,
-             const float *b, int64_t rs_b, int64_t cs_b,
-             const float *bias,
-             int64_t m, int64_t n, int64_t k, int accumulate);
+#include "view.h"
 
-int gemm_f64(double *c, int64_t rs_c, int64_t cs_c,
-             const double *a, int64_t rs_a, int64_t cs_a,
-             const double *b, int64_t rs_b, int64_t cs_b,
-             const double *bias,
-             int64_t m, int64_t n, int64_t k, int accumulate);
+/* c = (accumulate ? c : 0) + a @ b (+ bias[c.cols] on every row):
+ * m = c.rows, n = c.cols, k = a.cols (b is [k, n]); bias is contiguous or NULL. */
+int gemm_f32(mk_mat c, mk_cmat a, mk_cmat b, const void *bias, int accumulate);
+int gemm_f64(mk_mat c, mk_cmat a, mk_cmat b, const void *bias, int accumulate);
 
 /* The same with A = [a1 | a2] concatenated along k: columns [0, k1) of A are
- * a1[m, k1], columns [k1, k) are a2[m, k - k1] (0 <= k1 <= k), each with its
- * own strides.  The whole k is ONE reduction in the summation order of
- * gemm_internal.h, as torch's cat + Linear sums it: the same bits as gemm on
- * a concatenated copy, without the copy. */
-int gemm_cat_f32(float *c, int64_t rs_c, int64_t cs_c,
-                 const float *a1, int64_t rs_a1, int64_t cs_a1, int64_t k1,
-                 const float *a2, int64_t rs_a2, int64_t cs_a2,
-                 const float *b, int64_t rs_b, int64_t cs_b,
-                 const float *bias,
-                 int64_t m, int64_t n, int64_t k, int accumulate);
-
-int gemm_cat_f64(double *c, int64_t rs_c, int64_t cs_c,
-                 const double *a1, int64_t rs_a1, int64_t cs_a1, int64_t k1,
-                 const double *a2, int64_t rs_a2, int64_t cs_a2,
-                 const double *b, int64_t rs_b, int64_t cs_b,
-                 const double *bias,
-                 int64_t m, int64_t n, int64_t k, int accumulate);
+ * a1 [m, k1], columns [k1, k) are a2 [m, k - k1] (k1 = a1.cols, k = a1.cols +
+ * a2.cols), each with its own strides.  The whole k is ONE reduction in the
+ * summation order of gemm_internal.h, as torch's cat + Linear sums it: the
+ * same bits as gemm on a concatenated copy, without the copy. */
+int gemm_cat_f32(mk_mat c, mk_cmat a1, mk_cmat a2, mk_cmat b, const void *bias, int accumulate);
+int gemm_cat_f64(mk_mat c, mk_cmat a1, mk_cmat a2, mk_cmat b, const void *bias, int accumulate);
 
 #endif

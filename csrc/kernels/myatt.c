@@ -29,11 +29,29 @@
 #define T float
 #define SUF(name) name##_f32
 #include "myatt_tmpl.h"
-#undef T
-#undef SUF
 
 #define T double
 #define SUF(name) name##_f64
 #include "myatt_tmpl.h"
-#undef T
-#undef SUF
+
+int myatt_forward_f32(void *out, void *attn_weights, const myatt_inputs *in)
+{
+    return myatt_forward_body_f32(out, attn_weights, in);
+}
+
+int myatt_forward_f64(void *out, void *attn_weights, const myatt_inputs *in)
+{
+    return myatt_forward_body_f64(out, attn_weights, in);
+}
+
+int myatt_backward_f32(const myatt_grads *grads, mk_cmat grad_out, const mk_cmat *grad_aw,
+                       const myatt_inputs *in)
+{
+    return myatt_backward_body_f32(grads, grad_out, grad_aw, in);
+}
+
+int myatt_backward_f64(const myatt_grads *grads, mk_cmat grad_out, const mk_cmat *grad_aw,
+                       const myatt_inputs *in)
+{
+    return myatt_backward_body_f64(grads, grad_out, grad_aw, in);
+}

@@ -1,6 +1,16 @@
-/* The fused MyAtt forward, written once for both dtypes: included by myatt.c
- * with T (float or double) and SUF(name) (name##_f32 or name##_f64) defined.
- * No include guard on purpose.  Contract and formulas: myatt.h. */
+/* The fused MyAtt forward and backward, written once for both dtypes: included
+ * by myatt.c with T (float or double) and SUF(name) (name##_f32 or name##_f64)
+ * defined, undefined again at the end.  No include guard on purpose.  Defines
+ * the static bodies myatt_forward_body and myatt_backward_body; myatt.c writes
+ * out the public symbols.  Contract and formulas: myatt.h. */
+#ifndef T
+#error "myatt_tmpl.h: define T (the element type) before including it"
+#endif
+#ifndef SUF
+#error "myatt_tmpl.h: define SUF(name) (name##_f32, name##_f64) before including it"
+#endif
+
+#define MYATT_BLK(x, r0, c0, rows, cols) mk_cblock((x), (r0), (c0), (rows), (cols), sizeof(T))
 
 /* Rows per block of a [rows, width] workspace: as many as MYATT_WORKSPACE_BYTES
  * allow, a multiple of MYATT_ROW_BLOCK (at least one), at most S (>= 1). */
@@ -13,32 +23,26 @@ static int64_t SUF(myatt_block_rows)(int64_t S, int64_t width)
     return rows < S ? rows : S;
 }
 
-int SUF(myatt_forward)(T *out, T *attn_weights,
-                       const T *q, int64_t rs_q, int64_t cs_q,
-                       const T *k, int64_t rs_k, int64_t cs_k,
-                       const T *v, int64_t rs_v, int64_t cs_v,
-                       const T *w_attn, const T *b_attn,
-                       const T *w_comb, const T *b_comb,
-                       int64_t S, int64_t dq, int64_t dk, int64_t v1, int64_t v2, int64_t o)
+static int SUF(myatt_forward_body)(T *out, T *attn_weights, const myatt_inputs *in)
 {
+    const int64_t S = in->q.rows, dq = in->q.cols, v1 = in->v.rows, v2 = in->v.cols;
+    const int64_t o = in->w_comb.rows;
     /* Nothing to write: return at once, not after S / MYATT_ROW_BLOCK empty
      * blocks (S comes from a zero-size Q and may be 2**40 and more). */
     if (S <= 0 || (v1 <= 0 && o <= 0))
         return 0;
 
-    /* The weights, C-contiguous, read transposed through strides (rs = 1,
-     * cs = row length): w_attn^T [dq + dk, v1], w_comb^T [dq + v2, o].  The
-     * A operands are concatenated by the gemm's packing: [q | k], [q | applied]. */
-    const int64_t ld_attn = dq + dk;
-    const int64_t ld_comb = dq + v2;
+    /* The weights read transposed through strides (mk_t): w_attn^T
+     * [dq + dk, v1], w_comb^T [dq + v2, o].  The A operands are concatenated by
+     * the gemm's packing: [q | k], [q | applied]. */
+    const mk_mat aw = mk_mat_c(attn_weights, S, v1);
 
     /* 1. scores [S, v1] = [q | k] @ w_attn^T + b_attn, written straight into
      *    attn_weights: ONE gemm over all S rows, the reduction over dq + dk one
      *    sum as torch's cat + Linear does it (each output's sum does not depend
      *    on how the rows are split, so the backward's row blocks recompute the
      *    same bits). */
-    int status = SUF(gemm_cat)(attn_weights, v1, 1, q, rs_q, cs_q, dq, k, rs_k, cs_k,
-                               w_attn, 1, ld_attn, b_attn, S, v1, ld_attn, 0);
+    int status = SUF(gemm_cat)(aw, in->q, in->k, mk_t(in->w_attn), in->b_attn, 0);
     /* 2. attn_weights = softmax(scores) along v1, in place, all rows at once */
     SUF(softmax_forward)(attn_weights, attn_weights, S, v1, 1);
     if (status != 0)
@@ -57,10 +61,10 @@ int SUF(myatt_forward)(T *out, T *attn_weights,
         return -1;
     for (int64_t r0 = 0; r0 < S && status == 0; r0 += rows) {
         const int64_t rb = S - r0 < rows ? S - r0 : rows;
-        status |= SUF(gemm)(applied, v2, 1, attn_weights + r0 * v1, v1, 1, v, rs_v, cs_v,
-                            NULL, rb, v2, v1, 0);
-        status |= SUF(gemm_cat)(out + r0 * o, o, 1, q + r0 * rs_q, rs_q, cs_q, dq,
-                                applied, v2, 1, w_comb, 1, ld_comb, b_comb, rb, o, ld_comb, 0);
+        const mk_mat ap = mk_mat_c(applied, rb, v2);
+        status |= SUF(gemm)(ap, MYATT_BLK(mk_const(aw), r0, 0, rb, v1), in->v, NULL, 0);
+        status |= SUF(gemm_cat)(mk_mat_c(out + r0 * o, rb, o), MYATT_BLK(in->q, r0, 0, rb, dq),
+                                mk_const(ap), mk_t(in->w_comb), in->b_comb, 0);
     }
 
     if (!on_stack)
@@ -90,24 +94,19 @@ int SUF(myatt_forward)(T *out, T *attn_weights,
  * MYATT_WORKSPACE_BYTES) the gradients are then torch's, bit for bit, wherever
  * MKL keeps to its main kernel's order; with several blocks, the sums over S
  * are cut at block boundaries (within torch's tolerance, not its bits). */
-int SUF(myatt_backward)(T *grad_q, T *grad_k, T *grad_v,
-                        T *grad_w_attn, T *grad_b_attn, T *grad_w_comb, T *grad_b_comb,
-                        const T *grad_out, int64_t rs_go, int64_t cs_go,
-                        const T *grad_aw, int64_t rs_ga, int64_t cs_ga,
-                        const T *q, int64_t rs_q, int64_t cs_q,
-                        const T *k, int64_t rs_k, int64_t cs_k,
-                        const T *v, int64_t rs_v, int64_t cs_v,
-                        const T *w_attn, const T *b_attn,
-                        const T *w_comb, const T *b_comb,
-                        int64_t S, int64_t dq, int64_t dk, int64_t v1, int64_t v2, int64_t o)
+static int SUF(myatt_backward_body)(const myatt_grads *g, mk_cmat grad_out,
+                                   const mk_cmat *grad_aw, const myatt_inputs *in)
 {
+    const int64_t S = in->q.rows, dq = in->q.cols, dk = in->k.cols;
+    const int64_t v1 = in->v.rows, v2 = in->v.cols, o = in->w_comb.rows;
     const int64_t ld_attn = dq + dk;
     const int64_t ld_comb = dq + v2;
+    T *grad_b_attn = g->b_attn, *grad_b_comb = g->b_comb;
 
     if (S <= 0) {   /* nothing summed: zero gradients for the parameters and V */
-        memset(grad_v, 0, (size_t)(v1 * v2) * sizeof(T));
-        memset(grad_w_attn, 0, (size_t)(v1 * ld_attn) * sizeof(T));
-        memset(grad_w_comb, 0, (size_t)(o * ld_comb) * sizeof(T));
+        memset(g->v, 0, (size_t)(v1 * v2) * sizeof(T));
+        memset(g->w_attn, 0, (size_t)(v1 * ld_attn) * sizeof(T));
+        memset(g->w_comb, 0, (size_t)(o * ld_comb) * sizeof(T));
         if (grad_b_attn != NULL)
             memset(grad_b_attn, 0, (size_t)v1 * sizeof(T));
         if (grad_b_comb != NULL)
@@ -128,45 +127,55 @@ int SUF(myatt_backward)(T *grad_q, T *grad_k, T *grad_v,
     int status = aw == NULL || ga == NULL || ad == NULL || (rows < S && grad_b_attn != NULL
                                                              && b_blk == NULL) ? -1 : 0;
     if (grad_b_comb != NULL)   /* column sums of all of grad_out at once */
-        SUF(colsum)(grad_b_comb, grad_out, rs_go, cs_go, S, o);
+        SUF(colsum)(grad_b_comb, grad_out);
 
+    const mk_mat gv = mk_mat_c(g->v, v1, v2);
+    const mk_mat gwa = mk_mat_c(g->w_attn, v1, ld_attn);
+    const mk_mat gwc = mk_mat_c(g->w_comb, o, ld_comb);
+    const mk_cmat wq_attn = MYATT_BLK(in->w_attn, 0, 0, v1, dq);    /* w_attn[:, :dq] */
+    const mk_cmat wk_attn = MYATT_BLK(in->w_attn, 0, dq, v1, dk);   /* w_attn[:, dq:] */
+    const mk_cmat wq_comb = MYATT_BLK(in->w_comb, 0, 0, o, dq);     /* w_comb[:, :dq] */
+    const mk_cmat wa_comb = MYATT_BLK(in->w_comb, 0, dq, o, v2);    /* w_comb[:, dq:] */
     for (int64_t r0 = 0; r0 < S && status == 0; r0 += rows) {
         const int64_t rb = S - r0 < rows ? S - r0 : rows;
-        const int acc = r0 > 0;                     /* sums over S: add after block 0 */
-        const T *q_blk = q + r0 * rs_q;             /* [rb, dq] */
-        const T *k_blk = k + r0 * rs_k;             /* [rb, dk] */
-        const T *go_blk = grad_out + r0 * rs_go;    /* [rb, o]  */
-        T *gq_blk = grad_q + r0 * dq;               /* [rb, dq] */
-        T *gk_blk = grad_k + r0 * dk;               /* [rb, dk] */
+        const int acc = r0 > 0;                                  /* sums over S: add after block 0 */
+        const mk_cmat q_blk = MYATT_BLK(in->q, r0, 0, rb, dq);
+        const mk_cmat k_blk = MYATT_BLK(in->k, r0, 0, rb, dk);
+        const mk_cmat go_blk = MYATT_BLK(grad_out, r0, 0, rb, o);
+        T *gq_blk = (T *)g->q + r0 * dq;                         /* [rb, dq] */
+        const mk_mat gk_blk = mk_mat_c((T *)g->k + r0 * dk, rb, dk);
+        const mk_mat aw_m = mk_mat_c(aw, rb, v1), ga_m = mk_mat_c(ga, rb, v1);
+        const mk_mat ad_m = mk_mat_c(ad, rb, v2);
+        const mk_cmat aw_c = mk_const(aw_m), ga_c = mk_const(ga_m), ad_c = mk_const(ad_m);
 
         /* 1. aw = softmax([q_blk | k_blk] @ w_attn^T + b_attn), as the forward */
-        status |= SUF(gemm_cat)(aw, v1, 1, q_blk, rs_q, cs_q, dq, k_blk, rs_k, cs_k,
-                                w_attn, 1, ld_attn, b_attn, rb, v1, ld_attn, 0);
+        status |= SUF(gemm_cat)(aw_m, q_blk, k_blk, mk_t(in->w_attn), in->b_attn, 0);
         SUF(softmax_forward)(aw, aw, rb, v1, 1);
         /* 2. ad = applied = aw @ v */
-        status |= SUF(gemm)(ad, v2, 1, aw, v1, 1, v, rs_v, cs_v, NULL, rb, v2, v1, 0);
+        status |= SUF(gemm)(ad_m, aw_c, in->v, NULL, 0);
 
         /* 3. attn_combine: out = q @ cq^T + applied @ ca^T + b_comb
          *    grad_w_comb[:, :dq] += go^T @ q,  grad_w_comb[:, dq:] += go^T @ applied
          *    (grad_b_comb: above) */
-        status |= SUF(gemm)(grad_w_comb, ld_comb, 1, go_blk, cs_go, rs_go, q_blk, rs_q, cs_q,
-                            NULL, o, dq, rb, acc);
-        status |= SUF(gemm)(grad_w_comb + dq, ld_comb, 1, go_blk, cs_go, rs_go, ad, v2, 1,
-                            NULL, o, v2, rb, acc);
+        status |= SUF(gemm)(mk_block(gwc, 0, 0, o, dq, sizeof(T)), mk_t(go_blk), q_blk,
+                            NULL, acc);
+        status |= SUF(gemm)(mk_block(gwc, 0, dq, o, v2, sizeof(T)), mk_t(go_blk), ad_c,
+                            NULL, acc);
         /*    gq = go @ cq,  ad = grad applied = go @ ca  (applied is no longer needed) */
-        status |= SUF(gemm)(gq_blk, dq, 1, go_blk, rs_go, cs_go, w_comb, ld_comb, 1,
-                            NULL, rb, dq, o, 0);
-        status |= SUF(gemm)(ad, v2, 1, go_blk, rs_go, cs_go, w_comb + dq, ld_comb, 1,
-                            NULL, rb, v2, o, 0);
+        status |= SUF(gemm)(mk_mat_c(gq_blk, rb, dq), go_blk, wq_comb, NULL, 0);
+        status |= SUF(gemm)(ad_m, go_blk, wa_comb, NULL, 0);
 
         /* 4. bmm: applied = aw @ v
          *    grad_v += aw^T @ grad applied,  ga = grad applied @ v^T (+ grad_aw) */
-        status |= SUF(gemm)(grad_v, v2, 1, aw, 1, v1, ad, v2, 1, NULL, v1, v2, rb, acc);
-        status |= SUF(gemm)(ga, v1, 1, ad, v2, 1, v, cs_v, rs_v, NULL, rb, v1, v2, 0);
-        if (grad_aw != NULL)
+        status |= SUF(gemm)(gv, mk_t(aw_c), ad_c, NULL, acc);
+        status |= SUF(gemm)(ga_m, ad_c, mk_t(in->v), NULL, 0);
+        if (grad_aw != NULL) {
+            const T *gad = grad_aw->data;
+            const int64_t rs_ga = grad_aw->rs, cs_ga = grad_aw->cs;
             for (int64_t i = 0; i < rb; i++)
                 for (int64_t j = 0; j < v1; j++)
-                    ga[i * v1 + j] = ga[i * v1 + j] + grad_aw[(r0 + i) * rs_ga + j * cs_ga];
+                    ga[i * v1 + j] = ga[i * v1 + j] + gad[(r0 + i) * rs_ga + j * cs_ga];
+        }
 
         /* 5. softmax: ga = grad scores, in place */
         SUF(softmax_backward)(ga, ga, aw, rb, v1, 1);
@@ -175,22 +184,21 @@ int SUF(myatt_backward)(T *grad_q, T *grad_k, T *grad_v,
          *    grad_w_attn[:, :dq] += ga^T @ q,  grad_w_attn[:, dq:] += ga^T @ k,
          *    grad_b_attn += column sums of ga,  gq += ga @ wq (into aw first),
          *    gk = ga @ wk */
-        status |= SUF(gemm)(grad_w_attn, ld_attn, 1, ga, 1, v1, q_blk, rs_q, cs_q,
-                            NULL, v1, dq, rb, acc);
-        status |= SUF(gemm)(grad_w_attn + dq, ld_attn, 1, ga, 1, v1, k_blk, rs_k, cs_k,
-                            NULL, v1, dk, rb, acc);
+        status |= SUF(gemm)(mk_block(gwa, 0, 0, v1, dq, sizeof(T)), mk_t(ga_c), q_blk,
+                            NULL, acc);
+        status |= SUF(gemm)(mk_block(gwa, 0, dq, v1, dk, sizeof(T)), mk_t(ga_c), k_blk,
+                            NULL, acc);
         if (grad_b_attn != NULL && !acc) {
-            SUF(colsum)(grad_b_attn, ga, v1, 1, rb, v1);
+            SUF(colsum)(grad_b_attn, ga_c);
         } else if (grad_b_attn != NULL) {
-            SUF(colsum)(b_blk, ga, v1, 1, rb, v1);
+            SUF(colsum)(b_blk, ga_c);
             for (int64_t j = 0; j < v1; j++)
                 grad_b_attn[j] = grad_b_attn[j] + b_blk[j];
         }
-        status |= SUF(gemm)(aw, dq, 1, ga, v1, 1, w_attn, ld_attn, 1, NULL, rb, dq, v1, 0);
+        status |= SUF(gemm)(mk_mat_c(aw, rb, dq), ga_c, wq_attn, NULL, 0);
         for (int64_t i = 0; i < rb * dq; i++)
             gq_blk[i] = gq_blk[i] + aw[i];
-        status |= SUF(gemm)(gk_blk, dk, 1, ga, v1, 1, w_attn + dq, ld_attn, 1,
-                            NULL, rb, dk, v1, 0);
+        status |= SUF(gemm)(gk_blk, ga_c, wk_attn, NULL, 0);
     }
 
     mk_free(aw);
@@ -199,3 +207,7 @@ int SUF(myatt_backward)(T *grad_q, T *grad_k, T *grad_v,
     mk_free(b_blk);
     return status == 0 ? 0 : -1;
 }
+
+#undef MYATT_BLK
+#undef T
+#undef SUF

@@ -1,0 +1,22 @@
+/* The glue around the linear kernel that myatt.linear, myatt.linear_backward
+ * and Linear share (linear_ops.c): arrays in, new arrays out. */
+#ifndef MYATT_LINEAR_OPS_H
+#define MYATT_LINEAR_OPS_H
+
+#include "glue.h"
+
+/* out[..., n] = x[..., k] @ weight[n, k]^T + bias, for x already of `dtype`,
+ * aligned and in native byte order, x.shape[-1] == k checked by the caller.
+ * weight is a view [n, k]; bias is contiguous or NULL.
+ * A new C-contiguous array, or NULL with an exception set. */
+PyObject *linear_apply(PyArrayObject *x, mk_cmat weight, const void *bias,
+                       const myatt_dtype *dtype);
+
+/* The gradients of linear: x [..., k] and grad_out [..., n] already of
+ * `dtype`, aligned, native, their shapes checked by the caller; weight a view
+ * [n, k].  Returns the new tuple (grad_input shaped like x, grad_weight [n, k],
+ * grad_bias [n] or None when !with_bias), or NULL. */
+PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, mk_cmat weight,
+                            int with_bias, const myatt_dtype *dtype);
+
+#endif

@@ -1,0 +1,28 @@
+/* myatt.Linear (linear_type.c): its object layout and the constructor that
+ * MyAtt's sub-layers share. */
+#ifndef MYATT_LINEAR_TYPE_H
+#define MYATT_LINEAR_TYPE_H
+
+#include "state.h"
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;  /* layer(x) without an args tuple (linear_type.c) */
+    Py_ssize_t in_features, out_features;
+    const myatt_dtype *dtype;   /* a row of the dtype table (dtype.h) */
+    PyArrayObject *weight;      /* [out, in], C-contiguous, never handed out itself */
+    PyArrayObject *bias;        /* [out], or NULL for bias=False */
+} LinearObject;
+
+/* What a new Linear's parameters start as. */
+typedef enum {
+    LINEAR_INIT_TORCH,   /* torch's initial weights, drawn from the module's generator */
+    LINEAR_INIT_ZEROS,   /* zeros, nothing drawn: a state_dict is loaded next (interop.c) */
+} linear_init;
+
+/* A new Linear (of `type`: Linear or a subclass), its parameters as `init` says. */
+LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_features,
+                            Py_ssize_t out_features, int bias, const myatt_dtype *dtype,
+                            linear_init init);
+
+#endif

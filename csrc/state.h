@@ -1,0 +1,41 @@
+/* The module state of myatt._myatt and its lookup from a type: the one
+ * back-reference of the glue layers to the module (module.c defines
+ * myatt_module_def and fills the state; nothing else includes module.c's
+ * internals).  See docs/architecture.md. */
+#ifndef MYATT_STATE_H
+#define MYATT_STATE_H
+
+#include "glue.h"
+
+#include "kernels/rng.h"
+
+#if PY_VERSION_HEX < 0x030B0000
+#define PyType_GetModuleByDef _PyType_GetModuleByDef
+#endif
+
+typedef struct {
+    PyTypeObject *linear_type;
+    PyTypeObject *myatt_type;
+    PyObject *axis_error;     /* numpy.exceptions.AxisError */
+    PyObject *rebuild_key;    /* interop.c's private constructor keyword ... */
+    PyObject *rebuild_token;  /* ... and its value */
+    mt19937 rng;              /* myatt.manual_seed; used with the GIL held */
+} myatt_state;
+
+extern PyModuleDef myatt_module_def;
+
+/* The state of the module that defines `type` (or a base of it), or NULL
+ * with TypeError when `type` is not one of the module's. */
+static inline myatt_state *myatt_state_of_type(PyTypeObject *type)
+{
+    PyObject *module = PyType_GetModuleByDef(type, &myatt_module_def);
+    return module == NULL ? NULL : (myatt_state *)PyModule_GetState(module);
+}
+
+/* The state of the module itself (a module function's `module` argument). */
+static inline myatt_state *myatt_state_of_module(PyObject *module)
+{
+    return (myatt_state *)PyModule_GetState(module);
+}
+
+#endif
