@@ -1,31 +1,40 @@
 """Atheris harness over myatt's Python entry points: shapes, dtypes, strides, values.
 
 Each input picks an entry point (linear, softmax, bmm, Linear, MyAtt: construction,
-calls, parameter assignment, load_state_dict, manual_seed, set_num_threads) and its
+calls, parameter assignment, load_state_dict, manual_seed, set_num_threads; and any
+entry point of the registry, tests/entry_points.py, the gradients included) and its
 arguments: arrays of any real or unsupported dtype, 0 to 4 dimensions, sizes 0 to 6
 (sometimes huge, through zero strides), C/Fortran/transposed/sliced/reversed/
 byte-swapped/read-only/unaligned layouts, NaN/inf/extreme values, lists, None and
 objects with __array__. A call may raise only the spec's exceptions (TypeError,
-ValueError incl. AxisError, KeyError, MemoryError, AttributeError); a failed call
+ValueError incl. AxisError, KeyError, MemoryError, AttributeError, or the exception an
+input's own __array__ raised); a failed call
 leaves a module unchanged; a result is a new C-contiguous array of the right shape and
-dtype, close to a float64 NumPy reference when the inputs are finite. Anything else
-(or a crash of the interpreter) is a finding.
+dtype, close to the plain float64 reference (tests/reference.py) when the inputs are
+finite. Anything else (or a crash of the interpreter) is a finding.
 
 Run: fuzz/run_python.sh [SECONDS] (README, "Reliability"). Without atheris, the module
 still imports: tests/test_fuzz_regressions.py replays fuzz/regressions/python/ through
 one_input().
 """
+import os
 import sys
 
 import numpy as np
 
 import myatt
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests"))
+import reference  # noqa: E402  (tests/reference.py: the plain float64 kernels)
+from entry_points import WITH_ARRAYS, Sizes, flat, invoke  # noqa: E402  (the registry)
+
+
 class InputError(Exception):
     """Raised by an input's own __array__: it reaches the caller as it is (SPEC, Errors)."""
 
 
-ALLOWED = (TypeError, ValueError, KeyError, MemoryError, AttributeError, InputError)
+ALLOWED = (TypeError, ValueError, KeyError, MemoryError, AttributeError)
 REAL = [np.float32, np.float64, np.float16, np.int8, np.int16, np.int32, np.int64,
         np.uint8, np.uint16, np.uint32, np.uint64, np.bool_]
 UNSUPPORTED = [np.complex64, np.complex128, object, "U3", "S3", "datetime64[s]",
@@ -58,12 +67,18 @@ class Reader:
         return self.below(k) == 0
 
 
+# The exceptions inputs' own __array__ raised during this input: one of them may reach
+# the caller whatever its class (SPEC, Errors: "reaches the caller with its own class").
+OWN_RAISED = []
+
+
 class ArrayLike:
     def __init__(self, value):
         self.value = value
 
     def __array__(self, dtype=None, copy=None):
         if isinstance(self.value, BaseException):
+            OWN_RAISED.append(self.value)
             raise self.value
         return self.value
 
@@ -207,8 +222,9 @@ def run_linear(r):
         return          # (NumPy's own matmul may loop over 2**40 empty items)
     with np.errstate(all="ignore"):
         X64, W64 = X.astype(np.float64), W.astype(np.float64)
-        ref = X64 @ W64.T + (0 if B is None else B.astype(np.float64))
-        scale = np.abs(X64) @ np.abs(W64).T + (0 if B is None else np.abs(B.astype(np.float64)))
+        B64 = None if B is None else B.astype(np.float64)
+        ref = reference.linear(X64, W64, B64)
+        scale = reference.linear(np.abs(X64), np.abs(W64), None if B is None else np.abs(B64))
     close(res, ref, scale)
 
 
@@ -221,9 +237,7 @@ def run_softmax(r):
     check_result(res, X.shape, result_dtype(x))
     if X.ndim and res.size and X.dtype.kind in "fiub":
         with np.errstate(all="ignore"):
-            X64 = X.astype(np.float64)
-            e = np.exp(X64 - X64.max(axis=dim, keepdims=True))
-            ref = e / e.sum(axis=dim, keepdims=True)
+            ref = reference.softmax(X.astype(np.float64), dim)
         close(res, ref, np.ones_like(ref))
 
 
@@ -237,7 +251,7 @@ def run_bmm(r):
         return
     with np.errstate(all="ignore"):
         X64, Y64 = X.astype(np.float64), Y.astype(np.float64)
-        close(res, X64 @ Y64, np.abs(X64) @ np.abs(Y64))
+        close(res, reference.bmm(X64, Y64), reference.bmm(np.abs(X64), np.abs(Y64)))
 
 
 def snapshot(m):
@@ -245,13 +259,14 @@ def snapshot(m):
 
 
 def guarded(m, action):
-    """action() on module m: an allowed exception leaves m unchanged."""
+    """action() on module m: an allowed exception (or an input's own) leaves m unchanged."""
     before = snapshot(m)
     try:
         return action()
-    except ALLOWED:
-        if snapshot(m) != before:
-            raise Finding("a failed call changed the module")
+    except Exception as e:
+        if isinstance(e, ALLOWED) or any(e is own for own in OWN_RAISED):
+            if snapshot(m) != before:
+                raise Finding("a failed call changed the module")
         raise
 
 
@@ -319,17 +334,59 @@ def run_misc(r):
         myatt.set_num_threads(1 + r.below(4))
 
 
+def run_entry(r):
+    """Any entry point of the registry (tests/entry_points.py) that takes arrays, at
+    random sizes, every array argument drawn by array() (None, sometimes, where allowed):
+    a failed call leaves its object unchanged; the results are fresh arrays of the
+    result dtype, of the registry's shapes when every argument had its declared shape,
+    and share no memory."""
+    ep = r.pick(WITH_ARRAYS)
+    ndim = r.below(5)
+    s = Sizes(batch=tuple(r.below(4) for _ in range(r.below(3))), in_f=r.below(7),
+              out_f=r.below(7), b=r.below(4), n=r.below(6), m=r.below(6), p=r.below(6),
+              shape=tuple(r.below(6) for _ in range(ndim)),
+              dim=r.pick([-1, 0, 1, -2, ndim, 2 ** 70]) if r.chance(3) else -1,
+              Bq=1 + r.below(2), Bk=1 + r.below(2), S=r.below(6), q=r.below(5), k=r.below(5),
+              v1=r.below(5), v2=r.below(5), o=r.below(5))
+    obj = ep.target(s, r.pick([np.float32, np.float64]))
+    args = [None if a.optional and r.chance(3) else array(r, a.shape(s)) for a in ep.args]
+    if obj is None:
+        res = invoke(ep, None, args, s)
+    else:
+        res = guarded(obj, lambda: invoke(ep, obj, args, s))
+    arrays = flat(res, ep.result)
+    dtype = np.dtype(obj.dtype) if ep.module_dtype else result_dtype(*args)
+    declared = all(x is not None and as_np(x) is not None and as_np(x).shape == a.shape(s)
+                   for x, a in zip(args, ep.args))
+    shapes = ep.result_shapes(s) if declared else [None] * len(arrays)
+    if len(shapes) != len(arrays):
+        raise Finding(f"{ep.name}: {len(arrays)} result arrays, expected {len(shapes)}")
+    for res_i, shape in zip(arrays, shapes):
+        check_result(res_i, shape, dtype)
+    for i in range(len(arrays)):
+        for j in range(i):
+            if np.shares_memory(arrays[i], arrays[j]):
+                raise Finding(f"{ep.name}: two results share memory")
+
+
 OPS = [run_linear, run_softmax, run_bmm, run_linear_type, run_myatt, run_misc]
 
 
 def one_input(data):
     r = Reader(data)
-    op = OPS[r.below(len(OPS))]
+    # (the first byte picks the op; 240 and above the registry's entry points, which
+    # keeps what every stored regression input replays)
+    first = r.u8()
+    op = run_entry if first >= 240 else OPS[first % len(OPS)]
+    OWN_RAISED.clear()
     try:
         with np.errstate(all="ignore"):     # 1e308 -> float32 warns, as in NumPy
             op(r)
     except ALLOWED:
         pass
+    except Exception as e:
+        if not any(e is own for own in OWN_RAISED):
+            raise
 
 
 def main():

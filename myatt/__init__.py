@@ -1,15 +1,23 @@
 """myatt: the attention module of a classic tutorial as C kernels behind a NumPy API.
 
+The tutorial's ``MyAtt`` (``linear -> softmax -> bmm -> linear``), exact to its PyTorch
+original, computed by C kernels on NumPy arrays::
+
     import myatt
     m = myatt.MyAtt(32, 32, 32, 64, 32)
     output, attn_weights = m(Q, K, V)
 
-Kernels: linear, softmax, bmm, and their gradients linear_backward,
-softmax_backward, bmm_backward.  Types: Linear, MyAtt (with .backward, from_torch,
-pickle, copy).  Generator: manual_seed.  Threads: set_num_threads, get_num_threads.
-Instruction set in use: kernel_path.  Cached kernel workspaces: empty_cache.  Optimisers (torch.optim's rules, in NumPy, on the live parameters): SGD, Adam.
-Validation against torch: compare.  Plots: plot_attention (needs matplotlib).
-PyTorch is never needed, and never imported by ``import myatt``.
+- Modules: ``MyAtt``, ``Linear`` (``forward``, ``backward``, ``state_dict``,
+  ``from_torch``, pickle and copy).
+- Kernels: ``linear``, ``softmax``, ``bmm``, and their gradients ``linear_backward``,
+  ``softmax_backward``, ``bmm_backward``.
+- Training: ``SGD``, ``Adam`` (torch.optim's rules, in NumPy, on the live parameters).
+- Validation against torch: ``compare``. Plots: ``plot_attention`` (needs matplotlib).
+- Generator: ``manual_seed``. Threads: ``set_num_threads``, ``get_num_threads``.
+  Instruction set in use: ``kernel_path``. Cached kernel workspaces: ``empty_cache``.
+
+PyTorch is never needed, and never imported by ``import myatt``. The documentation
+(docs/ in the repository) has the user guide and the reference.
 """
 from ._myatt import (
     Linear,

@@ -1,9 +1,8 @@
 """Drop-in validation: run a torch module and its myatt twin on the same inputs.
 
-    >>> report = myatt.compare(torch_module, Q, K, V)
-    >>> print(report)            # a table: max abs/rel error per result, verdict
-    >>> report.agree             # True when every result passes assert_close
-    >>> report.assert_close()    # raise AssertionError (with the table) otherwise
+``myatt.compare(torch_module, *inputs)`` returns a :class:`Comparison`: ``print`` it for a
+table of the largest differences per result, test ``report.agree`` (or ``bool(report)``),
+or call ``report.assert_close()`` in a test.
 
 torch is imported when ``compare`` is called, never when ``myatt`` is imported.
 """
@@ -24,7 +23,46 @@ DEFAULT_TOLERANCES = {np.dtype(np.float32): (1.3e-6, 1e-5), np.dtype(np.float64)
 
 @dataclass
 class ResultComparison:
-    """How one result (e.g. ``output`` or ``attn_weights``) of myatt and torch compare."""
+    """How one result (``output``, ``attn_weights``, ...) of myatt and torch compare.
+
+    One entry of :attr:`Comparison.results`, made by :func:`compare`; get it by name with
+    ``report["output"]``. Differences are taken in float64; an element counts as outside the
+    tolerance when ``|myatt - torch| > atol + rtol * |torch|``, as in
+    ``torch.testing.assert_close``.
+
+    Attributes
+    ----------
+    name : str
+        The result's name: ``"output"``, ``"attn_weights"`` or ``"result[i]"``.
+    shape, torch_shape : tuple of int
+        The shapes of myatt's and torch's results.
+    dtype, torch_dtype : str
+        myatt's dtype (``"float32"`` or ``"float64"``) and torch's, as torch names it.
+    rtol, atol : float
+        The tolerances compared at.
+    max_abs_err : float
+        ``max |myatt - torch|`` (NaN against NaN counts as 0).
+    max_rel_err : float
+        ``max |myatt - torch| / |torch|`` (inf where torch is 0 and myatt is not).
+    mismatched : int
+        How many elements are outside ``atol + rtol * |torch|``.
+    worst_index : tuple of int or None
+        Where ``|myatt - torch|`` is largest; ``myatt_value`` and ``torch_value`` are the two
+        values there.
+    agree : bool
+        ``torch.testing.assert_close`` passes; ``message`` holds its message when it fails.
+    err64_myatt, err64_torch : float or None
+        For float32 results: each side's ``max |result - torch in float64|`` (the fair judge
+        when two float32 results differ); None for float64.
+
+    Examples
+    --------
+    >>> import torch
+    >>> _ = torch.manual_seed(0)
+    >>> r = myatt.compare(torch.nn.Linear(8, 4), np.ones((3, 8)))["output"]
+    >>> r.name, r.shape, r.mismatched, r.agree
+    ('output', (3, 4), 0, True)
+    """
 
     name: str
     shape: Tuple[int, ...]            #: myatt's shape
@@ -46,10 +84,18 @@ class ResultComparison:
 
     @property
     def size(self) -> int:
+        """The number of elements compared (0 when the shapes differ)."""
         return int(np.prod(self.shape)) if self.shape == self.torch_shape else 0
 
     def summary(self) -> str:
-        """One line: where they differ most, or that they agree."""
+        """One line: where they differ most, or that they agree.
+
+        Returns
+        -------
+        str
+            ``"output: agrees (max abs err ...)"``, or how many elements are outside the
+            tolerance, the worst one, and each side's error against float64.
+        """
         if self.shape != self.torch_shape:
             return f"{self.name}: shapes differ: myatt {self.shape}, torch {self.torch_shape}"
         if self.agree:
@@ -71,7 +117,34 @@ class Comparison:
     """The report of :func:`compare`: one :class:`ResultComparison` per result.
 
     ``bool(report)`` and ``report.agree`` say whether every result agrees at
-    ``torch.testing.assert_close`` tolerances; ``print(report)`` shows a table.
+    ``torch.testing.assert_close`` tolerances; ``print(report)`` shows a table (and
+    Jupyter an HTML one); ``report["output"]`` is one result's :class:`ResultComparison`.
+
+    Attributes
+    ----------
+    torch_module : str
+        The torch side's name (its class, or a function's name).
+    module : str
+        The myatt side, as its ``repr`` or name.
+    inputs : list of (str, tuple of int)
+        The inputs' names (``Q``, ``K``, ``V``, or ``input[i]``) and shapes.
+    dtype : str
+        The dtype both sides computed in.
+    results : list of ResultComparison
+        One per result, in the order the module returns them.
+
+    Examples
+    --------
+    >>> import torch
+    >>> _ = torch.manual_seed(0)
+    >>> report = myatt.compare(torch.nn.Linear(8, 4), np.ones((3, 8)))
+    >>> print(report)                                # doctest: +ELLIPSIS
+    myatt.compare: torch Linear vs myatt Linear(in_features=8, out_features=4, bias=True, dtype=float32)
+    inputs: input[0] (3, 8) as float32
+    ...
+    AGREE: all 1 result(s) match torch at assert_close tolerances.
+    >>> bool(report), [r.name for r in report.results]
+    (True, ['output'])
     """
 
     torch_module: str
@@ -82,6 +155,7 @@ class Comparison:
 
     @property
     def agree(self) -> bool:
+        """True when there is a result and every result agrees with torch's."""
         return bool(self.results) and all(r.agree for r in self.results)
 
     def __bool__(self) -> bool:
@@ -94,7 +168,14 @@ class Comparison:
         raise KeyError(name)
 
     def assert_close(self) -> None:
-        """Raise AssertionError, with the report, unless every result agrees."""
+        """Raise AssertionError, with the report, unless every result agrees.
+
+        Raises
+        ------
+        AssertionError
+            When any result is outside the tolerances (or no result was compared); its
+            message is the report's table.
+        """
         if not self.agree:
             raise AssertionError("myatt and torch differ\n" + str(self))
 
@@ -229,20 +310,78 @@ def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[
             atol: Optional[float] = None, float64_reference: bool = True) -> Comparison:
     """Run `torch_module` and its myatt twin on the same inputs and report how they differ.
 
-    torch_module: the tutorial's torch ``MyAtt``, a ``torch.nn.Linear``, or any torch
-        callable when ``module`` is given.
-    inputs: the call's arguments (NumPy arrays, torch tensors or array-likes), e.g. Q, K, V.
-        Both sides get the same values, converted to the myatt module's dtype.
-    module: the myatt side; default ``MyAtt.from_torch(torch_module)`` (or
-        ``Linear.from_torch``), i.e. the same weights. Pass your own ``myatt.MyAtt`` to check
-        it against a torch model, or a function such as ``myatt.softmax``.
-    rtol, atol: tolerances (both or neither); default assert_close's for the dtype.
-    float64_reference: for float32, also run torch in float64 on the same weights and
-        inputs, and report each side's error against it (the spec's rule for long
-        float32 reductions, where two correct kernels may differ beyond tolerance).
+    Both sides get the same values, converted to the myatt side's dtype, and run without
+    gradients; every result is compared as ``torch.testing.assert_close`` compares it.
 
-    Returns a :class:`Comparison`: ``print`` it for a table, ``.agree`` / ``bool`` for the
-    verdict, ``.assert_close()`` to raise, ``["output"]`` for one result's numbers.
+    Parameters
+    ----------
+    torch_module : torch.nn.Module or callable
+        The tutorial's torch ``MyAtt``, a ``torch.nn.Linear``, or, with `module`, any torch
+        module or function (``torch.softmax``, ``torch.bmm``, ...).
+    *inputs : array_like or scalar
+        The call's arguments (NumPy arrays, torch tensors, array-likes), e.g. ``Q, K, V``.
+        Python scalars and None (a softmax's ``dim``, a missing bias) are passed to both
+        sides as they are.
+    module : callable, optional
+        The myatt side. Default: ``MyAtt.from_torch(torch_module)`` (or
+        ``Linear.from_torch``), i.e. the same weights. Pass your own :class:`myatt.MyAtt`
+        to check it against a torch model, or a function such as :func:`myatt.softmax`.
+    rtol, atol : float, optional
+        Tolerances, both or neither. Default: ``assert_close``'s for the dtype
+        (float32: 1.3e-6 and 1e-5; float64: 1e-7 and 1e-7).
+    float64_reference : bool, default True
+        For float32, also run torch in float64 on the same weights and inputs, and report
+        each side's error against it (the spec's rule for long float32 reductions, where
+        two correct kernels may differ beyond tolerance).
+
+    Returns
+    -------
+    Comparison
+        ``print`` it for a table, ``.agree`` or ``bool()`` for the verdict,
+        ``.assert_close()`` to raise, ``["output"]`` for one result's numbers.
+
+    Raises
+    ------
+    ImportError
+        When torch is not installed.
+    TypeError
+        When `torch_module` has no myatt twin and no `module` is given, or when the torch
+        module's dtype is not the myatt side's.
+    ValueError
+        When only one of `rtol` and `atol` is given, or when the two sides return different
+        numbers of results.
+
+    See Also
+    --------
+    MyAtt.from_torch, Linear.from_torch : the twins `compare` builds.
+
+    Examples
+    --------
+    A ``torch.nn.Linear`` against the :class:`myatt.Linear` holding its weights:
+
+    >>> import torch
+    >>> _ = torch.manual_seed(0)
+    >>> lin = torch.nn.Linear(8, 4)
+    >>> x = np.linspace(-1, 1, 24).reshape(3, 8)
+    >>> report = myatt.compare(lin, x)
+    >>> report.agree, report["output"].mismatched
+    (True, 0)
+    >>> report.assert_close()          # silent when they agree
+
+    A kernel against its torch function (the scalar ``dim`` goes to both):
+
+    >>> myatt.compare(torch.softmax, x.astype(np.float32), -1, module=myatt.softmax).agree
+    True
+
+    A module whose weights differ from the torch module's:
+
+    >>> mine = myatt.Linear.from_torch(lin)
+    >>> mine.bias += 1e-3
+    >>> report = myatt.compare(lin, x, module=mine)
+    >>> report.agree
+    False
+    >>> print(report["output"].summary())           # doctest: +ELLIPSIS
+    output: 12 of 12 elements outside rtol=1.3e-06, atol=1e-05; worst at ...
     """
     import torch
 

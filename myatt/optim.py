@@ -3,7 +3,7 @@
 Parameters are NumPy views of a module's own memory, so an optimiser step is plain
 in-place NumPy arithmetic; these classes only keep the state (momentum, moments, step
 count) and apply torch's formulas in torch's order of operations, with every scalar
-cast to the parameter's dtype as torch casts it:
+cast to the parameter's dtype as torch casts it::
 
     opt = myatt.Adam(m, lr=1e-3)          # m: a MyAtt or Linear (or a dict of arrays)
     grads = m.backward(Q, K, V, grad_output)
@@ -50,8 +50,27 @@ class _Optimizer:
         self.state = {name: {} for name in self.params}
 
     def step(self, grads):
-        """Update every parameter whose name is a key of `grads` (extra keys are ignored).
-        Every gradient is checked before any parameter changes."""
+        """Update, in place, every parameter whose name is a key of `grads`.
+
+        Every gradient is checked before any parameter changes. Keys that name no
+        parameter (``Q``, ``K``, ``V`` of :meth:`MyAtt.backward`'s dict) are ignored; a
+        parameter whose key is missing is skipped, as torch skips a parameter whose
+        ``.grad`` is None.
+
+        Parameters
+        ----------
+        grads : mapping of str to array_like
+            Gradients under the parameters' ``state_dict`` keys, such as the dict
+            :meth:`MyAtt.backward` or :meth:`Linear.backward` returns. Each is converted
+            to its parameter's dtype.
+
+        Raises
+        ------
+        TypeError
+            When `grads` is not a mapping, or a gradient is not real numbers.
+        ValueError
+            When a gradient's shape is not its parameter's.
+        """
         if not hasattr(grads, "get"):
             raise TypeError(f"grads must be a mapping, got {type(grads).__name__}")
         todo = []
@@ -74,7 +93,50 @@ class _Optimizer:
 
 
 class SGD(_Optimizer):
-    """torch.optim.SGD: weight decay, momentum with dampening, Nesterov, maximize."""
+    """Stochastic gradient descent with torch.optim.SGD's update rule.
+
+    Weight decay, momentum with dampening, Nesterov momentum and maximize, in torch's order
+    of operations and with its scalars cast to the parameter's dtype. The parameters are
+    updated in place by :meth:`step`, which takes the gradients.
+
+    Parameters
+    ----------
+    params : MyAtt, Linear or mapping of str to ndarray
+        A module (its live parameters, under its ``state_dict`` keys) or a mapping of names
+        to writeable float32/float64 arrays, updated in place.
+    lr : float, default 1e-3
+        The learning rate.
+    momentum : float, default 0
+        The momentum factor.
+    dampening : float, default 0
+        Dampening of the momentum.
+    weight_decay : float, default 0
+        L2 penalty added to the gradient.
+    nesterov : bool, default False
+        Nesterov momentum (needs a momentum and zero dampening).
+    maximize : bool, default False
+        Maximise the objective instead of minimising it.
+
+    Raises
+    ------
+    ValueError
+        When `lr`, `momentum` or `weight_decay` is negative, or Nesterov is asked for
+        without a momentum or with dampening.
+    TypeError
+        When `params` is neither a module nor a mapping of writeable float arrays.
+
+    Examples
+    --------
+    >>> myatt.manual_seed(0)
+    >>> lin = myatt.Linear(3, 2)
+    >>> x, grad_y = np.ones((4, 3)), np.ones((4, 2))
+    >>> opt = myatt.SGD(lin, lr=0.1, momentum=0.9)
+    >>> before = lin.weight.copy()
+    >>> opt.step(lin.backward(x, grad_y))          # grad of weight: 4 everywhere
+    >>> lin.weight - before
+    array([[-0.4, -0.4, -0.4],
+           [-0.4, -0.4, -0.4]], dtype=float32)
+    """
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0,
                  nesterov=False, *, maximize=False):
@@ -110,8 +172,53 @@ class SGD(_Optimizer):
 
 
 class Adam(_Optimizer):
-    """torch.optim.Adam: bias-corrected moments, weight decay (or decoupled, as AdamW),
-    amsgrad, maximize."""
+    """Adam with torch.optim.Adam's update rule.
+
+    Bias-corrected moments, weight decay (or decoupled weight decay, as AdamW), amsgrad and
+    maximize, in torch's order of operations and with its scalars cast to the parameter's
+    dtype. The parameters are updated in place by :meth:`step`, which takes the gradients.
+
+    Parameters
+    ----------
+    params : MyAtt, Linear or mapping of str to ndarray
+        A module (its live parameters, under its ``state_dict`` keys) or a mapping of names
+        to writeable float32/float64 arrays, updated in place.
+    lr : float, default 1e-3
+        The learning rate.
+    betas : (float, float), default (0.9, 0.999)
+        The decay rates of the first and second moment estimates, each in [0, 1).
+    eps : float, default 1e-8
+        Added to the denominator.
+    weight_decay : float, default 0
+        L2 penalty added to the gradient (or, decoupled, applied to the parameter).
+    amsgrad : bool, default False
+        Use the maximum of the second moment estimates so far.
+    maximize : bool, default False
+        Maximise the objective instead of minimising it.
+    decoupled_weight_decay : bool, default False
+        Decay the parameters directly, as AdamW does.
+
+    Raises
+    ------
+    ValueError
+        When `lr`, `eps` or `weight_decay` is negative or a beta is outside [0, 1).
+    TypeError
+        When `params` is neither a module nor a mapping of writeable float arrays.
+
+    Examples
+    --------
+    >>> myatt.manual_seed(0)
+    >>> m = myatt.MyAtt(4, 4, 3, 5, 2)
+    >>> Q, K, V = np.ones((1, 2, 4)), np.ones((1, 2, 4)), np.ones((1, 3, 5))
+    >>> opt = myatt.Adam(m, lr=1e-2)
+    >>> before = m.attn_combine.bias.copy()
+    >>> opt.step(m.backward(Q, K, V, np.ones((1, 2, 2))))   # Q, K, V keys are ignored
+    >>> m.attn_combine.bias - before           # Adam's first step: lr against the gradient's sign
+    array([-0.01, -0.01], dtype=float32)
+    >>> opt                                    # doctest: +NORMALIZE_WHITESPACE
+    Adam(lr=0.01, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.0, amsgrad=False,
+         maximize=False, decoupled_weight_decay=False)
+    """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                  amsgrad=False, *, maximize=False, decoupled_weight_decay=False):

@@ -129,15 +129,66 @@ def plot_attention(weights: Any, x_labels: Optional[Sequence[Any]] = None,
                    x_rotation: float = 45) -> Any:
     """Draw attention weights as a heatmap and return the matplotlib Axes.
 
-    weights: [rows, cols] (e.g. MyAtt's attn_weights [S, value_size1]: one row per query,
-        one column per attended position); NumPy array, torch tensor or array-like.
-        Leading axes of size 1 are dropped; a 1-D vector is drawn as one row.
-    x_labels: one label per column (the attended words), along the top as in the
-        tutorial, slanted by x_rotation degrees; y_labels: one label per row (the queries).
-    ax: an Axes to draw on; default a new figure. cmap, colorbar, title: as they say.
-    Characters the default font lacks (Chinese labels, for instance) are drawn with an
-    installed font that has them; a warning names what to install when none has.
-    Needs matplotlib (``pip install "myatt[plot]"``).
+    In the manner of the PyTorch seq2seq tutorial's ``showAttention``: one row per query,
+    one column per attended position, the column labels along the top. Characters the
+    default font lacks (Chinese labels, for instance) are drawn with an installed font
+    that has them. Needs matplotlib (``pip install "myatt[plot]"``), imported on the first
+    call.
+
+    Parameters
+    ----------
+    weights : array_like, shape (rows, cols)
+        The weights, e.g. :class:`MyAtt`'s ``attn_weights`` ``[S, value_size1]``: a NumPy
+        array, a torch tensor or an array-like of real numbers. Leading axes of size 1 are
+        dropped; a 1-D vector is drawn as one row.
+    x_labels : sequence, optional
+        One label per column (the attended words), along the top, slanted by `x_rotation`
+        degrees.
+    y_labels : sequence, optional
+        One label per row (the queries).
+    ax : matplotlib.axes.Axes, optional
+        The Axes to draw on; default a new figure sized to the weights.
+    cmap : str, default "bone"
+        The colour map (the tutorial's).
+    colorbar : bool, default True
+        Draw a colour bar beside the heatmap.
+    title : str, optional
+        The Axes' title.
+    x_rotation : float, default 45
+        The slant of the column labels in degrees (the tutorial's 90 turns an "I" into a
+        dash); 0 sets them upright and centred.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        The Axes drawn on.
+
+    Raises
+    ------
+    ImportError
+        When matplotlib is not installed.
+    TypeError
+        When `weights` are not real numbers.
+    ValueError
+        When `weights` are not 2-D after dropping leading axes of size 1, or when a label
+        list does not have one label per column (`x_labels`) or row (`y_labels`).
+
+    Warns
+    -----
+    UserWarning
+        When no installed font has glyphs for some characters of the labels; the message
+        names the fonts to install.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> w = myatt.softmax(np.array([[2.0, 0.5, 0.1], [0.1, 3.0, 0.2]]))
+    >>> ax = myatt.plot_attention(w, x_labels=["I", "am", "here"], y_labels=["je", "suis"])
+    >>> [t.get_text() for t in ax.get_xticklabels()]
+    ['I', 'am', 'here']
+    >>> ax.images[0].get_array().shape
+    (2, 3)
     """
     plt = _import_pyplot()
     w = np.asarray(_interop.to_numpy(weights))

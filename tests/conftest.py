@@ -23,12 +23,18 @@ settings.load_profile("myatt")
 
 DTYPES = [np.float32, np.float64]
 
+# The tests whose results depend on myatt's kernel path and are compared with torch's
+# kernel for the same instruction set: test_softmax_paths.py reruns them (-m) per path.
+KERNEL_PATH_MARKER = "kernel_path"
+
 
 def pytest_configure(config):
     """A kernel path forced with MYATT_KERNEL is tested beside torch's twin kernel
     (ATEN_CPU_CAPABILITY, helpers.TORCH_CAPABILITY): the softmax is compared bit for bit,
     and the spec's bar for long reductions ("no worse than torch") is the twin's error.
     Say so at once instead of failing those tests one by one."""
+    config.addinivalue_line("markers", KERNEL_PATH_MARKER + ": depends on the kernel path "
+                            "(MYATT_KERNEL); rerun on every path by tests/test_softmax_paths.py")
     requested = os.environ.get("MYATT_KERNEL")
     if not requested:
         return

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import myatt
+from entry_points import ENTRY_POINTS, SMALL, invoke
 from helpers import (PROMO_DTYPES, assert_same_bits, data, dtype_id, name_re, result_dtype, scaled,
                      shape_re, torch_runs_our_softmax)
 from oracle import assert_matches, to_torch
@@ -186,11 +187,13 @@ def check_softmax(rng, dtype, shape, dim, scale=3.0):
     return ours
 
 
+@pytest.mark.kernel_path
 @pytest.mark.parametrize("shape,dim", SOFTMAX_CASES, ids=[f"{s}-dim{d}" for s, d in SOFTMAX_CASES])
 def test_softmax_every_axis(rng, dtype, shape, dim):
     check_softmax(rng, dtype, shape, dim)
 
 
+@pytest.mark.kernel_path
 @pytest.mark.parametrize("rows", [1, 2, 5])
 @pytest.mark.parametrize("cols", [1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100, 255, 1000, 4097])
 def test_softmax_last_axis_is_torchs_bits(rng, dtype, rows, cols):
@@ -210,6 +213,7 @@ def test_softmax_last_axis_is_torchs_bits(rng, dtype, rows, cols):
         assert_matches(ours, expected)
 
 
+@pytest.mark.kernel_path
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 7, 8, 16, 17, 33, 64, 100, 128, 129, 257, 1000, 4096])
 @pytest.mark.parametrize("cols", [1, 3, 12, 16, 17, 32, 36, 48, 100, 256])
 def test_linear_bias_gradient_is_torchs_bits(rng, dtype, rows, cols):
@@ -224,6 +228,7 @@ def test_linear_bias_gradient_is_torchs_bits(rng, dtype, rows, cols):
     assert_same_bits(gb, expected)
 
 
+@pytest.mark.kernel_path
 def test_softmax_default_dim_and_keywords(rng, dtype):
     go, y = data(rng, (4, 6), dtype), myatt.softmax(data(rng, (4, 6), dtype))
     a = myatt.softmax_backward(go, y)
@@ -233,6 +238,7 @@ def test_softmax_default_dim_and_keywords(rng, dtype):
     np.testing.assert_array_equal(a, c, strict=True)
 
 
+@pytest.mark.kernel_path
 def test_softmax_gradient_of_sum_is_zero(rng, dtype):
     """Why the tests never use only .sum(): ones upstream give (nearly) zero."""
     y = myatt.softmax(data(rng, (5, 7), dtype))
@@ -240,6 +246,7 @@ def test_softmax_gradient_of_sum_is_zero(rng, dtype):
     assert np.abs(g).max() < 1e-6
 
 
+@pytest.mark.kernel_path
 @pytest.mark.parametrize("gd,yd", list(itertools.product(PROMO_DTYPES, PROMO_DTYPES)), ids=str)
 def test_softmax_promotion(rng, gd, yd):
     go, y = data(rng, (3, 4), gd), data(rng, (3, 4), yd)
@@ -250,6 +257,7 @@ def test_softmax_promotion(rng, gd, yd):
     assert_matches(out, ty * (tg - (tg * ty).sum(0, keepdim=True)))
 
 
+@pytest.mark.kernel_path
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("dim", [0, 1])
 def test_softmax_layouts(rng, dtype, layout, dim):
@@ -262,6 +270,7 @@ def test_softmax_layouts(rng, dtype, layout, dim):
     np.testing.assert_array_equal(res, expected, strict=True)
 
 
+@pytest.mark.kernel_path
 @pytest.mark.parametrize("shape,dim", [((4,), 0), ((3, 5), 0), ((3, 5), 1), ((2, 3, 4), 1)], ids=str)
 def test_softmax_finite_differences(rng, shape, dim):
     x = data(rng, shape, np.float64)
@@ -374,35 +383,31 @@ def test_bad_shapes(thunk, names, shapes):
     raises(thunk, ValueError, names, shapes)
 
 
-GOOD = {
-    myatt.linear_backward: [A(4, 3), A(4, 5), A(3, 5), A(3)],
-    myatt.softmax_backward: [A(3, 4), A(3, 4)],
-    myatt.bmm_backward: [A(2, 3, 4), A(2, 3, 5), A(2, 5, 4)],
-}
-ARGNAMES = {
-    myatt.linear_backward: ["grad_output", "input", "weight", "bias"],
-    myatt.softmax_backward: ["grad_output", "output"],
-    myatt.bmm_backward: ["grad_output", "input", "mat2"],
-}
+# the backward kernels of the registry (entry_points.py)
+BACKWARD = [ep for ep in ENTRY_POINTS if ep.kind == "function" and ep.name.endswith("_backward")]
 BAD_VALUES = [np.ones((3, 4), dtype=np.complex64), np.array([["a"]]), object(),
               np.ones(3, dtype=np.longdouble)]
 
 
 @pytest.mark.parametrize("bad", BAD_VALUES, ids=["complex", "str", "object", "longdouble"])
-@pytest.mark.parametrize("kernel,pos", [(k, i) for k in GOOD for i in range(len(GOOD[k]))],
-                         ids=lambda v: getattr(v, "__name__", str(v)))
+@pytest.mark.parametrize("kernel,pos", [
+    pytest.param(ep, i, id=f"{ep.name}-{i}",
+                 marks=[pytest.mark.kernel_path] if ep.name == "softmax_backward" else [])
+    for ep in BACKWARD for i in range(len(ep.args))])
 def test_bad_types(kernel, pos, bad):
-    args = list(GOOD[kernel])
+    args = [np.ones_like(a) for a in kernel.good(SMALL)]
     args[pos] = bad
-    raises(lambda: kernel(*args), TypeError, [ARGNAMES[kernel][pos]])
+    raises(lambda: invoke(kernel, None, args), TypeError, [kernel.args[pos].name])
 
 
+@pytest.mark.kernel_path
 @pytest.mark.parametrize("dim", [2, -3, 10])
 def test_softmax_dim_out_of_range(dim):
     with pytest.raises(AxisError):
         myatt.softmax_backward(A(3, 4), A(3, 4), dim)
 
 
+@pytest.mark.kernel_path
 @pytest.mark.parametrize("dim", [1.0, "0", None, True])
 def test_softmax_dim_not_an_integer(dim):
     raises(lambda: myatt.softmax_backward(A(3, 4), A(3, 4), dim), TypeError, ["dim"])

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import myatt
+from entry_points import SMALL, WITH_ARRAYS, invoke
 from helpers import name_re
 from oracle import assert_matches, run, to_torch, torch_linear, torch_myatt
 
@@ -73,7 +74,7 @@ BAD = {
     "broadcast-huge-wrong-size": (lambda s: np.broadcast_to(
         np.float32(1), (2**40,) + tuple(d + 1 for d in s)), ValueError),
 }
-# softmax takes any ndim, so shape errors do not apply to it
+# the kinds that are shape errors (softmax takes any ndim: not errors there)
 SHAPE_KINDS = {"0-d", "ndim+2", "empty-1d", "wrong-size", "__array__-wrong-size",
                "broadcast-huge-wrong-size"}
 
@@ -104,66 +105,48 @@ def _good():
 
 
 def _entry_points():
-    """(id, argument name, its good shape, call(bad) -> None, module or None)."""
-    g = _good()
-    lin = myatt.Linear(6, 3)
-    mod = myatt.MyAtt(3, 4, 5, 6, 2)
-    sd = mod.state_dict()
-    lsd = lin.state_dict()
-    eps = [
-        ("linear", "input", (4, 6), lambda v: myatt.linear(v, g["w"], g["b"]), None),
-        ("linear", "weight", (3, 6), lambda v: myatt.linear(g["x"], v, g["b"]), None),
-        ("linear", "bias", (3,), lambda v: myatt.linear(g["x"], g["w"], v), None),
-        ("softmax", "input", (4, 6), lambda v: myatt.softmax(v, 1), None),
-        ("bmm", "input", (2, 4, 6), lambda v: myatt.bmm(v, g["m2"]), None),
-        ("bmm", "mat2", (2, 6, 5), lambda v: myatt.bmm(g["a"], v), None),
-        ("Linear.__call__", "input", (4, 6), lambda v: lin(v), lin),
-        ("Linear.forward", "input", (4, 6), lambda v: lin.forward(v), lin),
-        ("Linear.weight=", "weight", (3, 6), lambda v: setattr(lin, "weight", v), lin),
-        ("Linear.bias=", "bias", (3,), lambda v: setattr(lin, "bias", v), lin),
-        ("Linear.load_state_dict", "weight", (3, 6),
-         lambda v: lin.load_state_dict(dict(lsd, weight=v)), lin),
-        ("MyAtt.__call__", "Q", (1, 4, 3), lambda v: mod(v, g["K"], g["V"]), mod),
-        ("MyAtt.__call__", "K", (1, 4, 4), lambda v: mod(g["Q"], v, g["V"]), mod),
-        ("MyAtt.forward", "V", (1, 5, 6), lambda v: mod.forward(g["Q"], g["K"], v), mod),
-        ("MyAtt.load_state_dict", "attn.weight", (5, 7),
-         lambda v: mod.load_state_dict(dict(sd, **{"attn.weight": v})), mod),
-        ("MyAtt.load_state_dict", "attn_combine.bias", (2,),
-         lambda v: mod.load_state_dict(dict(sd, **{"attn_combine.bias": v})), mod),
-        ("MyAtt.attn.weight=", "weight", (5, 7), lambda v: setattr(mod.attn, "weight", v), mod),
-    ]
+    """(entry point, argument, call(bad) -> None, module or None): every array argument of
+    every entry point of the registry (entry_points.py), the others valid."""
+    eps = []
+    for ep in WITH_ARRAYS:
+        obj = ep.target(SMALL)
+        good = ep.good(SMALL)
+        for i, arg in enumerate(ep.args):
+            def call(v, ep=ep, obj=obj, good=good, i=i):
+                invoke(ep, obj, good[:i] + [v] + good[i + 1:])
+            eps.append((ep, arg, call, obj))
     return eps
 
 
-EP_IDS = [f"{e[0]}-{e[1]}" for e in _entry_points()]
+EP_IDS = [f"{ep.name}-{arg.name}" for ep, arg, _, _ in _entry_points()]
 
 
 def _cases():
-    for i, ep in enumerate(_entry_points()):
+    for i, (ep, arg, _, _) in enumerate(_entry_points()):
         for kind in BAD:
-            if ep[0] == "softmax" and kind in SHAPE_KINDS:
-                continue
-            if ep[1] == "input" and kind == "ndim+2":
+            if arg.ndim_free and kind in SHAPE_KINDS:
+                continue            # softmax takes any ndim, so shape errors do not apply
+            if arg.batch_free and kind == "ndim+2":
                 continue            # linear's input may have any number of batch dims
-            if ep[0] == "linear" and ep[1] == "bias" and kind == "None":
+            if arg.optional and kind == "None":
                 continue            # None is the default: no bias
             yield pytest.param(i, kind, id=f"{EP_IDS[i]}-{kind}")
 
 
 @pytest.mark.parametrize("ep,kind", list(_cases()))
 def test_bad_value_matrix(ep, kind):
-    name, arg, shape, call, module = _entry_points()[ep]
+    _, arg, call, module = _entry_points()[ep]
     make, exc = BAD[kind]
     snap = _snapshot(module) if module is not None else None
     with pytest.raises(exc) as info:
-        call(make(shape))
+        call(make(arg.shape(SMALL)))
     assert type(info.value) is exc or (exc is ValueError and not isinstance(info.value, TypeError))
     # the message names the argument (MyAtt's feature-size messages name Q with K or V)
-    names = [arg, "Q"] if name.startswith("MyAtt.") and arg in ("K", "V") else [arg]
+    names = [arg.name, *arg.also_named]
     # an input's own exception keeps its message; a note names the argument (3.11+)
-    text = "\n".join([str(info.value), *getattr(info.value, "__notes__", [])])
+    msg = "\n".join([str(info.value), *getattr(info.value, "__notes__", [])])   # (PEP 678)
     if sys.version_info >= (3, 11) or kind not in ("ragged", "bad-sequence", "__array__-raises"):
-        assert re.search(name_re(*names), text), f"message does not name {arg!r}: {text}"
+        assert re.search(name_re(*names), msg), f"message does not name {arg.name!r}: {msg}"
     if module is not None:
         _assert_unchanged(module, snap)
 

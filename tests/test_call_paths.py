@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import myatt
+from entry_points import COMPUTING, SMALL, call_kwargs, flat, invoke
 from oracle import assert_matches, run, torch_linear, torch_myatt
 
 SEED = (32, 32, 32, 64, 32)
@@ -136,3 +137,34 @@ def test_fast_path_reads_strided_and_other_dtypes(rng):
         out, aw = m(*args)
         assert_matches(out, out_t)
         assert_matches(aw, aw_t)
+
+
+def _by_name(ep, obj):
+    """The callable behind a registry entry: myatt.<name>, or the object's method."""
+    if ep.kind == "function":
+        return getattr(myatt, ep.name)
+    return getattr(obj, ep.name.split(".", 1)[1])
+
+
+@pytest.mark.parametrize("ep", COMPUTING, ids=lambda e: e.name)
+def test_registry_argument_names_are_the_keywords(ep):
+    """Every computing entry of entry_points.py takes its arguments by the names the
+    registry gives them (the names its error messages use): all by keyword, or the first
+    positional and the rest by keyword, give the positional call's bits; an argument
+    given twice or a name it does not take is a TypeError."""
+    obj = ep.target(SMALL)
+    good = ep.good(SMALL)
+    extra = call_kwargs(ep, SMALL)
+    want = flat(invoke(ep, obj, good), ep.result)
+    fn = _by_name(ep, obj)
+    names = [a.name for a in ep.args]
+    for got in (fn(**dict(zip(names, good)), **extra),
+                fn(good[0], **dict(zip(names[1:], good[1:])), **extra)):
+        got = flat(got, ep.result)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w, strict=True)
+    with pytest.raises(TypeError):
+        fn(*good, **{names[0]: good[0]}, **extra)
+    with pytest.raises(TypeError):
+        fn(*good, no_such_argument=1, **extra)

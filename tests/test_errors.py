@@ -15,6 +15,7 @@ import torch
 
 import myatt
 import oracle
+from entry_points import ENTRY_POINTS, SMALL, invoke
 from helpers import name_re, shape_re
 from oracle import run, torch_myatt
 
@@ -70,33 +71,26 @@ BAD_VALUES = {
 }
 BAD_IDS = list(BAD_VALUES)
 
-# entry point -> (function taking the operands, good operands, argument names)
-KERNEL_ARGS = {
-    "linear": (lambda x, w, b: myatt.linear(x, w, b), [(4, 7), (3, 7), (3,)],
-               ["input", "weight", "bias"]),
-    "softmax": (lambda x: myatt.softmax(x, 0), [(4, 7)], ["input"]),
-    "bmm": (lambda a, b: myatt.bmm(a, b), [(2, 4, 7), (2, 7, 3)], ["input", "mat2"]),
-}
+# every kernel function of the registry (entry_points.py), each argument in turn
+KERNELS = {ep.name: ep for ep in ENTRY_POINTS if ep.kind == "function"}
 KERNEL_TYPE_CASES = [
-    pytest.param(k, i, bad, id=f"{k}-{names[i]}-{bad}")
-    for k, (_, shapes, names) in KERNEL_ARGS.items()
-    for i in range(len(shapes))
+    pytest.param(k, i, bad, id=f"{k}-{arg.name}-{bad}")
+    for k, ep in KERNELS.items()
+    for i, arg in enumerate(ep.args)
     for bad in BAD_IDS
-    if not (names[i] == "bias" and bad == "None")      # bias=None is valid: no bias
+    if not (arg.optional and bad == "None")      # bias=None is valid: no bias
 ]
 
 
 @pytest.mark.parametrize("kernel,pos,bad", KERNEL_TYPE_CASES)
 def test_kernel_bad_types(kernel, pos, bad):
-    fn, shapes, names = KERNEL_ARGS[kernel]
-    if kernel == "linear" and names[pos] == "bias" and bad == "None":
-        bad = "dict"   # None is linear's default bias (no bias), not a bad value
-    args = [A(*s) for s in shapes]
-    args[pos] = BAD_VALUES[bad](shapes[pos])
+    ep = KERNELS[kernel]
+    args = [np.ones_like(a) for a in ep.good(SMALL)]
+    args[pos] = BAD_VALUES[bad](ep.args[pos].shape(SMALL))
     exc = ValueError if bad == "ragged_list" else TypeError   # numpy's, as in numpy
     # numpy's message is kept; a note names the argument (3.11+)
     named = bad != "ragged_list" or sys.version_info >= (3, 11)
-    raises(lambda: fn(*args), exc, names=[names[pos]] if named else [])
+    raises(lambda: invoke(ep, None, args), exc, names=[ep.args[pos].name] if named else [])
 
 
 # --------------------------------------------------------------------------- #

@@ -1,4 +1,5 @@
-"""Every input layout of the spec, for the kernels, Linear and MyAtt.
+"""Every input layout of the spec, for the kernels, Linear and MyAtt (one by one, and
+every computing entry point of the registry, entry_points.py, by test_entry_point_layouts).
 
 Inputs may be lists, Fortran-ordered, strided (every other row/column, negative
 strides), byte-swapped, unaligned, read-only arrays or CPU torch tensors (with or
@@ -13,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import myatt
+from entry_points import COMPUTING, SMALL, flat, invoke, invoke_torch
 from helpers import result_dtype
 from oracle import assert_matches, run, to_torch, torch_linear, torch_myatt
 
@@ -335,3 +337,35 @@ def test_myatt_same_array_three_times(rng, dtype):
     t_out, t_attn = run(torch_myatt(m), X, X, X, dtype=dtype)
     assert_matches(out, t_out)
     assert_matches(attn, t_attn)
+
+
+# --------------------------------------------------------------------------- #
+# Every computing entry point of the registry (entry_points.py), the same way
+# --------------------------------------------------------------------------- #
+def _registry_layout_cases():
+    for ep in COMPUTING:
+        if ep.torch is None:
+            continue
+        for layout in LAYOUT_NAMES:
+            for target in [a.name for a in ep.args] + ["all"]:
+                yield pytest.param(ep, layout, target, id=f"{ep.name}-{layout}-{target}")
+
+
+@pytest.mark.parametrize("ep,layout,target", list(_registry_layout_cases()))
+def test_entry_point_layouts(dtype, ep, layout, target):
+    """Each array argument (and all at once) in each layout: the inputs are unchanged,
+    the results are new C-contiguous arrays sharing no memory with the inputs or each
+    other, in the result dtype, equal to torch's on the same values."""
+    obj = ep.target(SMALL, dtype)
+    vals = ep.good(SMALL, dtype, seed=5)
+    f = LAYOUTS[layout]
+    objs = [f(v) if target in (a.name, "all") else v for a, v in zip(ep.args, vals)]
+    guard = Guard(*objs)
+    ours = flat(invoke(ep, obj, objs), ep.result)
+    guard.check(*ours)
+    rd = np.dtype(obj.dtype) if ep.module_dtype else result_dtype(*map(_operand_dtype, objs))
+    theirs = flat(invoke_torch(ep, obj, [to_torch(v, rd) for v in vals]), ep.result)
+    assert len(ours) == len(theirs)
+    for o, t in zip(ours, theirs):
+        assert o.dtype == rd
+        assert_matches(o, t)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import myatt
+from entry_points import ENTRY_POINTS, SMALL, invoke, sizes
 
 N_CALLS = 2000          # calls per case for the reference counts
 N_TRACED = 1000         # calls per case under tracemalloc (slower)
@@ -28,9 +29,9 @@ def _arr(*shape, dtype=np.float32, seed=0):
 
 class Inputs:
     """Everything the cases below call with, made once so that reference counts of the
-    inputs can be compared before and after."""
+    inputs can be compared before and after. `s`: the sizes of the registry's calls."""
 
-    def __init__(self):
+    def __init__(self, s=SMALL):
         self.x = _arr(6, 24)
         self.x64 = _arr(6, 24, dtype=np.float64)
         self.xi = np.arange(6 * 24, dtype=np.int32).reshape(6, 24) % 5
@@ -59,9 +60,24 @@ class Inputs:
         self.list_in = self.x.tolist()
         self.seed = 1234
         self.huge = 2 ** 40
+        # every entry point of the registry: its object (float32), valid arrays, and for
+        # its error cases a complex last argument and a last argument one larger
+        self.ep = {}
+        for ep in ENTRY_POINTS:
+            good = ep.good(s)
+            bad_dtype = bad_shape = None
+            if ep.args:
+                last = ep.args[-1].shape(s)
+                bad_dtype = np.ones(last, np.complex64)
+                if not ep.args[-1].ndim_free:
+                    bad_shape = np.ones(tuple(d + 1 for d in last), np.float32)
+            self.ep[ep.name] = (ep.target(s), good, bad_dtype, bad_shape)
 
     def objects(self):
-        return [v for v in vars(self).values() if not isinstance(v, int)]
+        objs = [v for k, v in vars(self).items() if not isinstance(v, int) and k != "ep"]
+        for obj, good, bad_dtype, bad_shape in self.ep.values():
+            objs += [x for x in [obj, *good, bad_dtype, bad_shape] if x is not None]
+        return objs
 
 
 def _expect(exc, fn, *args, **kwargs):
@@ -72,11 +88,29 @@ def _expect(exc, fn, *args, **kwargs):
     raise AssertionError(f"{fn!r} did not raise {exc.__name__}")
 
 
+def _registry_cases(I):
+    """Every entry point of the registry (entry_points.py): a valid call (id: its name),
+    and with its last array argument complex (TypeError) or one larger in every
+    dimension (ValueError), so that the arguments converted before it are released."""
+    c = {}
+    for ep in ENTRY_POINTS:
+        obj, good, bad_dtype, bad_shape = I.ep[ep.name]
+        c[ep.name] = lambda ep=ep, obj=obj, good=good: invoke(ep, obj, good)
+        if bad_dtype is not None:
+            c[f"{ep.name}-err-last-dtype"] = lambda ep=ep, obj=obj, a=good[:-1] + [bad_dtype]: \
+                _expect(TypeError, invoke, ep, obj, a)
+        if bad_shape is not None:
+            c[f"{ep.name}-err-last-shape"] = lambda ep=ep, obj=obj, a=good[:-1] + [bad_shape]: \
+                _expect(ValueError, invoke, ep, obj, a)
+    return c
+
+
 def _cases(I):
-    """(id, thunk) pairs: every entry point, success and error paths."""
-    c = {
+    """(id, thunk) pairs: every entry point, success and error paths: the registry's
+    cases, and variants of them (dtypes, layouts, other errors)."""
+    c = _registry_cases(I)
+    variants = {
         # kernels
-        "linear": lambda: myatt.linear(I.x, I.w, I.b),
         "linear-nobias": lambda: myatt.linear(I.x, I.w),
         "linear-f64-promote": lambda: myatt.linear(I.x64, I.w, I.b),
         "linear-int-input": lambda: myatt.linear(I.xi, I.w, I.b),
@@ -87,12 +121,11 @@ def _cases(I):
         "linear-err-dtype": lambda: _expect(TypeError, myatt.linear, I.cplx, I.w),
         "linear-err-bias": lambda: _expect(ValueError, myatt.linear, I.x, I.w, I.w),
         "linear-err-type": lambda: _expect(TypeError, myatt.linear, I.x, None),
-        "softmax": lambda: myatt.softmax(I.x, 0),
+        "softmax-dim0": lambda: myatt.softmax(I.x, 0),
         "softmax-last": lambda: myatt.softmax(I.a),
         "softmax-err-axis": lambda: _expect(np.exceptions.AxisError, myatt.softmax, I.x, 5),
         "softmax-err-dim-type": lambda: _expect(TypeError, myatt.softmax, I.x, 1.0),
         "softmax-err-dtype": lambda: _expect(TypeError, myatt.softmax, I.cplx),
-        "bmm": lambda: myatt.bmm(I.a, I.m2),
         "bmm-err-shape": lambda: _expect(ValueError, myatt.bmm, I.a, I.a),
         "bmm-err-ndim": lambda: _expect(ValueError, myatt.bmm, I.x, I.m2),
         "bmm-err-kw": lambda: _expect(TypeError, myatt.bmm, I.a, I.m2, bogus=1),
@@ -102,7 +135,6 @@ def _cases(I):
         "Linear-new-err-size": lambda: _expect(ValueError, myatt.Linear, -1, 3),
         "Linear-new-err-dtype": lambda: _expect(TypeError, myatt.Linear, 3, 3, dtype=np.int8),
         "Linear-new-err-memory": lambda: _expect(MemoryError, myatt.Linear, I.huge, I.huge),
-        "Linear-call": lambda: I.lin(I.x),
         "Linear-forward-f64": lambda: I.lin64.forward(I.x),
         "Linear-call-nobias": lambda: I.linnb(I.x),
         "Linear-call-err": lambda: _expect(ValueError, I.lin, I.bad_w),
@@ -127,7 +159,6 @@ def _cases(I):
         "MyAtt-new-err-type": lambda: _expect(TypeError, myatt.MyAtt, 8, 6, 1.5, 12, 7),
         "MyAtt-new-err-memory": lambda: _expect(MemoryError, myatt.MyAtt, I.huge, 1, I.huge,
                                                 1, 1),
-        "MyAtt-call": lambda: I.mod(I.Q, I.K, I.V),
         "MyAtt-forward-f64-inputs": lambda: I.mod.forward(I.Q.astype(np.float64), I.K, I.V),
         "MyAtt-call-err-shape": lambda: _expect(ValueError, I.mod, I.Q, I.K, I.Vbad),
         "MyAtt-call-err-dtype": lambda: _expect(TypeError, I.mod, I.Q, I.K, I.cplx),
@@ -147,26 +178,17 @@ def _cases(I):
         "manual_seed-err": lambda: _expect(TypeError, myatt.manual_seed, 1.5),
         "get_num_threads": lambda: myatt.get_num_threads(),
         "set_num_threads-err": lambda: _expect(ValueError, myatt.set_num_threads, 0),
+        # the gradients' other errors
+        "linear_backward-err": lambda: _expect(ValueError, myatt.linear_backward,
+                                               I.x, I.x, I.w, I.b),
+        "softmax_backward-err": lambda: _expect(ValueError, myatt.softmax_backward,
+                                                I.x, I.w, 0),
+        "Linear-backward-err": lambda: _expect(ValueError, I.lin.backward, I.x, I.x),
+        "MyAtt-backward-err": lambda: _expect(ValueError, I.mod.backward, I.Q, I.K, I.V,
+                                              I.go),
     }
-    # Entry points other parts of the project add (gradients, pickling): covered as
-    # soon as they exist.
-    if hasattr(myatt, "linear_backward"):
-        c["linear_backward"] = lambda: myatt.linear_backward(I.go, I.x, I.w, I.b)
-        c["linear_backward-err"] = lambda: _expect(ValueError, myatt.linear_backward,
-                                                   I.x, I.x, I.w, I.b)
-    if hasattr(myatt, "softmax_backward"):
-        c["softmax_backward"] = lambda: myatt.softmax_backward(I.x, I.x, 0)
-        c["softmax_backward-err"] = lambda: _expect(ValueError, myatt.softmax_backward,
-                                                    I.x, I.w, 0)
-    if hasattr(myatt, "bmm_backward"):
-        c["bmm_backward"] = lambda: myatt.bmm_backward(I.bmm_go, I.a, I.m2)
-    if hasattr(myatt.Linear, "backward"):
-        c["Linear-backward"] = lambda: I.lin.backward(I.x, I.go)
-        c["Linear-backward-err"] = lambda: _expect(ValueError, I.lin.backward, I.x, I.x)
-    if hasattr(myatt.MyAtt, "backward"):
-        c["MyAtt-backward"] = lambda: I.mod.backward(I.Q, I.K, I.V, I.gout)
-        c["MyAtt-backward-err"] = lambda: _expect(ValueError, I.mod.backward, I.Q, I.K, I.V,
-                                                  I.go)
+    assert not set(c) & set(variants), "a variant named like a registry case"
+    c.update(variants)
     if _picklable():
         c["pickle-MyAtt"] = lambda: pickle.loads(pickle.dumps(I.mod))
         c["pickle-Linear"] = lambda: pickle.loads(pickle.dumps(I.lin))
@@ -259,6 +281,11 @@ def test_tracemalloc():
     assert not grown, f"traced memory grew (bytes over {N_TRACED} calls): {grown}"
 
 
+# the registry's calls in test_resident_size: results of several KB each
+RSS_SIZES = sizes(batch=(64,), in_f=24, out_f=20, b=3, n=64, m=24, p=64, shape=(64, 24),
+                  S=256, q=8, k=6, v1=10, v2=12, o=7)
+
+
 def _rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -268,7 +295,7 @@ def _rss():
 def test_resident_size():
     """The process's resident size does not grow over N_RSS calls of every case with
     inputs large enough that one leaked result per call would add tens of MB."""
-    I = Inputs()
+    I = Inputs(RSS_SIZES)
     I.x = _arr(64, 24)                       # linear result 64 x 20 x 4 = 5 KB per call
     I.Q = _arr(1, 256, 8)                    # MyAtt results 256 x (7 + 10) x 4 = 17 KB
     I.K = _arr(1, 256, 6)
@@ -278,10 +305,11 @@ def test_resident_size():
     I.gout = _arr(1, 256, 7)
     I.bmm_go = _arr(3, 64, 64)
     cases = _cases(I)
-    big = ["linear", "linear-3d-strided", "softmax", "bmm", "Linear-call", "MyAtt-call",
-           "MyAtt-state_dict", "Linear-new", "MyAtt-new", "linear-err-dtype",
-           "MyAtt-call-err-shape", "MyAtt-load", "Linear-new-err-memory"]
-    big += [k for k in cases if "backward" in k or "pickle" in k]
+    big = [ep.name for ep in ENTRY_POINTS]           # every entry point, at RSS_SIZES
+    big += ["linear-3d-strided", "softmax-dim0", "MyAtt-state_dict", "Linear-new",
+            "MyAtt-new", "linear-err-dtype", "MyAtt-call-err-shape", "MyAtt-load",
+            "Linear-new-err-memory"]
+    big += [k for k in cases if ("backward" in k or "pickle" in k) and k not in big]
     fns = [cases[k] for k in big]
 
     def round_():

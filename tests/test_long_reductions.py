@@ -82,6 +82,7 @@ def test_bmm_long_inner_float64_meets_assert_close(rng, m):
     assert_matches(myatt.bmm(a, c), torch.bmm(torch.from_numpy(a), torch.from_numpy(c)))
 
 
+@pytest.mark.kernel_path
 @pytest.mark.parametrize("n,dim", [(10000, -1), (10000, 0), (10001, -1), (30000, -1)])
 def test_softmax_long_slices(rng, n, dim):
     shape = (32, n) if dim == -1 else (n, 32)
@@ -91,6 +92,7 @@ def test_softmax_long_slices(rng, n, dim):
     assert_no_worse_than_torch(myatt.softmax(x, dim), theirs, exact)
 
 
+@pytest.mark.kernel_path
 @pytest.mark.parametrize("n,dim", [(10000, -1), (10000, 0)])
 def test_softmax_long_slices_float64_meets_assert_close(rng, n, dim):
     shape = (8, n) if dim == -1 else (n, 8)

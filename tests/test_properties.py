@@ -1,6 +1,7 @@
 """Property tests (hypothesis): random shapes (zeros included), random layouts and
 random input dtypes for every entry point, against torch at assert_close's default
-tolerances.
+tolerances: the kernels and modules one by one below, and every computing entry point
+of the registry (entry_points.py) by test_entry_point.
 
 Runs are derandomised and bounded by the "myatt" profile of conftest.py (the same
 examples every run, max_examples=40). For a longer search:
@@ -9,12 +10,14 @@ examples every run, max_examples=40). For a longer search:
 import os
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import myatt
+from entry_points import COMPUTING, flat, invoke, invoke_torch, sizes
 from helpers import ALL_REAL, result_dtype
 from oracle import assert_matches, run, to_torch, torch_linear, torch_myatt
 
@@ -182,3 +185,55 @@ def test_load_state_dict_any_layout(data, sizes, mdtype, seed):
     assert m.load_state_dict(sd) == ([], [])
     for k, v in m.state_dict().items():
         np.testing.assert_array_equal(v, np.asarray(ref[k], dtype=mdtype))
+
+
+# --------------------------------------------------------------------------- #
+# Every computing entry point of the registry (entry_points.py), the same way
+# --------------------------------------------------------------------------- #
+def draw_sizes(draw, ep):
+    """Random sizes (zeros included) for the fields the entry's shapes use."""
+    kw = {}
+    for f in ep.sizes_of:
+        if f == "batch":
+            kw[f] = tuple(draw(st.lists(st.integers(0, 4), max_size=2), label=f))
+        elif f == "shape":
+            kw[f] = tuple(draw(st.lists(dims, max_size=4), label=f))
+        elif f == "dim":
+            span = max(len(kw["shape"]), 1)
+            kw[f] = draw(st.integers(-span, span - 1), label=f)
+        elif f in ("Bq", "Bk"):
+            kw[f] = draw(st.integers(1, 3), label=f)
+        else:
+            kw[f] = draw(dims, label=f)
+    return sizes(**kw)
+
+
+@pytest.mark.parametrize("ep", [e for e in COMPUTING if e.torch is not None], ids=lambda e: e.name)
+@prop
+@given(data=st.data(), seed=st.integers(0, 2**31))
+def test_entry_point(ep, data, seed):
+    """Random sizes, and every array argument in a random dtype and layout (or None where
+    allowed): the results are torch's on the same values, in the result dtype (the
+    promotion rule for functions, the object's dtype for methods)."""
+    s = draw_sizes(data.draw, ep)
+    mdtype = data.draw(float_dtypes, label="module dtype") if ep.make else None
+    myatt.manual_seed(seed)
+    obj = ep.target(s, mdtype) if ep.make else None
+    objs, vals, seen = [], [], []
+    for i, arg in enumerate(ep.args):
+        if arg.optional and data.draw(st.booleans(), label=f"{arg.name} is None"):
+            objs.append(None), vals.append(None), seen.append(None)
+            continue
+        scale = 1.0 if arg.fan_in is None else max(arg.fan_in(s), 1) ** -0.5
+        o, v, d = operand(data.draw, seed + i, arg.shape(s), scale=scale)
+        objs.append(o), vals.append(v), seen.append(d)
+    rd = np.dtype(obj.dtype) if ep.module_dtype else result_dtype(*seen)
+    ours = flat(invoke(ep, obj, objs, s), ep.result)
+    theirs = flat(invoke_torch(ep, obj, [None if v is None else to_torch(v, rd) for v in vals], s),
+                  ep.result)
+    assert len(ours) == len(theirs)
+    if all(v is not None for v in vals):            # (no bias: no bias gradient)
+        assert tuple(o.shape for o in ours) == ep.result_shapes(s)
+    for o, t in zip(ours, theirs):
+        assert o.dtype == rd
+        assert_matches(o, t)

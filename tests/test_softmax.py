@@ -9,6 +9,9 @@ import myatt
 from helpers import assert_same_bits, torch_runs_our_softmax
 from oracle import assert_matches, to_torch, torch_dtype
 
+# every softmax test depends on the kernel path
+pytestmark = pytest.mark.kernel_path
+
 SHAPES = [
     (),
     (1,), (3,), (17,), (63,), (64,), (65,), (257,), (0,),

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import myatt
+from entry_points import COMPUTING, flat, invoke, sizes
 
 N_THREADS = 8
 ROUNDS = 6
@@ -32,14 +33,18 @@ def _arr(rng, *shape, dtype=np.float32, scale=None):
     return a.astype(dtype)
 
 
+# The registry's calls: large enough for the packed GEMM path and several blocks
+THREAD_SIZES = sizes(batch=(130,), in_f=300, out_f=270, b=3, n=70, m=90, p=110,
+                     shape=(60, 33, 17), dim=-1, Bq=2, Bk=1, S=150, q=64, k=48, v1=96, v2=80,
+                     o=72)
+
+
 def _workload(dtype):
-    """Calls large enough for the packed GEMM path, several blocks and (once the kernels
-    are threaded) several threads per call; each returns a tuple of arrays."""
+    """Calls large enough for the packed GEMM path, several blocks and several threads
+    per call; each returns a tuple of arrays. Also a MyAtt of THREAD_SIZES' sizes."""
     rng = np.random.default_rng(11)
     k = 300
-    x = _arr(rng, 130, k, dtype=dtype)
     w = _arr(rng, 270, k, dtype=dtype, scale=k ** -0.5)
-    b = _arr(rng, 270, dtype=dtype)
     xs = _arr(rng, 2, 40, k, dtype=dtype)[:, ::2, ::-1]        # strided, reversed
     a = _arr(rng, 3, 70, 90, dtype=dtype)
     m2 = np.asfortranarray(_arr(rng, 3, 90, 110, dtype=dtype))
@@ -48,29 +53,24 @@ def _workload(dtype):
     go_many = _arr(rng, 40, 64, 70, dtype=dtype)
     sm = _arr(rng, 60, 33, 17, dtype=dtype)
     sm_big = _arr(rng, 40, 300, 9, dtype=dtype)               # slices dealt out to threads
-    m = myatt.MyAtt(64, 48, 96, 80, 72, dtype=dtype)
-    lin = myatt.Linear(k, 270, dtype=dtype)
-    Q = _arr(rng, 2, 150, 64, dtype=dtype)
-    K = _arr(rng, 1, 150, 48, dtype=dtype)
-    V = _arr(rng, 1, 96, 80, dtype=dtype)
-    calls = {
-        "linear": lambda: (myatt.linear(x, w, b),),
+    m = myatt.MyAtt(64, 48, 96, 80, 72, dtype=dtype)        # for the mutation test
+    # every computing entry point of the registry (entry_points.py) at THREAD_SIZES ...
+    calls = {}
+    for ep in COMPUTING:
+        obj, args = ep.target(THREAD_SIZES, dtype), ep.good(THREAD_SIZES, dtype, seed=11)
+        calls[ep.name] = lambda ep=ep, obj=obj, args=args: flat(
+            invoke(ep, obj, args, THREAD_SIZES), ep.result)
+    # ... and other layouts and splits of the work
+    variants = {
         "linear-strided": lambda: (myatt.linear(xs, w),),
-        "bmm": lambda: (myatt.bmm(a, m2),),
+        "bmm-fortran": lambda: (myatt.bmm(a, m2),),
         "bmm-many-items": lambda: (myatt.bmm(a_many, m_many),
                                    *myatt.bmm_backward(go_many, a_many, m_many)),
-        "softmax": lambda: (myatt.softmax(sm, 1), myatt.softmax(sm, -1)),
+        "softmax-two-axes": lambda: (myatt.softmax(sm, 1), myatt.softmax(sm, -1)),
         "softmax-threads": lambda: (myatt.softmax(sm_big, 1), myatt.softmax(sm_big, -1)),
-        "Linear": lambda: (lin(x),),
-        "MyAtt": lambda: m(Q, K, V),
     }
-    if hasattr(myatt.MyAtt, "backward"):
-        gout = _arr(rng, 1, 150, 72, dtype=dtype)
-        calls["MyAtt.backward"] = lambda: tuple(m.backward(Q, K, V, gout).values())
-    if hasattr(myatt, "linear_backward"):
-        go = _arr(rng, 130, 270, dtype=dtype)
-        calls["linear_backward"] = lambda: tuple(
-            r for r in myatt.linear_backward(go, x, w, b) if r is not None)
+    assert not set(calls) & set(variants)
+    calls.update(variants)
     return calls, m
 
 

@@ -1,0 +1,141 @@
+"""Sphinx configuration of myatt's documentation site.
+
+Build from the repository root, with the extension built in place:
+
+    python setup.py build_ext --inplace
+    PYTHONPATH=$PWD python -m sphinx -W -b html docs build/docs/html
+    PYTHONPATH=$PWD python -m sphinx -W -b doctest docs build/docs/doctest
+
+(``bash .ci/docs PYTHON`` does both, as CI does.)
+"""
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import myatt  # noqa: E402  (the in-place build: the API reference is its docstrings)
+
+project = "myatt"
+author = "the myatt developers"
+copyright = "2026, the myatt developers"
+release = version = myatt.__version__
+
+extensions = [
+    "myst_nb",                 # Markdown pages (MyST) and the walkthrough notebook
+    "sphinx.ext.autodoc",
+    "sphinx.ext.doctest",      # every example on the pages and in the docstrings runs
+    "numpydoc",
+]
+
+source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb", ".rst": "restructuredtext"}
+exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
+root_doc = "index"
+# Blocks without a language are shell commands or program output: not highlighted
+# (doctest blocks are Python by their prompts).
+highlight_language = "none"
+
+# MyST: ```{doctest} fences and (label)= targets; heading anchors for #links
+myst_enable_extensions = ["colon_fence", "deflist"]
+myst_heading_anchors = 3
+
+# The notebook is executed by CI (examples/run_notebooks.py) and stored with its
+# outputs: render those, never run it here.
+nb_execution_mode = "off"
+
+# autodoc + numpydoc: the docstrings are the reference
+autodoc_member_order = "bysource"
+autodoc_typehints = "none"           # signatures carry them; numpydoc's sections say the rest
+# Signatures come from the text signatures (inspect.signature), never from a docstring's first
+# line: "Linear(query_size + key_size, value_size1)" (MyAtt.attn's) is text, not a signature.
+autodoc_docstring_signature = False
+numpydoc_show_class_members = False  # members are listed by autodoc's :members:
+numpydoc_class_members_toctree = False
+numpydoc_xref_param_type = False
+
+# doctest: the namespace every example starts from
+doctest_global_setup = """
+import numpy as np
+import myatt
+np.set_printoptions(precision=4, suppress=True)
+"""
+
+
+html_theme = "pydata_sphinx_theme"
+html_title = f"myatt {version}"
+html_theme_options = {
+    "navigation_depth": 2,
+    "show_toc_level": 2,
+    "navbar_align": "left",
+    "footer_start": ["copyright"],
+    "footer_end": ["sphinx-version"],
+    "header_links_before_dropdown": 6,
+}
+# No left sidebar: the pages are flat (the navbar lists them); the right one has the page's
+# sections.
+html_sidebars = {"**": []}
+html_static_path = ["_static"]
+html_css_files = ["myatt.css"]
+
+
+def _literal_blocks(app, what, name, obj, options, lines):
+    """Plain-text docstrings (the C extension's, as help() shows them) introduce a code block
+    with a line ending in ':' and an indented block after a blank line; reST wants '::' for
+    that, else the block becomes a quotation whose lines run together."""
+    def indent(s):
+        return len(s) - len(s.lstrip())
+
+    for i in range(len(lines) - 2):
+        line = lines[i]
+        if (line.rstrip().endswith(":") and not line.rstrip().endswith("::")
+                and not lines[i + 1].strip() and lines[i + 2].strip()
+                and indent(lines[i + 2]) > indent(line)):
+            lines[i] = line.rstrip() + ":"
+
+
+_CALL = re.compile(r"^[\w.]+\(.*\)$")
+
+
+def _call_summaries(app, what, name, obj, options, lines):
+    """An attribute documented by an expression (MyAtt.attn: "Linear(query_size + key_size,
+    value_size1)") is shown as code: numpydoc would take that line for a signature and
+    drop it."""
+    if what in ("attribute", "property") and lines and _CALL.match(lines[0].strip()):
+        lines[0] = f"``{lines[0].strip()}``"
+
+
+_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def _bench_plot(app):
+    """docs/_plots/bench.png: benchmarks/bench.py's --plot drawn from the figures of the run
+    that docs/speed.md records (its table is parsed, so the plot and the table are one run)."""
+    text = open(os.path.join(app.srcdir, "speed.md"), encoding="utf-8").read()
+    rows = []
+    for m in re.finditer(r"^(\w+ [\w^]+ float(?:32|64)) +(\d+) +([\d.]+) (\w+) +([\d.]+) (\w+) "
+                         r"+([\d.]+) (\w+) ", text, re.M):
+        case, thr = m.group(1), int(m.group(2))
+        t = [float(m.group(i)) * _UNITS[m.group(i + 1)] for i in (3, 5, 7)]
+        rows.append(dict(case=case, threads=thr, myatt=t[0], torch=t[1], numpy=t[2]))
+    if not rows:
+        raise RuntimeError("docs/speed.md: no benchmark rows found for the plot")
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import bench
+    finally:
+        sys.path.pop(0)
+    os.makedirs(os.path.join(app.srcdir, "_plots"), exist_ok=True)
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):      # bench.plot says where it wrote
+        bench.plot({"rows": rows}, os.path.join(app.srcdir, "_plots", "bench.png"))
+
+
+def setup(app):
+    app.connect("builder-inited", _bench_plot)
+    # before numpydoc's handler (priority 500), on the docstring as written
+    app.connect("autodoc-process-docstring", _literal_blocks, priority=100)
+    app.connect("autodoc-process-docstring", _call_summaries, priority=100)

@@ -1,0 +1,399 @@
+"""The registry of myatt's entry points, read by every cross-cutting test.
+
+test_bad_inputs.py (every array argument crossed with every bad value), test_errors.py
+and test_backward_kernels.py (bad types), test_leaks.py (reference counts and memory),
+test_threads.py (concurrent calls, bit for bit), test_properties.py (random shapes,
+layouts and dtypes against torch), test_layouts.py (every layout of every argument),
+test_call_paths.py (keywords) and fuzz/fuzz_python.py (atheris) take their entry points
+from ENTRY_POINTS below, so that a new entry point, declared here once, is covered by all
+of them; test_entry_points.py fails while the extension has one not declared here.
+
+Each entry declares:
+  name     what the tests call it: "linear", "Linear.__call__", "MyAtt.backward", ...
+  kind     "function" (myatt.<name>), "method" (of an object `make` builds), "setter"
+           (an assignment or a load into such an object) or "constructor"
+  args     its array arguments, in call order, each an Arg: its name (as error messages
+           name it), its shape in a valid call at the sizes `s` (a Sizes), whether None
+           is allowed (optional), whether leading dimensions are free (any number of
+           batch dimensions) or the ndim is free altogether (softmax)
+  call     call(obj, *arrays, **kw) -> result (obj is None for functions and
+           constructors; kw: softmax's dim, from the sizes: see invoke())
+  make     make(s, dtype) -> the Linear / MyAtt the method is called on (or None)
+  result   "array", "arrays" (a tuple; None for an absent bias gradient), "grads" (a dict),
+           "none" (setters: None, or load_state_dict's key lists) or "object" (constructors)
+  torch    torch(obj, *tensors) -> torch's result in the same structure (tensors in the
+           result dtype, None for an omitted optional argument); None where no test
+           needs one. torch is imported only when a torch reference is called: the
+           registry itself needs NumPy only (the fuzz harness runs without torch).
+  sizes_of which Sizes fields the entry's shapes use (the property test draws those).
+  module_dtype  results in the object's dtype (else the kernels' promotion rule).
+  shapes   shapes(s) -> the shapes of a valid call's result arrays, in flat() order.
+  plain    plain(obj, *arrays) -> the result in the same structure from tests/reference.py
+           (float64, NumPy only), for the entries that compute.
+"""
+from dataclasses import dataclass, replace
+from typing import Callable, Optional, Tuple
+
+import numpy as np
+
+import myatt
+import reference
+
+
+# --------------------------------------------------------------------------- #
+# Sizes of a valid call
+# --------------------------------------------------------------------------- #
+@dataclass(frozen=True)
+class Sizes:
+    """Every size an entry point's shapes are written in (one namespace for all)."""
+    batch: Tuple[int, ...] = (4,)  # linear's leading (batch) dimensions
+    in_f: int = 6                  # linear's in_features
+    out_f: int = 3                 # linear's out_features
+    b: int = 2                     # bmm: [b, n, m] @ [b, m, p]
+    n: int = 4
+    m: int = 6
+    p: int = 5
+    shape: Tuple[int, ...] = (4, 6)  # softmax's input
+    dim: int = -1                  # softmax's dim
+    Bq: int = 1                    # MyAtt: Q [Bq, S, q], K [Bk, S, k], V [1, v1, v2]
+    Bk: int = 1
+    S: int = 4
+    q: int = 3
+    k: int = 4
+    v1: int = 5
+    v2: int = 6
+    o: int = 2
+
+
+SMALL = Sizes()
+
+
+def sizes(**kw):
+    """SMALL with some sizes replaced."""
+    return replace(SMALL, **kw)
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    shape: Callable[[Sizes], Tuple[int, ...]]
+    optional: bool = False        # None is a valid value (no bias, no grad_attn_weights)
+    batch_free: bool = False      # any number of leading dimensions
+    ndim_free: bool = False       # any shape at all (softmax): no shape errors
+    fan_in: Optional[Callable[[Sizes], int]] = None   # scaled by 1/sqrt(fan_in) in data
+    # names a message may give instead of this one when this argument's size disagrees
+    # with another's (MyAtt: "K has S rows but Q has ...")
+    also_named: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    name: str
+    kind: str
+    args: Tuple[Arg, ...]
+    call: Callable
+    result: str
+    make: Optional[Callable] = None
+    torch: Optional[Callable] = None
+    sizes_of: Tuple[str, ...] = ()
+    shapes: Callable = lambda s: ()             # result shapes at sizes s, flat() order
+    plain: Optional[Callable] = None            # the float64 reference (tests/reference.py)
+    module_dtype: bool = False                  # results in the object's dtype
+
+    def good(self, s=SMALL, dtype=np.float32, seed=0):
+        """Valid arrays for every argument at sizes s (unit-scale, weights by fan-in)."""
+        rng = np.random.default_rng(seed)
+        out = []
+        for a in self.args:
+            x = rng.standard_normal(a.shape(s))
+            if a.fan_in is not None:
+                x = x / np.sqrt(max(a.fan_in(s), 1))
+            out.append(x.astype(dtype))
+        return out
+
+    def target(self, s=SMALL, dtype=np.float32):
+        """The object a method is called on (None for functions and constructors)."""
+        return None if self.make is None else self.make(s, dtype)
+
+    def result_shapes(self, s=SMALL):
+        """The shapes of a valid call's result arrays at sizes s, in flat() order."""
+        return self.shapes(s)
+
+
+def flat(result, kind="arrays"):
+    """A result of `kind` as a tuple of its arrays (a dict's in key order; None left
+    out; nothing for a setter's or a constructor's)."""
+    if kind in ("none", "object"):
+        return ()
+    if isinstance(result, dict):
+        return tuple(result[k] for k in sorted(result) if result[k] is not None)
+    if isinstance(result, tuple):
+        return tuple(r for r in result if r is not None)
+    return (result,)
+
+
+# --------------------------------------------------------------------------- #
+# torch references (torch imported when called)
+# --------------------------------------------------------------------------- #
+def _grads(f, tensors, grad_output):
+    """torch.autograd.grad of sum(f(*tensors) * grad_output) w.r.t. every tensor given
+    (None stays None; zeros for a tensor that takes no part, as torch's None means)."""
+    import torch
+
+    leaves = [None if t is None else t.detach().clone().requires_grad_(True) for t in tensors]
+    wanted = [t for t in leaves if t is not None]
+    got = iter(torch.autograd.grad((f(*leaves) * grad_output).sum(), wanted, allow_unused=True))
+    res = []
+    for t in leaves:
+        g = None if t is None else next(got)
+        res.append(torch.zeros_like(t) if t is not None and g is None else g)
+    return res
+
+
+def _torch_linear(obj, x, w, b):
+    import torch.nn.functional as F
+    return F.linear(x, w, b)
+
+
+def _torch_softmax(obj, x, dim):
+    import torch
+    return torch.softmax(x, dim)
+
+
+def _torch_bmm(obj, a, m2):
+    import torch
+    return torch.bmm(a, m2)
+
+
+def _torch_linear_backward(obj, go, x, w, b):
+    import torch.nn.functional as F
+    return tuple(_grads(F.linear, (x, w, b), go))
+
+
+def _torch_softmax_backward(obj, go, y, dim):
+    return y * (go - (go * y).sum(dim, keepdim=True))
+
+
+def _torch_bmm_backward(obj, go, a, m2):
+    import torch
+    return tuple(_grads(torch.bmm, (a, m2), go))
+
+
+def _torch_layer_call(obj, x):
+    import torch
+    from oracle import torch_linear
+    with torch.no_grad():
+        return torch_linear(obj)(x)
+
+
+def _torch_layer_backward(obj, x, go):
+    import torch
+    from oracle import torch_linear
+    t = torch_linear(obj)
+    params = dict(t.named_parameters())
+    leaf = x.detach().clone().requires_grad_(True)
+    wanted = [leaf] + list(params.values())
+    got = torch.autograd.grad((t(leaf) * go).sum(), wanted, allow_unused=True)
+    got = [torch.zeros_like(w) if g is None else g for w, g in zip(wanted, got)]
+    res = {"input": got[0], "weight": got[1], "bias": None}
+    if "bias" in params:
+        res["bias"] = got[2]
+    return res
+
+
+def _torch_module_call(obj, Q, K, V):
+    import torch
+    from oracle import torch_myatt
+    with torch.no_grad():
+        return torch_myatt(obj)(Q, K, V)
+
+
+def _torch_module_backward(obj, Q, K, V, go, ga):
+    import torch
+    from oracle import torch_myatt
+    t = torch_myatt(obj)
+    leaves = [x.detach().clone().requires_grad_(True) for x in (Q, K, V)]
+    out, attn = t(*leaves)
+    loss = (out * go).sum()
+    if ga is not None:
+        loss = loss + (attn * ga).sum()
+    params = dict(t.named_parameters())
+    wanted = leaves + list(params.values())
+    got = torch.autograd.grad(loss, wanted, allow_unused=True)
+    got = [torch.zeros_like(w) if g is None else g for w, g in zip(wanted, got)]
+    return dict(zip(["Q", "K", "V"] + list(params), got))
+
+
+# --------------------------------------------------------------------------- #
+# plain references (tests/reference.py) in the structure of each entry's result
+# --------------------------------------------------------------------------- #
+def _plain_layer_backward(lin, x, go):
+    gx, gw, gb = reference.linear_backward(go, x, lin.weight, lin.bias)
+    return {"input": gx, "weight": gw, "bias": gb}
+
+
+def _plain_module(m, Q, K, V):
+    return reference.myatt_forward(m.state_dict(), Q, K, V)
+
+
+def _plain_module_backward(m, Q, K, V, go, ga):
+    return reference.myatt_backward(m.state_dict(), Q, K, V, go, ga)
+
+
+# --------------------------------------------------------------------------- #
+# The entries
+# --------------------------------------------------------------------------- #
+def _layer(s, dtype, bias=True):
+    return myatt.Linear(s.in_f, s.out_f, bias=bias, dtype=dtype)
+
+
+def _module(s, dtype):
+    return myatt.MyAtt(s.q, s.k, s.v1, s.v2, s.o, dtype=dtype)
+
+
+# linear's operands
+X = Arg("input", lambda s: s.batch + (s.in_f,), batch_free=True)
+W = Arg("weight", lambda s: (s.out_f, s.in_f), fan_in=lambda s: s.in_f)
+B = Arg("bias", lambda s: (s.out_f,), optional=True)
+GY = Arg("grad_output", lambda s: s.batch + (s.out_f,), batch_free=True,
+         fan_in=lambda s: int(np.prod(s.batch)))
+# bmm's
+BA = Arg("input", lambda s: (s.b, s.n, s.m))
+BM = Arg("mat2", lambda s: (s.b, s.m, s.p), fan_in=lambda s: s.m)
+BG = Arg("grad_output", lambda s: (s.b, s.n, s.p))
+# softmax's
+SX = Arg("input", lambda s: s.shape, ndim_free=True)
+# MyAtt's (a size disagreement between Q, K and V may be reported under Q's name)
+MQ = Arg("Q", lambda s: (s.Bq, s.S, s.q))
+MK = Arg("K", lambda s: (s.Bk, s.S, s.k), also_named=("Q",))
+MV = Arg("V", lambda s: (1, s.v1, s.v2), also_named=("Q",))
+MG = Arg("grad_output", lambda s: (1, s.S, s.o), fan_in=lambda s: s.S)
+MGA = Arg("grad_attn_weights", lambda s: (s.S, s.v1), optional=True, fan_in=lambda s: s.S)
+
+LINEAR_SIZES = ("batch", "in_f", "out_f")
+BMM_SIZES = ("b", "n", "m", "p")
+SOFTMAX_SIZES = ("shape", "dim")
+MYATT_SIZES = ("Bq", "Bk", "S", "q", "k", "v1", "v2", "o")
+
+
+def _linear_shapes(s):
+    return (s.batch + (s.out_f,),)
+
+
+def _linear_grads(s):           # Linear.backward's dict in key order: bias, input, weight
+    return ((s.out_f,), s.batch + (s.in_f,), (s.out_f, s.in_f))
+
+
+def _myatt_grads(s):            # sorted keys: K, Q, V, attn.bias, attn.weight, ...
+    shapes = {"Q": (s.Bq, s.S, s.q), "K": (s.Bk, s.S, s.k), "V": (1, s.v1, s.v2),
+              "attn.weight": (s.v1, s.q + s.k), "attn.bias": (s.v1,),
+              "attn_combine.weight": (s.o, s.q + s.v2), "attn_combine.bias": (s.o,)}
+    return tuple(shapes[k] for k in sorted(shapes))
+
+
+ENTRY_POINTS = [
+    # the kernel functions
+    EntryPoint("linear", "function", (X, W, B), lambda o, x, w, b: myatt.linear(x, w, b),
+               "array", torch=_torch_linear, sizes_of=LINEAR_SIZES,
+               plain=lambda o, x, w, b: reference.linear(x, w, b),
+               shapes=_linear_shapes),
+    EntryPoint("softmax", "function", (SX,), lambda o, x, dim=-1: myatt.softmax(x, dim),
+               "array", torch=_torch_softmax, sizes_of=SOFTMAX_SIZES,
+               plain=lambda o, x, dim=-1: reference.softmax(x, dim),
+               shapes=lambda s: (s.shape,)),
+    EntryPoint("bmm", "function", (BA, BM), lambda o, a, m2: myatt.bmm(a, m2), "array",
+               torch=_torch_bmm, sizes_of=BMM_SIZES, plain=lambda o, a, m2: reference.bmm(a, m2),
+               shapes=lambda s: ((s.b, s.n, s.p),)),
+    EntryPoint("linear_backward", "function", (GY, X, W, B),
+               lambda o, g, x, w, b: myatt.linear_backward(g, x, w, b), "arrays",
+               torch=_torch_linear_backward, sizes_of=LINEAR_SIZES,
+               plain=lambda o, g, x, w, b: reference.linear_backward(g, x, w, b),
+               shapes=lambda s: (s.batch + (s.in_f,), (s.out_f, s.in_f), (s.out_f,))),
+    EntryPoint("softmax_backward", "function",
+               (Arg("grad_output", lambda s: s.shape, ndim_free=True),
+                Arg("output", lambda s: s.shape, ndim_free=True)),
+               lambda o, g, y, dim=-1: myatt.softmax_backward(g, y, dim), "array",
+               torch=_torch_softmax_backward, sizes_of=SOFTMAX_SIZES,
+               plain=lambda o, g, y, dim=-1: reference.softmax_backward(g, y, dim),
+               shapes=lambda s: (s.shape,)),
+    EntryPoint("bmm_backward", "function", (BG, BA, BM),
+               lambda o, g, a, m2: myatt.bmm_backward(g, a, m2), "arrays",
+               torch=_torch_bmm_backward, sizes_of=BMM_SIZES,
+               plain=lambda o, g, a, m2: reference.bmm_backward(g, a, m2),
+               shapes=lambda s: ((s.b, s.n, s.m), (s.b, s.m, s.p))),
+    # Linear
+    EntryPoint("Linear", "constructor", (), lambda o: myatt.Linear(6, 3), "object"),
+    EntryPoint("Linear.__call__", "method", (X,), lambda lin, x: lin(x), "array",
+               make=_layer, torch=_torch_layer_call, sizes_of=LINEAR_SIZES, module_dtype=True,
+               plain=lambda lin, x: reference.linear(x, lin.weight, lin.bias),
+               shapes=_linear_shapes),
+    EntryPoint("Linear.forward", "method", (X,), lambda lin, x: lin.forward(x), "array",
+               make=_layer, torch=_torch_layer_call, sizes_of=LINEAR_SIZES, module_dtype=True,
+               plain=lambda lin, x: reference.linear(x, lin.weight, lin.bias),
+               shapes=_linear_shapes),
+    EntryPoint("Linear.backward", "method", (X, GY), lambda lin, x, g: lin.backward(x, g),
+               "grads", make=_layer, torch=_torch_layer_backward, sizes_of=LINEAR_SIZES,
+               plain=_plain_layer_backward,
+               module_dtype=True, shapes=_linear_grads),
+    EntryPoint("Linear.weight=", "setter", (W,), lambda lin, w: setattr(lin, "weight", w),
+               "none", make=_layer),
+    EntryPoint("Linear.bias=", "setter", (Arg("bias", B.shape),),
+               lambda lin, b: setattr(lin, "bias", b), "none", make=_layer),
+    EntryPoint("Linear.load_state_dict", "setter", (W, Arg("bias", B.shape)),
+               lambda lin, w, b: lin.load_state_dict({"weight": w, "bias": b}), "none",
+               make=_layer),
+    # MyAtt
+    EntryPoint("MyAtt", "constructor", (), lambda o: myatt.MyAtt(3, 4, 5, 6, 2), "object"),
+    EntryPoint("MyAtt.__call__", "method", (MQ, MK, MV), lambda m, Q, K, V: m(Q, K, V),
+               "arrays", make=_module, torch=_torch_module_call, sizes_of=MYATT_SIZES,
+               plain=_plain_module,
+               module_dtype=True,
+               shapes=lambda s: ((1, s.S, s.o), (s.S, s.v1))),
+    EntryPoint("MyAtt.forward", "method", (MQ, MK, MV), lambda m, Q, K, V: m.forward(Q, K, V),
+               "arrays", make=_module, torch=_torch_module_call, sizes_of=MYATT_SIZES,
+               plain=_plain_module,
+               module_dtype=True,
+               shapes=lambda s: ((1, s.S, s.o), (s.S, s.v1))),
+    EntryPoint("MyAtt.backward", "method", (MQ, MK, MV, MG, MGA),
+               lambda m, Q, K, V, g, ga: m.backward(Q, K, V, g, ga), "grads", make=_module,
+               torch=_torch_module_backward, sizes_of=MYATT_SIZES, module_dtype=True,
+               plain=_plain_module_backward,
+               shapes=_myatt_grads),
+    EntryPoint("MyAtt.load_state_dict", "setter",
+               (Arg("attn.weight", lambda s: (s.v1, s.q + s.k)),
+                Arg("attn.bias", lambda s: (s.v1,)),
+                Arg("attn_combine.weight", lambda s: (s.o, s.q + s.v2)),
+                Arg("attn_combine.bias", lambda s: (s.o,))),
+               lambda m, aw, ab, cw, cb: m.load_state_dict(
+                   {"attn.weight": aw, "attn.bias": ab, "attn_combine.weight": cw,
+                    "attn_combine.bias": cb}), "none", make=_module),
+    EntryPoint("MyAtt.attn.weight=", "setter", (Arg("weight", lambda s: (s.v1, s.q + s.k)),),
+               lambda m, w: setattr(m.attn, "weight", w), "none", make=_module),
+]
+
+BY_NAME = {ep.name: ep for ep in ENTRY_POINTS}
+assert len(BY_NAME) == len(ENTRY_POINTS), "entry point names must be unique"
+
+
+def call_kwargs(ep, s):
+    """Keyword arguments beside the arrays: softmax's dim."""
+    return {"dim": s.dim} if "dim" in ep.sizes_of else {}
+
+
+def invoke(ep, obj, arrays, s=SMALL):
+    """ep called on obj with `arrays` at sizes s."""
+    return ep.call(obj, *arrays, **call_kwargs(ep, s))
+
+
+def invoke_torch(ep, obj, tensors, s=SMALL):
+    return ep.torch(obj, *tensors, **call_kwargs(ep, s))
+
+
+def invoke_plain(ep, obj, arrays, s=SMALL):
+    return ep.plain(obj, *arrays, **call_kwargs(ep, s))
+
+
+
+# The ones that take arrays and compute (the thread, property and fuzz tests run these)
+COMPUTING = [ep for ep in ENTRY_POINTS if ep.kind in ("function", "method")]
+WITH_ARRAYS = [ep for ep in ENTRY_POINTS if ep.args]
