@@ -28,6 +28,7 @@
 typedef struct {
     PyTypeObject *linear_type;
     PyTypeObject *myatt_type;
+    PyTypeObject *pullback_type;   /* myatt.vjp's pullbacks (vjp.c) */
     PyObject *axis_error;     /* numpy.exceptions.AxisError */
     mt19937 rng;              /* myatt.manual_seed; used with the GIL held */
 } myatt_state;

@@ -3,6 +3,7 @@
  * thread count. */
 #define MYATT_IMPORTS_NUMPY
 #include "glue.h"
+#include "vjp.h"
 
 #include "kernels/alloc.h"
 #include "kernels/bmm.h"
@@ -572,6 +573,7 @@ static PyMethodDef myatt_methods[] = {
     {"get_num_threads", myatt_get_num_threads, METH_NOARGS, get_num_threads_doc},
     {"empty_cache", myatt_empty_cache, METH_NOARGS, empty_cache_doc},
     {"kernel_path", myatt_kernel_path, METH_NOARGS, kernel_path_doc},
+    {"vjp", (PyCFunction)(void (*)(void))myatt_vjp, METH_VARARGS | METH_KEYWORDS, myatt_vjp_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -617,6 +619,10 @@ static int myatt_exec(PyObject *module)
     st->myatt_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &myatt_type_spec, NULL);
     if (st->myatt_type == NULL || PyModule_AddType(module, st->myatt_type) < 0)
         return -1;
+    st->pullback_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &pullback_type_spec,
+                                                                 NULL);
+    if (st->pullback_type == NULL || PyModule_AddType(module, st->pullback_type) < 0)
+        return -1;
     return 0;
 }
 
@@ -625,6 +631,7 @@ static int myatt_traverse(PyObject *module, visitproc visit, void *arg)
     myatt_state *st = PyModule_GetState(module);
     Py_VISIT(st->linear_type);
     Py_VISIT(st->myatt_type);
+    Py_VISIT(st->pullback_type);
     Py_VISIT(st->axis_error);
     return 0;
 }
@@ -634,6 +641,7 @@ static int myatt_clear(PyObject *module)
     myatt_state *st = PyModule_GetState(module);
     Py_CLEAR(st->linear_type);
     Py_CLEAR(st->myatt_type);
+    Py_CLEAR(st->pullback_type);
     Py_CLEAR(st->axis_error);
     return 0;
 }

@@ -4,6 +4,7 @@
 #include "glue.h"
 
 #include "kernels/myatt.h"
+#include "vjp.h"
 
 #include <stddef.h>
 
@@ -188,7 +189,24 @@ static int check_qkv_fail(MyAttObject *self, PyArrayObject *q, PyArrayObject *k,
     return 0;
 }
 
-static PyObject *myatt_forward(MyAttObject *self, PyObject *Q, PyObject *K, PyObject *V)
+/* Private copies of the parameters into kept (myatt.vjp): 0 or -1. */
+static int keep_params(MyAttObject *self, myatt_kept *kept)
+{
+    LinearObject *a = self->attn, *c = self->attn_combine;
+    kept->dtype = self->dtype;
+    return (kept->w_attn = (PyArrayObject *)PyArray_NewCopy(a->weight, NPY_CORDER)) == NULL
+           || (kept->b_attn = (PyArrayObject *)PyArray_NewCopy(a->bias, NPY_CORDER)) == NULL
+           || (kept->w_comb = (PyArrayObject *)PyArray_NewCopy(c->weight, NPY_CORDER)) == NULL
+           || (kept->b_comb = (PyArrayObject *)PyArray_NewCopy(c->bias, NPY_CORDER)) == NULL
+           ? -1 : 0;
+}
+
+/* kept == NULL: MyAtt.forward.  Otherwise (myatt.vjp) the same result, and
+ * *kept (zero-filled by the caller; released by it, also on error) gets what
+ * the pullback reads: private copies of Q[0], K[0], V[0] and the parameters,
+ * attn_weights (the result holds a copy of it) and all of applied. */
+static PyObject *myatt_forward_impl(MyAttObject *self, PyObject *Q, PyObject *K, PyObject *V,
+                                    myatt_kept *kept)
 {
     PyArrayObject *rq = NULL, *rk = NULL, *rv = NULL, *hq = NULL, *hk = NULL, *hv = NULL;
     mk_cmat q, k, v;
@@ -205,6 +223,23 @@ static PyObject *myatt_forward(MyAttObject *self, PyObject *Q, PyObject *K, PyOb
             || batch0_view(rk, typenum, &hk, &k) < 0
             || batch0_view(rv, typenum, &hv, &v) < 0)
         goto fail;
+    if (kept != NULL) {
+        PyArrayObject *src[3] = {rq, rk, rv}, **dst[3] = {&kept->q, &kept->k, &kept->v};
+        mk_cmat *view[3] = {&q, &k, &v};
+        for (int i = 0; i < 3; i++) {
+            memcpy(kept->dims[i], PyArray_DIMS(src[i]), sizeof kept->dims[i]);
+            PyArrayObject *item = batch0(src[i], typenum);
+            if (item == NULL)
+                goto fail;
+            *dst[i] = (PyArrayObject *)PyArray_NewCopy(item, NPY_CORDER);
+            Py_DECREF(item);
+            if (*dst[i] == NULL)
+                goto fail;
+            *view[i] = cmat_of(*dst[i]);
+        }
+        if (keep_params(self, kept) < 0)
+            goto fail;
+    }
 
     npy_intp S = PyArray_DIM(rq, 1), dq = PyArray_DIM(rq, 2), dk = PyArray_DIM(rk, 2);
     npy_intp v1 = PyArray_DIM(rv, 1), v2 = PyArray_DIM(rv, 2), os = self->output_size;
@@ -214,17 +249,33 @@ static PyObject *myatt_forward(MyAttObject *self, PyObject *Q, PyObject *K, PyOb
                                                      "MyAtt: attn_weights")) == NULL)
         goto fail;
 
-    const myatt_inputs in = myatt_inputs_of(self, q, k, v);
+    myatt_inputs in = myatt_inputs_of(self, q, k, v);
+    void *ad = NULL;
+    if (kept != NULL) {
+        npy_intp ap_dims[2] = {S, v2};
+        if ((kept->applied = (PyArrayObject *)new_array(2, ap_dims, typenum,
+                                                        "myatt.vjp(): applied")) == NULL)
+            goto fail;
+        ad = PyArray_DATA(kept->applied);
+        myatt_kept_inputs(kept, &in);
+    }
     void *od = PyArray_DATA(out), *wd = PyArray_DATA(weights);
     const double work = (double)S * ((double)(dq + dk) * (double)v1 + (double)v1 * (double)v2
                                      + (double)(dq + v2) * (double)os);
     int rc;
     MYATT_BEGIN_COMPUTE(work)
-    rc = dt->k->myatt_forward(od, wd, &in);
+    rc = kept != NULL ? dt->k->myatt_forward_kept(od, wd, ad, &in)
+                      : dt->k->myatt_forward(od, wd, &in);
     MYATT_END_COMPUTE
     if (rc < 0) {
         PyErr_NoMemory();
         goto fail;
+    }
+    if (kept != NULL) {   /* the saved attn_weights is not the one handed out */
+        kept->aw = weights;
+        weights = (PyArrayObject *)PyArray_NewCopy(kept->aw, NPY_CORDER);
+        if (weights == NULL)
+            goto fail;
     }
     result = PyTuple_Pack(2, (PyObject *)out, (PyObject *)weights);
 
@@ -238,6 +289,20 @@ fail:
     Py_XDECREF(out);
     Py_XDECREF(weights);
     return result;
+}
+
+static PyObject *myatt_forward(MyAttObject *self, PyObject *Q, PyObject *K, PyObject *V)
+{
+    return myatt_forward_impl(self, Q, K, V, NULL);
+}
+
+PyObject *myatt_forward_keep(PyObject *self, PyObject *args, PyObject *kwds, myatt_kept *kept)
+{
+    static char *kwlist[] = {"Q", "K", "V", NULL};
+    PyObject *Q, *K, *V;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:MyAtt.__call__", kwlist, &Q, &K, &V))
+        return NULL;
+    return myatt_forward_impl((MyAttObject *)self, Q, K, V, kept);
 }
 
 static PyObject *MyAtt_call(MyAttObject *self, PyObject *args, PyObject *kwds)
