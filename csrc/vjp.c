@@ -320,7 +320,8 @@ static PyObject *Pullback_new(PyTypeObject *type, PyObject *args, PyObject *kwds
 }
 
 static PyMethodDef Pullback_methods[] = {
-    {"__call__", (PyCFunction)(void (*)(void))Pullback_call, METH_VARARGS | METH_KEYWORDS,
+    {"__call__", (PyCFunction)(void (*)(void))Pullback_call,
+     METH_VARARGS | METH_KEYWORDS | METH_COEXIST,
      Pullback_call_doc},
     {NULL, NULL, 0, NULL},
 };
@@ -333,7 +334,7 @@ static PyGetSetDef Pullback_getset[] = {
 };
 
 PyDoc_STRVAR(Pullback_doc,
-"The pullback myatt.vjp returns: pullback(*cotangents) gives the gradients at\n"
+"The pullback myatt.vjp returns: ``pullback(*cotangents)`` gives the gradients at\n"
 "the values the forward saw, from private copies of what the backward reads\n"
 "(its repr lists them, nbytes counts them). It may be called more than once.");
 
@@ -433,8 +434,9 @@ static int keep_linear_object(PullbackObject *pb, LinearObject *layer, PyObject 
 
 const char myatt_vjp_doc[] =
 "vjp($module, fn, /, *args, **kwargs)\n--\n\n"
-"(result, pullback): result is exactly fn(*args, **kwargs); pullback(*cotangents)\n"
-"returns what the stateless backward returns, from what the forward kept\n"
+"(result, pullback): result is exactly ``fn(*args, **kwargs)``;\n"
+"``pullback(*cotangents)`` returns what the stateless backward returns, from\n"
+"what the forward kept\n"
 "instead of recomputing it. fn is myatt.linear, myatt.softmax, myatt.bmm, or a\n"
 "Linear or MyAtt object (subclasses included).\n\n"
 "Cotangents: grad_output shaped like the result (MyAtt: grad_output [1, S,\n"
