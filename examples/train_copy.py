@@ -12,8 +12,8 @@ slot, should therefore be close to the identity matrix.
     python examples/train_copy.py                  # 600 steps, prints the loss falling
     python examples/train_copy.py --plot attn.png  # also saves the heatmap (matplotlib)
 
-A progress bar is shown when tqdm is installed.  Gradients come from MyAtt.backward and
-the update from myatt.Adam (torch.optim.Adam's rule on the live parameters).
+A progress bar is shown when tqdm is installed.  Gradients come from myatt.vjp (the
+forward once; its pullback reuses attn_weights and applied) and the update from myatt.Adam (torch.optim.Adam's rule on the live parameters).
 """
 import argparse
 
@@ -49,11 +49,11 @@ def train(steps=600, lr=0.03, seed=0, progress=True, log_every=100):
     losses = []
     for step in bar:
         Q, K, V, target = batch(rng)
-        out, _ = m(Q, K, V)
+        (out, _), pullback = myatt.vjp(m, Q, K, V)
         diff = out - target
         losses.append(float(np.mean(diff ** 2)))
         # d(mean squared error)/d(output); no grad_attn_weights: the loss ignores them
-        grads = m.backward(Q, K, V, (2.0 / diff.size) * diff)
+        grads = pullback((2.0 / diff.size) * diff)
         opt.step(grads)
         if hasattr(bar, "set_postfix"):
             bar.set_postfix(loss=f"{losses[-1]:.4f}", refresh=False)
