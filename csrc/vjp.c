@@ -135,14 +135,10 @@ static PyObject *pull_linear_object(PullbackObject *self, PyArrayObject *raw)
 static PyObject *pull_myatt(PullbackObject *self, PyArrayObject *rgo, PyObject *GA)
 {
     const myatt_kept *kp = &self->kept;
-    const myatt_dtype *dt = kp->dtype;
-    const int typenum = dt->typenum;
+    const int typenum = kp->dtype->typenum;
     PyArrayObject *rga = NULL, *go = NULL, *ga = NULL, *item = NULL;
-    PyArrayObject *gq = NULL, *gk = NULL, *gv = NULL, *gwa = NULL, *gba = NULL;
-    PyArrayObject *gwc = NULL, *gbc = NULL;
     PyObject *result = NULL;
-    const npy_intp S = PyArray_DIM(kp->aw, 0), v1 = PyArray_DIM(kp->aw, 1);
-    const npy_intp ga_dims[2] = {S, v1};
+    const npy_intp ga_dims[2] = {PyArray_DIM(kp->aw, 0), PyArray_DIM(kp->aw, 1)};
     if (GA != Py_None
             && ((rga = as_real_array(GA, "pullback(): grad_attn_weights")) == NULL
                 || check_cotangent(rga, 2, ga_dims, "grad_attn_weights") < 0))
@@ -151,54 +147,17 @@ static PyObject *pull_myatt(PullbackObject *self, PyArrayObject *rgo, PyObject *
             || (go = cast_array(item, typenum, 0)) == NULL
             || (rga != NULL && (ga = cast_array(rga, typenum, 0)) == NULL))
         goto fail;
-    if ((gq = (PyArrayObject *)PyArray_ZEROS(3, (npy_intp *)kp->dims[0], typenum, 0)) == NULL
-            || (gk = (PyArrayObject *)PyArray_ZEROS(3, (npy_intp *)kp->dims[1], typenum, 0)) == NULL
-            || (gv = (PyArrayObject *)new_array(3, kp->dims[2], typenum,
-                                                "pullback(): the gradient of V")) == NULL
-            || (gwa = (PyArrayObject *)new_array(2, PyArray_DIMS(kp->w_attn), typenum,
-                                                 "pullback(): the gradient of attn.weight")) == NULL
-            || (gba = (PyArrayObject *)new_array(1, PyArray_DIMS(kp->b_attn), typenum,
-                                                 "pullback(): the gradient of attn.bias")) == NULL
-            || (gwc = (PyArrayObject *)new_array(2, PyArray_DIMS(kp->w_comb), typenum,
-                                                 "pullback(): the gradient of "
-                                                 "attn_combine.weight")) == NULL
-            || (gbc = (PyArrayObject *)new_array(1, PyArray_DIMS(kp->b_comb), typenum,
-                                                 "pullback(): the gradient of "
-                                                 "attn_combine.bias")) == NULL)
-        goto fail;
     myatt_inputs in;
     myatt_kept_inputs(kp, &in);
-    const myatt_grads grads = {
-        .q = PyArray_DATA(gq), .k = PyArray_DATA(gk), .v = PyArray_DATA(gv),
-        .w_attn = PyArray_DATA(gwa), .b_attn = PyArray_DATA(gba),
-        .w_comb = PyArray_DATA(gwc), .b_comb = PyArray_DATA(gbc),
-    };
-    const mk_cmat gov = cmat_of(go);
     const mk_cmat gav = ga != NULL ? cmat_of(ga) : (mk_cmat){NULL};
-    const void *awd = PyArray_DATA(kp->aw), *apd = PyArray_DATA(kp->applied);
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = dt->k->myatt_backward_kept(&grads, gov, ga != NULL ? &gav : NULL, &in, awd, apd);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
-        PyErr_NoMemory();
-        goto fail;
-    }
-    result = Py_BuildValue("{sOsOsOsOsOsOsO}", "Q", gq, "K", gk, "V", gv,
-                           "attn.weight", gwa, "attn.bias", gba,
-                           "attn_combine.weight", gwc, "attn_combine.bias", gbc);
+    result = myatt_grads_run(kp->dtype, (const npy_intp (*)[3])kp->dims, &in, cmat_of(go),
+                             ga != NULL ? &gav : NULL, PyArray_DATA(kp->aw),
+                             PyArray_DATA(kp->applied), "pullback()");
 fail:
     Py_XDECREF(rga);
     Py_XDECREF(item);
     Py_XDECREF(go);
     Py_XDECREF(ga);
-    Py_XDECREF(gq);
-    Py_XDECREF(gk);
-    Py_XDECREF(gv);
-    Py_XDECREF(gwa);
-    Py_XDECREF(gba);
-    Py_XDECREF(gwc);
-    Py_XDECREF(gbc);
     return result;
 }
 

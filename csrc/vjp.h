@@ -21,6 +21,15 @@ typedef struct {
  * also when NULL is returned). */
 PyObject *myatt_forward_keep(PyObject *self, PyObject *args, PyObject *kwds, myatt_kept *kept);
 
+/* MyAtt.backward's dict (myatt_type.c; MyAtt.backward and the pullback share it):
+ * allocates the gradients (Q, K shaped dims[0], dims[1], zero beyond batch item
+ * 0; V dims[2]; the parameters' shapes from in), runs the fused backward on in,
+ * recomputing attn_weights and applied, or reading kept_aw and kept_ap when
+ * they are not NULL.  `what` starts the messages ("pullback()").  NULL on error. */
+PyObject *myatt_grads_run(const myatt_dtype *dt, const npy_intp dims[3][3],
+                          const myatt_inputs *in, mk_cmat go, const mk_cmat *ga,
+                          const void *kept_aw, const void *kept_ap, const char *what);
+
 /* The kernel inputs read from kept's copies (q, k, v and the parameters). */
 void myatt_kept_inputs(const myatt_kept *kept, myatt_inputs *in);
 
