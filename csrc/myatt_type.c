@@ -228,13 +228,19 @@ static PyObject *myatt_forward_impl(MyAttObject *self, PyObject *Q, PyObject *K,
         mk_cmat *view[3] = {&q, &k, &v};
         for (int i = 0; i < 3; i++) {
             memcpy(kept->dims[i], PyArray_DIMS(src[i]), sizeof kept->dims[i]);
+            /* a converted copy (owning its data) is private already; a view of
+             * the caller's memory is copied */
             PyArrayObject *item = batch0(src[i], typenum);
             if (item == NULL)
                 goto fail;
-            *dst[i] = (PyArrayObject *)PyArray_NewCopy(item, NPY_CORDER);
-            Py_DECREF(item);
-            if (*dst[i] == NULL)
-                goto fail;
+            if (PyArray_CHKFLAGS(item, NPY_ARRAY_OWNDATA)) {
+                *dst[i] = item;
+            } else {
+                *dst[i] = (PyArrayObject *)PyArray_NewCopy(item, NPY_CORDER);
+                Py_DECREF(item);
+                if (*dst[i] == NULL)
+                    goto fail;
+            }
             *view[i] = cmat_of(*dst[i]);
         }
         if (keep_params(self, kept) < 0)

@@ -348,3 +348,21 @@ def test_bad_cotangents(rng):
         pull(np.ones((2, 4)), np.ones((2, 4)))
     with pytest.raises(TypeError, match="grad_output"):
         pull(None)
+
+
+def test_in_place_changes_of_converted_and_torch_inputs(rng, dtype):
+    """Inputs the forward converts (another dtype) or reads in place (torch tensors
+    sharing their memory, strided views): the pullback still holds its own copy."""
+    m = myatt.MyAtt(*SEED_SIZES, dtype=dtype)
+    other = np.float64 if dtype == np.float32 else np.float32
+    Q, K, V = inputs(rng, SEED_SIZES, 5, other)
+    Qb = np.concatenate([Q, Q], axis=0)              # batch item 0 read as a view
+    tK = torch.from_numpy(K.astype(dtype))           # shares memory with the array
+    go, ga = upstream(rng, m, 5, dtype, True)
+    want = m.backward(Qb, tK.numpy().copy(), V, go, ga)
+    _, pull = myatt.vjp(m, Qb, tK, V)
+    Qb[:] = 0
+    with torch.no_grad():
+        tK.mul_(3)
+    V[:] = 1
+    same_bits(pull(go, ga), want)
