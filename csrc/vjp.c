@@ -356,8 +356,8 @@ static int keep_function(PullbackObject *pb, PyObject *module, PyObject *args, P
             return -1;
         pb->nsaved = b == NULL ? 1 : 2;
         pb->saved[0] = PyArray_NewCopy(r, NPY_CORDER);   /* the result may change */
-        if (b != NULL)
-            pb->saved[1] = Py_NewRef(b);
+        if (b != NULL)   /* an int (softmax took it): no reference back to anything */
+            pb->saved[1] = PyNumber_Index(b);
         break;
     default:
         if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:bmm", kw_bmm, &a, &b))
