@@ -4,8 +4,8 @@
     python benchmarks/bench.py            # full run (a few minutes)
     python benchmarks/bench.py --quick    # seconds: seed and mid sizes only
 
-Measures the module forward, one training step (forward + backward: every
-gradient, against torch autograd and hand-written NumPy gradients) and each kernel
+Measures the module forward, one training step (forward + backward through
+myatt.vjp, and once with the stateless MyAtt.backward: every gradient, against torch autograd and hand-written NumPy gradients) and each kernel
 alone (linear, softmax, bmm), float32 and float64, at the seed's shape, at mid and
 at large sizes, at 1 thread and at all cores, plus a float32 GEMM alone; prints
 one table with median times, the ratios
@@ -249,7 +249,11 @@ def level_ops(level, dtype, rng):
     tparams = dict(tm.named_parameters())
     names = ["Q", "K", "V", *tparams]
 
-    def myatt_train():
+    def myatt_train():               # through vjp: the backward reuses the forward's panels
+        _, pullback = myatt.vjp(m, Q, K, V)
+        return pullback(gout, gaw)
+
+    def myatt_train_stateless():     # forward, then the stateless backward (recomputes them)
         m(Q, K, V)
         return m.backward(Q, K, V, gout, gaw)
 
@@ -270,6 +274,8 @@ def level_ops(level, dtype, rng):
         # autograd's count: the backward of each product is two products of its size
         ("train", 3 * flops_module, None,
          myatt_train, torch_train, lambda: nm.train_step(Q, K, V, gout, gaw)),
+        ("train-stateless", 3 * flops_module, None,
+         myatt_train_stateless, torch_train, lambda: nm.train_step(Q, K, V, gout, gaw)),
         ("linear", flops_lin1, None,
          lambda: myatt.linear(x1, w1, b1), lambda: F.linear(tx1, tw1, tb1),
          lambda: np_linear(x1, w1, b1)),
@@ -417,8 +423,9 @@ def run(args):
     print("-" * len(HEADER))
     print("|myatt-torch|: max abs difference of the outputs (a sanity check, not a test); "
           "=torch: share of output elements bit-identical to torch's (train: of the "
-          "attn.weight gradient); train: forward + backward, every gradient, counted as 3x "
-          "the forward's FLOPs; rate: GFLOP/s (softmax: elements/s); %peak: of the "
+          "attn.weight gradient); train: forward + backward through myatt.vjp, every "
+          "gradient, counted as 3x the forward's FLOPs (train-stateless: forward, then "
+          "MyAtt.backward, which recomputes attn_weights and applied); rate: GFLOP/s (softmax: elements/s); %peak: of the "
           "measured FMA peak x threads")
     return dict(peak=peak, rows=rows, quick=quick, machine=cpu_model(), cores=ncores,
                 commit=git_commit(), date=datetime.datetime.now(datetime.timezone.utc).isoformat())

@@ -51,6 +51,8 @@ static const myatt_kernels kernels_f32 = {
     .softmax_backward = softmax_bwd_f32,
     .myatt_forward = myatt_forward_f32,
     .myatt_backward = myatt_backward_f32,
+    .myatt_forward_kept = myatt_forward_kept_f32,
+    .myatt_backward_kept = myatt_backward_kept_f32,
     .linear_init = linear_init_any_f32,
 };
 
@@ -63,6 +65,8 @@ static const myatt_kernels kernels_f64 = {
     .softmax_backward = softmax_bwd_f64,
     .myatt_forward = myatt_forward_f64,
     .myatt_backward = myatt_backward_f64,
+    .myatt_forward_kept = myatt_forward_kept_f64,
+    .myatt_backward_kept = myatt_backward_kept_f64,
     .linear_init = linear_init_any_f64,
 };
 

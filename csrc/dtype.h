@@ -29,6 +29,12 @@ typedef struct {
     int (*myatt_forward)(void *out, void *attn_weights, const myatt_inputs *in);
     int (*myatt_backward)(const myatt_grads *grads, mk_cmat grad_out, const mk_cmat *grad_aw,
                           const myatt_inputs *in);
+    /* myatt.vjp: the forward keeping applied, the backward reading the kept panels */
+    int (*myatt_forward_kept)(void *out, void *attn_weights, void *applied,
+                              const myatt_inputs *in);
+    int (*myatt_backward_kept)(const myatt_grads *grads, mk_cmat grad_out,
+                               const mk_cmat *grad_aw, const myatt_inputs *in,
+                               const void *attn_weights, const void *applied);
     /* torch's nn.Linear initial weights (rng.h) */
     void (*linear_init)(mt19937 *g, void *weight, void *bias, int64_t out, int64_t in);
 } myatt_kernels;

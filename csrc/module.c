@@ -14,13 +14,18 @@ static int myatt_exec(PyObject *module)
         return -1;
     if (PyModule_AddFunctions(module, functions_methods) < 0
             || PyModule_AddFunctions(module, backward_methods) < 0
-            || PyModule_AddFunctions(module, runtime_methods) < 0)
+            || PyModule_AddFunctions(module, runtime_methods) < 0
+            || PyModule_AddFunctions(module, vjp_methods) < 0)
         return -1;
     st->linear_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &linear_type_spec, NULL);
     if (st->linear_type == NULL || PyModule_AddType(module, st->linear_type) < 0)
         return -1;
     st->myatt_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &myatt_type_spec, NULL);
     if (st->myatt_type == NULL || PyModule_AddType(module, st->myatt_type) < 0)
+        return -1;
+    st->pullback_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &pullback_type_spec,
+                                                                  NULL);
+    if (st->pullback_type == NULL || PyModule_AddType(module, st->pullback_type) < 0)
         return -1;
     return 0;
 }
@@ -30,6 +35,7 @@ static int myatt_traverse(PyObject *module, visitproc visit, void *arg)
     myatt_state *st = myatt_state_of_module(module);
     Py_VISIT(st->linear_type);
     Py_VISIT(st->myatt_type);
+    Py_VISIT(st->pullback_type);
     Py_VISIT(st->axis_error);
     Py_VISIT(st->rebuild_key);
     Py_VISIT(st->rebuild_token);
@@ -41,6 +47,7 @@ static int myatt_clear(PyObject *module)
     myatt_state *st = myatt_state_of_module(module);
     Py_CLEAR(st->linear_type);
     Py_CLEAR(st->myatt_type);
+    Py_CLEAR(st->pullback_type);
     Py_CLEAR(st->axis_error);
     Py_CLEAR(st->rebuild_key);
     Py_CLEAR(st->rebuild_token);

@@ -7,6 +7,7 @@
 #include "state_dict.h"
 
 #include "kernels/myatt.h"
+#include "vjp.h"
 
 #include <stddef.h>
 
@@ -199,7 +200,24 @@ static int check_qkv_fail(MyAttObject *self, PyArrayObject *q, PyArrayObject *k,
     return 0;
 }
 
-static PyObject *myatt_forward(MyAttObject *self, PyObject *Q, PyObject *K, PyObject *V)
+/* Private copies of the parameters into kept (myatt.vjp): 0 or -1. */
+static int keep_params(MyAttObject *self, myatt_kept *kept)
+{
+    LinearObject *a = self->attn, *c = self->attn_combine;
+    kept->dtype = self->dtype;
+    return (kept->w_attn = (PyArrayObject *)PyArray_NewCopy(a->weight, NPY_CORDER)) == NULL
+           || (kept->b_attn = (PyArrayObject *)PyArray_NewCopy(a->bias, NPY_CORDER)) == NULL
+           || (kept->w_comb = (PyArrayObject *)PyArray_NewCopy(c->weight, NPY_CORDER)) == NULL
+           || (kept->b_comb = (PyArrayObject *)PyArray_NewCopy(c->bias, NPY_CORDER)) == NULL
+           ? -1 : 0;
+}
+
+/* kept == NULL: MyAtt.forward.  Otherwise (myatt.vjp) the same result, and
+ * *kept (zero-filled by the caller; released by it, also on error) gets what
+ * the pullback reads: private copies of Q[0], K[0], V[0] and the parameters,
+ * attn_weights (the result holds a copy of it) and all of applied. */
+static PyObject *myatt_forward_impl(MyAttObject *self, PyObject *Q, PyObject *K, PyObject *V,
+                                    myatt_kept *kept)
 {
     PyArrayObject *rq = NULL, *rk = NULL, *rv = NULL, *hq = NULL, *hk = NULL, *hv = NULL;
     mk_cmat q, k, v;
@@ -216,6 +234,29 @@ static PyObject *myatt_forward(MyAttObject *self, PyObject *Q, PyObject *K, PyOb
             || batch0_view(rk, typenum, &hk, &k) < 0
             || batch0_view(rv, typenum, &hv, &v) < 0)
         goto fail;
+    if (kept != NULL) {
+        PyArrayObject *src[3] = {rq, rk, rv}, **dst[3] = {&kept->q, &kept->k, &kept->v};
+        mk_cmat *view[3] = {&q, &k, &v};
+        for (int i = 0; i < 3; i++) {
+            memcpy(kept->dims[i], PyArray_DIMS(src[i]), sizeof kept->dims[i]);
+            /* a converted copy (owning its data) is private already; a view of
+             * the caller's memory is copied */
+            PyArrayObject *item = batch0(src[i], typenum);
+            if (item == NULL)
+                goto fail;
+            if (PyArray_CHKFLAGS(item, NPY_ARRAY_OWNDATA)) {
+                *dst[i] = item;
+            } else {
+                *dst[i] = (PyArrayObject *)PyArray_NewCopy(item, NPY_CORDER);
+                Py_DECREF(item);
+                if (*dst[i] == NULL)
+                    goto fail;
+            }
+            *view[i] = cmat_of(*dst[i]);
+        }
+        if (keep_params(self, kept) < 0)
+            goto fail;
+    }
 
     npy_intp S = PyArray_DIM(rq, 1), dq = PyArray_DIM(rq, 2), dk = PyArray_DIM(rk, 2);
     npy_intp v1 = PyArray_DIM(rv, 1), v2 = PyArray_DIM(rv, 2), os = self->output_size;
@@ -225,17 +266,33 @@ static PyObject *myatt_forward(MyAttObject *self, PyObject *Q, PyObject *K, PyOb
                                                      "MyAtt: attn_weights")) == NULL)
         goto fail;
 
-    const myatt_inputs in = myatt_inputs_of(self, q, k, v);
+    myatt_inputs in = myatt_inputs_of(self, q, k, v);
+    void *ad = NULL;
+    if (kept != NULL) {
+        npy_intp ap_dims[2] = {S, v2};
+        if ((kept->applied = (PyArrayObject *)new_array(2, ap_dims, typenum,
+                                                        "myatt.vjp(): applied")) == NULL)
+            goto fail;
+        ad = PyArray_DATA(kept->applied);
+        myatt_kept_inputs(kept, &in);
+    }
     void *od = PyArray_DATA(out), *wd = PyArray_DATA(weights);
     const double work = (double)S * ((double)(dq + dk) * (double)v1 + (double)v1 * (double)v2
                                      + (double)(dq + v2) * (double)os);
     int rc;
     MYATT_BEGIN_COMPUTE(work)
-    rc = dt->k->myatt_forward(od, wd, &in);
+    rc = kept != NULL ? dt->k->myatt_forward_kept(od, wd, ad, &in)
+                      : dt->k->myatt_forward(od, wd, &in);
     MYATT_END_COMPUTE
     if (rc < 0) {
         PyErr_NoMemory();
         goto fail;
+    }
+    if (kept != NULL) {   /* the saved attn_weights is not the one handed out */
+        kept->aw = weights;
+        weights = (PyArrayObject *)PyArray_NewCopy(kept->aw, NPY_CORDER);
+        if (weights == NULL)
+            goto fail;
     }
     result = PyTuple_Pack(2, (PyObject *)out, (PyObject *)weights);
 
@@ -249,6 +306,20 @@ fail:
     Py_XDECREF(out);
     Py_XDECREF(weights);
     return result;
+}
+
+static PyObject *myatt_forward(MyAttObject *self, PyObject *Q, PyObject *K, PyObject *V)
+{
+    return myatt_forward_impl(self, Q, K, V, NULL);
+}
+
+PyObject *myatt_forward_keep(PyObject *self, PyObject *args, PyObject *kwds, myatt_kept *kept)
+{
+    static char *kwlist[] = {"Q", "K", "V", NULL};
+    PyObject *Q, *K, *V;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:MyAtt.__call__", kwlist, &Q, &K, &V))
+        return NULL;
+    return myatt_forward_impl((MyAttObject *)self, Q, K, V, kept);
 }
 
 static PyObject *MyAtt_call(MyAttObject *self, PyObject *args, PyObject *kwds)
@@ -304,13 +375,59 @@ static int check_grad_shape(PyArrayObject *g, int ndim, const npy_intp *want, co
     return -1;
 }
 
+PyObject *myatt_grads_run(const myatt_dtype *dt, const npy_intp dims[3][3],
+                          const myatt_inputs *in, mk_cmat go, const mk_cmat *ga,
+                          const void *kept_aw, const void *kept_ap, const char *what)
+{
+    static const char *const names[7] = {"Q", "K", "V", "attn.weight", "attn.bias",
+                                         "attn_combine.weight", "attn_combine.bias"};
+    const int typenum = dt->typenum;
+    const npy_intp v1 = in->w_attn.rows, o = in->w_comb.rows;
+    const npy_intp shapes[4][2] = {{v1, in->w_attn.cols}, {v1}, {o, in->w_comb.cols}, {o}};
+    PyArrayObject *g[7] = {NULL};
+    PyObject *result = NULL;
+    char msg[200];
+    /* Q and K gradients are zero outside batch item 0, which the kernel writes. */
+    for (int i = 0; i < 7; i++) {
+        snprintf(msg, sizeof msg, "%s: the gradient of %s", what, names[i]);
+        g[i] = (PyArrayObject *)(i < 2 ? PyArray_ZEROS(3, (npy_intp *)dims[i], typenum, 0)
+                                 : i == 2 ? new_array(3, dims[2], typenum, msg)
+                                 : new_array(i % 2 ? 2 : 1, shapes[i - 3], typenum, msg));
+        if (g[i] == NULL)
+            goto fail;
+    }
+    const myatt_grads grads = {
+        .q = PyArray_DATA(g[0]), .k = PyArray_DATA(g[1]), .v = PyArray_DATA(g[2]),
+        .w_attn = PyArray_DATA(g[3]), .b_attn = PyArray_DATA(g[4]),
+        .w_comb = PyArray_DATA(g[5]), .b_comb = PyArray_DATA(g[6]),
+    };
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = kept_aw != NULL ? dt->k->myatt_backward_kept(&grads, go, ga, in, kept_aw, kept_ap)
+                         : dt->k->myatt_backward(&grads, go, ga, in);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if ((result = PyDict_New()) == NULL)
+        goto fail;
+    for (int i = 0; i < 7; i++)
+        if (PyDict_SetItemString(result, names[i], (PyObject *)g[i]) < 0) {
+            Py_CLEAR(result);
+            break;
+        }
+fail:
+    for (int i = 0; i < 7; i++)
+        Py_XDECREF(g[i]);
+    return result;
+}
+
 static PyObject *myatt_backward(MyAttObject *self, PyObject *Q, PyObject *K, PyObject *V,
                                 PyObject *GO, PyObject *GA)
 {
     PyArrayObject *rq = NULL, *rk = NULL, *rv = NULL, *rgo = NULL, *rga = NULL;
     PyArrayObject *q = NULL, *k = NULL, *v = NULL, *go = NULL, *ga = NULL;
-    PyArrayObject *gq = NULL, *gk = NULL, *gv = NULL, *gwa = NULL, *gba = NULL;
-    PyArrayObject *gwc = NULL, *gbc = NULL;
     PyObject *result = NULL;
     const myatt_dtype *dt = self->dtype;
     const int typenum = dt->typenum;
@@ -333,43 +450,14 @@ static PyObject *myatt_backward(MyAttObject *self, PyObject *Q, PyObject *K, PyO
             || (rga != NULL && (ga = cast_array(rga, typenum, 0)) == NULL))
         goto fail;
 
-    /* Q and K gradients are zero outside batch item 0, which the kernel writes. */
-    LinearObject *a = self->attn, *c = self->attn_combine;
-    if ((gq = (PyArrayObject *)PyArray_ZEROS(3, PyArray_DIMS(rq), typenum, 0)) == NULL
-            || (gk = (PyArrayObject *)PyArray_ZEROS(3, PyArray_DIMS(rk), typenum, 0)) == NULL
-            || (gv = (PyArrayObject *)new_array(3, PyArray_DIMS(rv), typenum,
-                                                "MyAtt.backward(): the gradient of V")) == NULL
-            || (gwa = (PyArrayObject *)new_array(2, PyArray_DIMS(a->weight), typenum,
-                                                 "MyAtt.backward(): the gradient of attn.weight")) == NULL
-            || (gba = (PyArrayObject *)new_array(1, PyArray_DIMS(a->bias), typenum,
-                                                 "MyAtt.backward(): the gradient of attn.bias")) == NULL
-            || (gwc = (PyArrayObject *)new_array(2, PyArray_DIMS(c->weight), typenum,
-                                                 "MyAtt.backward(): the gradient of "
-                                                 "attn_combine.weight")) == NULL
-            || (gbc = (PyArrayObject *)new_array(1, PyArray_DIMS(c->bias), typenum,
-                                                 "MyAtt.backward(): the gradient of "
-                                                 "attn_combine.bias")) == NULL)
-        goto fail;
-
+    npy_intp dims[3][3];
+    memcpy(dims[0], PyArray_DIMS(rq), sizeof dims[0]);
+    memcpy(dims[1], PyArray_DIMS(rk), sizeof dims[1]);
+    memcpy(dims[2], PyArray_DIMS(rv), sizeof dims[2]);
     const myatt_inputs in = myatt_inputs_of(self, cmat_of(q), cmat_of(k), cmat_of(v));
-    const myatt_grads grads = {
-        .q = PyArray_DATA(gq), .k = PyArray_DATA(gk), .v = PyArray_DATA(gv),
-        .w_attn = PyArray_DATA(gwa), .b_attn = PyArray_DATA(gba),
-        .w_comb = PyArray_DATA(gwc), .b_comb = PyArray_DATA(gbc),
-    };
-    const mk_cmat gov = cmat_of(go);
     const mk_cmat gav = ga != NULL ? cmat_of(ga) : (mk_cmat){NULL};
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = dt->k->myatt_backward(&grads, gov, ga != NULL ? &gav : NULL, &in);
-    Py_END_ALLOW_THREADS
-    if (rc < 0) {
-        PyErr_NoMemory();
-        goto fail;
-    }
-    result = Py_BuildValue("{sOsOsOsOsOsOsO}", "Q", gq, "K", gk, "V", gv,
-                           "attn.weight", gwa, "attn.bias", gba,
-                           "attn_combine.weight", gwc, "attn_combine.bias", gbc);
+    result = myatt_grads_run(dt, (const npy_intp (*)[3])dims, &in, cmat_of(go),
+                             ga != NULL ? &gav : NULL, NULL, NULL, "MyAtt.backward()");
 fail:
     Py_XDECREF(rq);
     Py_XDECREF(rk);
@@ -381,13 +469,6 @@ fail:
     Py_XDECREF(v);
     Py_XDECREF(go);
     Py_XDECREF(ga);
-    Py_XDECREF(gq);
-    Py_XDECREF(gk);
-    Py_XDECREF(gv);
-    Py_XDECREF(gwa);
-    Py_XDECREF(gba);
-    Py_XDECREF(gwc);
-    Py_XDECREF(gbc);
     return result;
 }
 

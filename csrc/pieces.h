@@ -12,6 +12,8 @@ extern PyMethodDef backward_methods[];    /* backward.c: their backward */
 extern PyMethodDef runtime_methods[];     /* runtime.c: manual_seed, threads, ... */
 extern PyType_Spec linear_type_spec;      /* linear_type.c: myatt.Linear */
 extern PyType_Spec myatt_type_spec;       /* myatt_type.c: myatt.MyAtt */
+extern PyMethodDef vjp_methods[];         /* vjp.c: myatt.vjp */
+extern PyType_Spec pullback_type_spec;    /* vjp.c: myatt.Pullback, what vjp returns */
 
 /* Module init of the pieces that keep state: 0, or -1 with an exception. */
 int runtime_setup(PyObject *module);      /* runtime.c: allocator, generator, ISA note */

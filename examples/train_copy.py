@@ -16,8 +16,9 @@ The heatmap goes to the temporary directory by default (myatt_train_copy.png the
 never into the working directory (examples/attention.png is the README's picture).
 A progress bar (tqdm, when installed) shows the loss as its postfix; it appears only
 when the run lasts over a second (--steps 5000, for instance). Without tqdm, a line
-every 100 steps shows the loss.  Gradients come from MyAtt.backward and
-the update from myatt.Adam (torch.optim.Adam's rule on the live parameters).
+every 100 steps shows the loss.  Gradients come from myatt.vjp (the forward once; its
+pullback reuses attn_weights and applied) and the update from myatt.Adam
+(torch.optim.Adam's rule on the live parameters).
 """
 import argparse
 import os
@@ -63,11 +64,11 @@ def train(steps=600, lr=0.03, seed=0, progress=True, log_every=100):
     losses = []
     for step in range(steps):
         Q, K, V, target = batch(rng)
-        out, _ = m(Q, K, V)
+        (out, _), pullback = myatt.vjp(m, Q, K, V)
         diff = out - target
         losses.append(float(np.mean(diff ** 2)))
         # d(mean squared error)/d(output); no grad_attn_weights: the loss ignores them
-        grads = m.backward(Q, K, V, (2.0 / diff.size) * diff)
+        grads = pullback((2.0 / diff.size) * diff)
         opt.step(grads)
         if bar is not None:
             bar.set_postfix(loss=f"{losses[-1]:.4f}", refresh=False)

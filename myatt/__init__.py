@@ -10,7 +10,8 @@ original, computed by C kernels on NumPy arrays::
 - Modules: ``MyAtt``, ``Linear`` (``forward``, ``backward``, ``state_dict``,
   ``from_torch``, pickle and copy).
 - Kernels: ``linear``, ``softmax``, ``bmm``, and their gradients ``linear_backward``,
-  ``softmax_backward``, ``bmm_backward``.
+  ``softmax_backward``, ``bmm_backward``; ``vjp`` (forward once, then a ``Pullback``
+  that reuses what the forward computed).
 - Training: ``SGD``, ``Adam`` (torch.optim's rules, in NumPy, on the live parameters).
 - Validation against torch: ``compare``. Plots: ``plot_attention`` (needs matplotlib).
 - Generator: ``manual_seed``. Threads: ``set_num_threads``, ``get_num_threads``.
@@ -22,6 +23,7 @@ PyTorch is never needed, and never imported by ``import myatt``. The documentati
 from ._myatt import (
     Linear,
     MyAtt,
+    Pullback,
     bmm,
     bmm_backward,
     empty_cache,
@@ -33,6 +35,7 @@ from ._myatt import (
     set_num_threads,
     softmax,
     softmax_backward,
+    vjp,
 )
 from .compare import Comparison, ResultComparison, compare
 from .optim import SGD, Adam
@@ -45,6 +48,7 @@ __all__ = [
     "Comparison",
     "Linear",
     "MyAtt",
+    "Pullback",
     "ResultComparison",
     "SGD",
     "bmm",
@@ -60,4 +64,5 @@ __all__ = [
     "set_num_threads",
     "softmax",
     "softmax_backward",
+    "vjp",
 ]

@@ -1,5 +1,5 @@
 """Type stubs for the C extension myatt._myatt (re-exported by the package myatt)."""
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union, final
 
 import numpy as np
 import numpy.typing as npt
@@ -24,6 +24,21 @@ def set_num_threads(n: int, /) -> None: ...
 def get_num_threads() -> int: ...
 def empty_cache() -> None: ...
 def kernel_path() -> str: ...
+
+# vjp's gradients: a tuple (linear, softmax, bmm) or a dict (Linear, MyAtt), as the
+# stateless backward returns them
+_Grads = Union[Tuple[Optional[_Array], ...], Dict[str, Optional[_Array]]]
+
+def vjp(fn: Any, /, *args: Any, **kwargs: Any) -> Tuple[Any, "Pullback"]: ...
+
+@final
+class Pullback:
+    @property
+    def fn(self) -> str: ...
+    @property
+    def nbytes(self) -> int: ...
+    def __call__(self, grad_output: _ArrayLike,
+                 grad_attn_weights: Optional[_ArrayLike] = None) -> _Grads: ...
 
 @disjoint_base
 class Linear:

@@ -30,6 +30,10 @@ Each entry declares:
   shapes   shapes(s) -> the shapes of a valid call's result arrays, in flat() order.
   plain    plain(obj, *arrays) -> the result in the same structure from tests/reference.py
            (float64, NumPy only), for the entries that compute.
+  keywords False for the entries called through myatt.vjp (vjp(fn, *args) and its
+           pullbacks), whose registry arguments are not one callable's keywords
+           (test_call_paths.py); the names are "vjp" and "<fn>.vjp.pullback" / "vjp.<fn>.pullback"
+           (two dots: declared beyond what test_entry_points.py finds on the module).
 """
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Tuple
@@ -99,6 +103,7 @@ class EntryPoint:
     shapes: Callable = lambda s: ()             # result shapes at sizes s, flat() order
     plain: Optional[Callable] = None            # the float64 reference (tests/reference.py)
     module_dtype: bool = False                  # results in the object's dtype
+    keywords: bool = True                       # the args are one callable's keywords
 
     def good(self, s=SMALL, dtype=np.float32, seed=0):
         """Valid arrays for every argument at sizes s (unit-scale, weights by fan-in)."""
@@ -369,6 +374,54 @@ ENTRY_POINTS = [
                     "attn_combine.bias": cb}), "none", make=_module),
     EntryPoint("MyAtt.attn.weight=", "setter", (Arg("weight", lambda s: (s.v1, s.q + s.k)),),
                lambda m, w: setattr(m.attn, "weight", w), "none", make=_module),
+]
+
+# myatt.vjp: the forwards through it, and each pullback applied to a cotangent (the
+# pullback of a fresh vjp of the other arguments), against the stateless backward's
+# references
+def _vjp_pull(fn, *args, **kw):
+    return lambda g, *cot: myatt.vjp(fn, *args, **kw)[1](g, *cot)
+
+
+ENTRY_POINTS += [
+    EntryPoint("vjp", "function", (X, W, B), lambda o, x, w, b: myatt.vjp(myatt.linear, x, w, b)[0],
+               "array", torch=_torch_linear, sizes_of=LINEAR_SIZES,
+               plain=lambda o, x, w, b: reference.linear(x, w, b),
+               shapes=_linear_shapes, keywords=False),
+    EntryPoint("vjp.linear.pullback", "function", (X, W, B, GY),
+               lambda o, x, w, b, g: _vjp_pull(myatt.linear, x, w, b)(g), "arrays",
+               torch=lambda o, x, w, b, g: _torch_linear_backward(o, g, x, w, b),
+               sizes_of=LINEAR_SIZES,
+               plain=lambda o, x, w, b, g: reference.linear_backward(g, x, w, b),
+               shapes=lambda s: (s.batch + (s.in_f,), (s.out_f, s.in_f), (s.out_f,)),
+               keywords=False),
+    EntryPoint("vjp.softmax.pullback", "function",
+               (SX, Arg("grad_output", lambda s: s.shape, ndim_free=True)),
+               lambda o, x, g, dim=-1: _vjp_pull(myatt.softmax, x, dim)(g), "arrays",
+               torch=lambda o, x, g, dim=-1: (_torch_softmax_backward(
+                   o, g, _torch_softmax(o, x, dim), dim),),
+               sizes_of=SOFTMAX_SIZES,
+               plain=lambda o, x, g, dim=-1: (reference.softmax_backward(
+                   g, reference.softmax(x, dim), dim),),
+               shapes=lambda s: (s.shape,), keywords=False),
+    EntryPoint("vjp.bmm.pullback", "function", (BA, BM, BG),
+               lambda o, a, m2, g: _vjp_pull(myatt.bmm, a, m2)(g), "arrays",
+               torch=lambda o, a, m2, g: _torch_bmm_backward(o, g, a, m2), sizes_of=BMM_SIZES,
+               plain=lambda o, a, m2, g: reference.bmm_backward(g, a, m2),
+               shapes=lambda s: ((s.b, s.n, s.m), (s.b, s.m, s.p)), keywords=False),
+    EntryPoint("Linear.vjp.pullback", "method", (X, GY),
+               lambda lin, x, g: _vjp_pull(lin, x)(g), "grads", make=_layer,
+               torch=_torch_layer_backward, sizes_of=LINEAR_SIZES, plain=_plain_layer_backward,
+               module_dtype=True, shapes=_linear_grads, keywords=False),
+    EntryPoint("MyAtt.vjp.result", "method", (MQ, MK, MV),
+               lambda m, Q, K, V: myatt.vjp(m, Q, K, V)[0],
+               "arrays", make=_module, torch=_torch_module_call, sizes_of=MYATT_SIZES,
+               plain=_plain_module, module_dtype=True,
+               shapes=lambda s: ((1, s.S, s.o), (s.S, s.v1)), keywords=False),
+    EntryPoint("MyAtt.vjp.pullback", "method", (MQ, MK, MV, MG, MGA),
+               lambda m, Q, K, V, g, ga: _vjp_pull(m, Q, K, V)(g, ga), "grads", make=_module,
+               torch=_torch_module_backward, sizes_of=MYATT_SIZES, module_dtype=True,
+               plain=_plain_module_backward, shapes=_myatt_grads, keywords=False),
 ]
 
 BY_NAME = {ep.name: ep for ep in ENTRY_POINTS}

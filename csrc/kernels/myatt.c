@@ -36,22 +36,46 @@
 
 int myatt_forward_f32(void *out, void *attn_weights, const myatt_inputs *in)
 {
-    return myatt_forward_body_f32(out, attn_weights, in);
+    return myatt_forward_body_f32(out, attn_weights, NULL, in);
 }
 
 int myatt_forward_f64(void *out, void *attn_weights, const myatt_inputs *in)
 {
-    return myatt_forward_body_f64(out, attn_weights, in);
+    return myatt_forward_body_f64(out, attn_weights, NULL, in);
 }
 
 int myatt_backward_f32(const myatt_grads *grads, mk_cmat grad_out, const mk_cmat *grad_aw,
                        const myatt_inputs *in)
 {
-    return myatt_backward_body_f32(grads, grad_out, grad_aw, in);
+    return myatt_backward_body_f32(grads, grad_out, grad_aw, in, NULL, NULL);
 }
 
 int myatt_backward_f64(const myatt_grads *grads, mk_cmat grad_out, const mk_cmat *grad_aw,
                        const myatt_inputs *in)
 {
-    return myatt_backward_body_f64(grads, grad_out, grad_aw, in);
+    return myatt_backward_body_f64(grads, grad_out, grad_aw, in, NULL, NULL);
+}
+
+int myatt_forward_kept_f32(void *out, void *attn_weights, void *applied, const myatt_inputs *in)
+{
+    return myatt_forward_body_f32(out, attn_weights, applied, in);
+}
+
+int myatt_forward_kept_f64(void *out, void *attn_weights, void *applied, const myatt_inputs *in)
+{
+    return myatt_forward_body_f64(out, attn_weights, applied, in);
+}
+
+int myatt_backward_kept_f32(const myatt_grads *grads, mk_cmat grad_out, const mk_cmat *grad_aw,
+                           const myatt_inputs *in, const void *attn_weights,
+                           const void *applied)
+{
+    return myatt_backward_body_f32(grads, grad_out, grad_aw, in, attn_weights, applied);
+}
+
+int myatt_backward_kept_f64(const myatt_grads *grads, mk_cmat grad_out, const mk_cmat *grad_aw,
+                           const myatt_inputs *in, const void *attn_weights,
+                           const void *applied)
+{
+    return myatt_backward_body_f64(grads, grad_out, grad_aw, in, attn_weights, applied);
 }

@@ -52,4 +52,18 @@ int myatt_backward_f32(const myatt_grads *grads, mk_cmat grad_out, const mk_cmat
 int myatt_backward_f64(const myatt_grads *grads, mk_cmat grad_out, const mk_cmat *grad_aw,
                        const myatt_inputs *in);
 
+/* myatt.vjp: the forward that also writes all of applied [S, v2] (C-contiguous,
+ * one block instead of a bounded workspace), and the backward that reads
+ * attn_weights [S, v1] and applied (C-contiguous, as the forward wrote them,
+ * never written) instead of recomputing them: one softmax backward pass, no
+ * scores gemm.  The same bits as myatt_forward / myatt_backward. */
+int myatt_forward_kept_f32(void *out, void *attn_weights, void *applied, const myatt_inputs *in);
+int myatt_forward_kept_f64(void *out, void *attn_weights, void *applied, const myatt_inputs *in);
+int myatt_backward_kept_f32(const myatt_grads *grads, mk_cmat grad_out, const mk_cmat *grad_aw,
+                            const myatt_inputs *in, const void *attn_weights,
+                            const void *applied);
+int myatt_backward_kept_f64(const myatt_grads *grads, mk_cmat grad_out, const mk_cmat *grad_aw,
+                            const myatt_inputs *in, const void *attn_weights,
+                            const void *applied);
+
 #endif

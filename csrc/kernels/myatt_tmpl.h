@@ -23,7 +23,11 @@ static int64_t SUF(myatt_block_rows)(int64_t S, int64_t width)
     return rows < S ? rows : S;
 }
 
-static int SUF(myatt_forward_body)(T *out, T *attn_weights, const myatt_inputs *in)
+/* applied_keep: NULL (applied in row blocks in a bounded workspace, dropped),
+ * or [S, v2] C-contiguous that receives all of applied (one block: myatt.vjp
+ * keeps it for the pullback).  Each row's bits do not depend on the blocks. */
+static int SUF(myatt_forward_body)(T *out, T *attn_weights, T *applied_keep,
+                                   const myatt_inputs *in)
 {
     const int64_t S = in->q.rows, dq = in->q.cols, v1 = in->v.rows, v2 = in->v.cols;
     const int64_t o = in->w_comb.rows;
@@ -51,12 +55,14 @@ static int SUF(myatt_forward_body)(T *out, T *attn_weights, const myatt_inputs *
     /* 3. per block of R rows (R from the workspace bound, often all of S):
      *      applied [rb, v2] = attn_weights_blk @ v      (v1 == 0 gives zeros)
      *      out_blk          = [q_blk | applied] @ w_comb^T + b_comb */
-    const int64_t rows = SUF(myatt_block_rows)(S, v2);
+    const int64_t rows = applied_keep != NULL ? S : SUF(myatt_block_rows)(S, v2);
     /* small workspaces (the seed's: one row) on the stack, no allocator call */
     _Alignas(64) T applied_stack[MYATT_STACK_BYTES / sizeof(T)];
-    const int on_stack = rows * v2 <= (int64_t)(MYATT_STACK_BYTES / sizeof(T));
-    T *applied = on_stack ? applied_stack
-                          : mk_alloc(mk_bytes(mk_bytes((size_t)rows, (size_t)v2), sizeof(T)));
+    const int on_stack = applied_keep == NULL
+                         && rows * v2 <= (int64_t)(MYATT_STACK_BYTES / sizeof(T));
+    T *applied = applied_keep != NULL ? applied_keep
+                 : on_stack ? applied_stack
+                 : mk_alloc(mk_bytes(mk_bytes((size_t)rows, (size_t)v2), sizeof(T)));
     if (applied == NULL)
         return -1;
     for (int64_t r0 = 0; r0 < S && status == 0; r0 += rows) {
@@ -67,7 +73,7 @@ static int SUF(myatt_forward_body)(T *out, T *attn_weights, const myatt_inputs *
                                 mk_const(ap), mk_t(in->w_comb), in->b_comb, 0);
     }
 
-    if (!on_stack)
+    if (!on_stack && applied_keep == NULL)
         mk_free(applied);
     return status == 0 ? 0 : -1;
 }
@@ -94,8 +100,14 @@ static int SUF(myatt_forward_body)(T *out, T *attn_weights, const myatt_inputs *
  * MYATT_WORKSPACE_BYTES) the gradients are then torch's, bit for bit, wherever
  * MKL keeps to its main kernel's order; with several blocks, the sums over S
  * are cut at block boundaries (within torch's tolerance, not its bits). */
+/* kept_aw [S, v1] and kept_ap [S, v2] (C-contiguous, read only): NULL, or
+ * attn_weights and applied as myatt_forward_body wrote them (myatt.vjp's
+ * pullback): then steps 1 and 2 are skipped (no scores gemm, no softmax
+ * forward) and the panels aw and ad only hold the block's grad of Q and grad
+ * of applied; everything else is the same code, hence the same bits. */
 static int SUF(myatt_backward_body)(const myatt_grads *g, mk_cmat grad_out,
-                                   const mk_cmat *grad_aw, const myatt_inputs *in)
+                                   const mk_cmat *grad_aw, const myatt_inputs *in,
+                                   const T *kept_aw, const T *kept_ap)
 {
     const int64_t S = in->q.rows, dq = in->q.cols, dk = in->k.cols;
     const int64_t v1 = in->v.rows, v2 = in->v.cols, o = in->w_comb.rows;
@@ -146,20 +158,26 @@ static int SUF(myatt_backward_body)(const myatt_grads *g, mk_cmat grad_out,
         const mk_mat gk_blk = mk_mat_c((T *)g->k + r0 * dk, rb, dk);
         const mk_mat aw_m = mk_mat_c(aw, rb, v1), ga_m = mk_mat_c(ga, rb, v1);
         const mk_mat ad_m = mk_mat_c(ad, rb, v2);
-        const mk_cmat aw_c = mk_const(aw_m), ga_c = mk_const(ga_m), ad_c = mk_const(ad_m);
+        const mk_cmat ga_c = mk_const(ga_m), ad_c = mk_const(ad_m);
+        /* the block's attn_weights and applied: kept, or recomputed into aw, ad */
+        const mk_cmat aw_c = kept_aw != NULL ? mk_cmat_c(kept_aw + r0 * v1, rb, v1)
+                                             : mk_const(aw_m);
+        const mk_cmat ap_c = kept_ap != NULL ? mk_cmat_c(kept_ap + r0 * v2, rb, v2) : ad_c;
 
-        /* 1. aw = softmax([q_blk | k_blk] @ w_attn^T + b_attn), as the forward */
-        status |= SUF(gemm_cat)(aw_m, q_blk, k_blk, mk_t(in->w_attn), in->b_attn, 0);
-        SUF(softmax_forward)(aw, aw, rb, v1, 1);
-        /* 2. ad = applied = aw @ v */
-        status |= SUF(gemm)(ad_m, aw_c, in->v, NULL, 0);
+        if (kept_aw == NULL) {
+            /* 1. aw = softmax([q_blk | k_blk] @ w_attn^T + b_attn), as the forward */
+            status |= SUF(gemm_cat)(aw_m, q_blk, k_blk, mk_t(in->w_attn), in->b_attn, 0);
+            SUF(softmax_forward)(aw, aw, rb, v1, 1);
+            /* 2. ad = applied = aw @ v */
+            status |= SUF(gemm)(ad_m, aw_c, in->v, NULL, 0);
+        }
 
         /* 3. attn_combine: out = q @ cq^T + applied @ ca^T + b_comb
          *    grad_w_comb[:, :dq] += go^T @ q,  grad_w_comb[:, dq:] += go^T @ applied
          *    (grad_b_comb: above) */
         status |= SUF(gemm)(mk_block(gwc, 0, 0, o, dq, sizeof(T)), mk_t(go_blk), q_blk,
                             NULL, acc);
-        status |= SUF(gemm)(mk_block(gwc, 0, dq, o, v2, sizeof(T)), mk_t(go_blk), ad_c,
+        status |= SUF(gemm)(mk_block(gwc, 0, dq, o, v2, sizeof(T)), mk_t(go_blk), ap_c,
                             NULL, acc);
         /*    gq = go @ cq,  ad = grad applied = go @ ca  (applied is no longer needed) */
         status |= SUF(gemm)(mk_mat_c(gq_blk, rb, dq), go_blk, wq_comb, NULL, 0);
@@ -178,7 +196,7 @@ static int SUF(myatt_backward_body)(const myatt_grads *g, mk_cmat grad_out,
         }
 
         /* 5. softmax: ga = grad scores, in place */
-        SUF(softmax_backward)(ga, ga, aw, rb, v1, 1);
+        SUF(softmax_backward)(ga, ga, aw_c.data, rb, v1, 1);
 
         /* 6. attn: scores = q @ wq^T + k @ wk^T + b_attn
          *    grad_w_attn[:, :dq] += ga^T @ q,  grad_w_attn[:, dq:] += ga^T @ k,

@@ -1,0 +1,482 @@
+/* myatt.vjp(fn, *args, **kwargs) -> (result, pullback), as torch.func.vjp and
+ * jax.vjp: the forward runs once, and the pullback (a myatt.Pullback) holds
+ * what the backward reads, so that pullback(*cotangents) does not recompute it.
+ *
+ * What a pullback holds, always private copies (never the caller's memory, nor
+ * the arrays handed out in `result`), so that a change made in place after vjp
+ * to an input, a parameter or the result cannot reach the gradients:
+ *   linear:  input, weight, bias (in the result's dtype)
+ *   softmax: the output (and dim)
+ *   bmm:     input, mat2
+ *   Linear:  input (in the layer's dtype), weight, bias
+ *   MyAtt:   Q[0], K[0], V[0], the four parameters, attn_weights and applied
+ * The saved arrays are only read: a pullback may be called more than once, and
+ * from several threads at a time. */
+#include "vjp.h"
+
+#include "linear_ops.h"
+#include "linear_type.h"
+#include "pieces.h"
+#include "state.h"
+
+#include <string.h>
+
+#include <structmember.h>
+
+enum { VJP_LINEAR, VJP_SOFTMAX, VJP_BMM, VJP_LINEAR_OBJ, VJP_MYATT };
+
+/* The names in reprs, and the stateless backward a function's pullback calls. */
+static const char *const kind_names[] = {"linear", "softmax", "bmm", "Linear", "MyAtt"};
+static const char *const backward_names[] = {"linear_backward", "softmax_backward",
+                                             "bmm_backward"};
+static const char *const saved_names[][3] = {
+    {"input", "weight", "bias"}, {"output", "dim", NULL}, {"input", "mat2", NULL},
+    {"input", "weight", "bias"},
+};
+
+typedef struct {
+    PyObject_HEAD
+    int kind;                      /* VJP_* */
+    PyObject *backward;            /* functions: myatt.<name>_backward */
+    PyObject *saved[3];            /* functions and Linear: what follows grad_output */
+    int nsaved;
+    const myatt_dtype *dtype;      /* Linear and MyAtt: the object's dtype */
+    int out_ndim;                  /* grad_output's shape: the result's */
+    npy_intp out_dims[NPY_MAXDIMS];
+    myatt_kept kept;               /* MyAtt */
+} PullbackObject;
+
+void myatt_kept_inputs(const myatt_kept *kept, myatt_inputs *in)
+{
+    in->q = cmat_of(kept->q);
+    in->k = cmat_of(kept->k);
+    in->v = cmat_of(kept->v);
+    in->w_attn = cmat_of(kept->w_attn);
+    in->w_comb = cmat_of(kept->w_comb);
+    in->b_attn = PyArray_DATA(kept->b_attn);
+    in->b_comb = PyArray_DATA(kept->b_comb);
+}
+
+static void kept_clear(myatt_kept *kept)
+{
+    PyArrayObject **arrs[9] = {&kept->q, &kept->k, &kept->v, &kept->w_attn, &kept->b_attn,
+                               &kept->w_comb, &kept->b_comb, &kept->aw, &kept->applied};
+    for (int i = 0; i < 9; i++)
+        Py_CLEAR(*arrs[i]);
+}
+
+/* obj as an array of `typenum` that nothing else holds: converted as the
+ * forward converts it, copied when the conversion gave the caller's memory. */
+static PyObject *private_array(PyObject *obj, int typenum, const char *what)
+{
+    PyArrayObject *raw = as_real_array(obj, what);
+    if (raw == NULL)
+        return NULL;
+    PyArrayObject *a = cast_array(raw, typenum, 0);
+    if (a == raw) {
+        Py_DECREF(a);
+        a = (PyArrayObject *)PyArray_NewCopy(raw, NPY_CORDER);
+    }
+    Py_DECREF(raw);
+    return (PyObject *)a;
+}
+
+/* ---- the pullback ---------------------------------------------------------- */
+
+static void Pullback_dealloc(PullbackObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    Py_XDECREF(self->backward);
+    for (int i = 0; i < self->nsaved; i++)
+        Py_XDECREF(self->saved[i]);
+    kept_clear(&self->kept);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+/* g (converted) must have the shape `want`; 0, or -1 with ValueError. */
+static int check_cotangent(PyArrayObject *g, int ndim, const npy_intp *want, const char *name)
+{
+    if (PyArray_NDIM(g) == ndim && PyArray_CompareLists(PyArray_DIMS(g), (npy_intp *)want, ndim))
+        return 0;
+    char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN];
+    PyErr_Format(PyExc_ValueError, "pullback(): %s must have shape %s, got %s", name,
+                 shape_str(s1, sizeof s1, ndim, want), SHAPE_OF(s2, g));
+    return -1;
+}
+
+/* linear, softmax, bmm: their stateless backward on the saved arrays. */
+static PyObject *pull_function(PullbackObject *self, PyArrayObject *g)
+{
+    PyObject *call[4] = {(PyObject *)g, NULL, NULL, NULL};
+    for (int i = 0; i < self->nsaved; i++)
+        call[1 + i] = self->saved[i];
+    PyObject *r = PyObject_Vectorcall(self->backward, call, 1 + (size_t)self->nsaved, NULL);
+    if (r == NULL || self->kind != VJP_SOFTMAX)
+        return r;
+    PyObject *t = PyTuple_Pack(1, r);   /* one entry per array argument */
+    Py_DECREF(r);
+    return t;
+}
+
+static PyObject *pull_linear_object(PullbackObject *self, PyArrayObject *raw)
+{
+    PyArrayObject *g = cast_array(raw, self->dtype->typenum, 0);
+    if (g == NULL)
+        return NULL;
+    PyArrayObject *x = (PyArrayObject *)self->saved[0], *w = (PyArrayObject *)self->saved[1];
+    PyObject *grads = linear_grad_apply(x, g, cmat_of(w), self->saved[2] != Py_None,
+                                        self->dtype);
+    Py_DECREF(g);
+    if (grads == NULL)
+        return NULL;
+    PyObject *result = Py_BuildValue("{sOsOsO}", "input", PyTuple_GET_ITEM(grads, 0),
+                                     "weight", PyTuple_GET_ITEM(grads, 1),
+                                     "bias", PyTuple_GET_ITEM(grads, 2));
+    Py_DECREF(grads);
+    return result;
+}
+
+static PyObject *pull_myatt(PullbackObject *self, PyArrayObject *rgo, PyObject *GA)
+{
+    const myatt_kept *kp = &self->kept;
+    const int typenum = kp->dtype->typenum;
+    PyArrayObject *rga = NULL, *go = NULL, *ga = NULL, *item = NULL;
+    PyObject *result = NULL;
+    const npy_intp ga_dims[2] = {PyArray_DIM(kp->aw, 0), PyArray_DIM(kp->aw, 1)};
+    if (GA != Py_None
+            && ((rga = as_real_array(GA, "pullback(): grad_attn_weights")) == NULL
+                || check_cotangent(rga, 2, ga_dims, "grad_attn_weights") < 0))
+        goto fail;
+    if ((item = (PyArrayObject *)PySequence_GetItem((PyObject *)rgo, 0)) == NULL
+            || (go = cast_array(item, typenum, 0)) == NULL
+            || (rga != NULL && (ga = cast_array(rga, typenum, 0)) == NULL))
+        goto fail;
+    myatt_inputs in;
+    myatt_kept_inputs(kp, &in);
+    const mk_cmat gav = ga != NULL ? cmat_of(ga) : (mk_cmat){NULL};
+    result = myatt_grads_run(kp->dtype, (const npy_intp (*)[3])kp->dims, &in, cmat_of(go),
+                             ga != NULL ? &gav : NULL, PyArray_DATA(kp->aw),
+                             PyArray_DATA(kp->applied), "pullback()");
+fail:
+    Py_XDECREF(rga);
+    Py_XDECREF(item);
+    Py_XDECREF(go);
+    Py_XDECREF(ga);
+    return result;
+}
+
+PyDoc_STRVAR(Pullback_call_doc,
+"__call__($self, /, grad_output, grad_attn_weights=None)\n--\n\n"
+"The gradients at the values the forward saw, from the cotangents of its\n"
+"outputs: grad_output shaped like the result (for MyAtt: like its output, and\n"
+"grad_attn_weights like attn_weights, or None). Returns what the stateless\n"
+"backward returns: a tuple for linear, softmax, bmm, a dict for Linear, MyAtt.");
+
+static PyObject *Pullback_call(PullbackObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kw_two[] = {"grad_output", "grad_attn_weights", NULL};
+    static char *kw_one[] = {"grad_output", NULL};
+    PyObject *GO, *GA = Py_None, *result = NULL;
+    if (self->kind == VJP_MYATT
+            ? !PyArg_ParseTupleAndKeywords(args, kwds, "O|O:pullback", kw_two, &GO, &GA)
+            : !PyArg_ParseTupleAndKeywords(args, kwds, "O:pullback", kw_one, &GO))
+        return NULL;
+    PyArrayObject *g = as_real_array(GO, "pullback(): grad_output");
+    if (g == NULL || check_cotangent(g, self->out_ndim, self->out_dims, "grad_output") < 0)
+        goto done;
+    switch (self->kind) {
+    case VJP_LINEAR_OBJ:
+        result = pull_linear_object(self, g);
+        break;
+    case VJP_MYATT:
+        result = pull_myatt(self, g, GA);
+        break;
+    default:
+        result = pull_function(self, g);
+    }
+done:
+    Py_XDECREF(g);
+    return result;
+}
+
+/* "name (2, 3) float32, " for an array, "name=-1, " for anything else */
+static int repr_part(PyObject *parts, const char *name, PyObject *obj, Py_ssize_t *bytes)
+{
+    PyObject *s;
+    if (PyArray_Check(obj)) {
+        PyArrayObject *a = (PyArrayObject *)obj;
+        char shape[SHAPE_STR_LEN];
+        const myatt_dtype *dt = dtype_of_typenum(PyArray_TYPE(a));
+        *bytes += (Py_ssize_t)PyArray_NBYTES(a);
+        s = PyUnicode_FromFormat("%s %s %s", name, SHAPE_OF(shape, a), dt ? dt->name : "?");
+    } else {
+        s = PyUnicode_FromFormat("%s=%R", name, obj);
+    }
+    if (s == NULL)
+        return -1;
+    int rc = PyList_Append(parts, s);
+    Py_DECREF(s);
+    return rc;
+}
+
+static PyObject *Pullback_repr(PullbackObject *self)
+{
+    static const char *const kept_names[] = {"Q[0]", "K[0]", "V[0]", "attn.weight",
+                                             "attn.bias", "attn_combine.weight",
+                                             "attn_combine.bias", "attn_weights", "applied"};
+    PyObject *parts = PyList_New(0), *sep = NULL, *joined = NULL, *result = NULL;
+    Py_ssize_t bytes = 0;
+    if (parts == NULL)
+        return NULL;
+    if (self->kind == VJP_MYATT) {
+        const myatt_kept *kp = &self->kept;
+        PyArrayObject *arrs[9] = {kp->q, kp->k, kp->v, kp->w_attn, kp->b_attn, kp->w_comb,
+                                  kp->b_comb, kp->aw, kp->applied};
+        for (int i = 0; i < 9; i++)
+            if (repr_part(parts, kept_names[i], (PyObject *)arrs[i], &bytes) < 0)
+                goto fail;
+    } else {
+        for (int i = 0; i < self->nsaved; i++)
+            if (self->saved[i] != Py_None
+                    && repr_part(parts, saved_names[self->kind][i], self->saved[i], &bytes) < 0)
+                goto fail;
+    }
+    if ((sep = PyUnicode_FromString(", ")) == NULL
+            || (joined = PyUnicode_Join(sep, parts)) == NULL)
+        goto fail;
+    result = PyUnicode_FromFormat("Pullback(%s: %U; %zd bytes)", kind_names[self->kind],
+                                  joined, bytes);
+fail:
+    Py_DECREF(parts);
+    Py_XDECREF(sep);
+    Py_XDECREF(joined);
+    return result;
+}
+
+static PyObject *Pullback_get_nbytes(PullbackObject *self, void *Py_UNUSED(closure))
+{
+    Py_ssize_t bytes = 0;
+    if (self->kind == VJP_MYATT) {
+        const myatt_kept *kp = &self->kept;
+        PyArrayObject *arrs[9] = {kp->q, kp->k, kp->v, kp->w_attn, kp->b_attn, kp->w_comb,
+                                  kp->b_comb, kp->aw, kp->applied};
+        for (int i = 0; i < 9; i++)
+            bytes += (Py_ssize_t)PyArray_NBYTES(arrs[i]);
+    } else {
+        for (int i = 0; i < self->nsaved; i++)
+            if (PyArray_Check(self->saved[i]))
+                bytes += (Py_ssize_t)PyArray_NBYTES((PyArrayObject *)self->saved[i]);
+    }
+    return PyLong_FromSsize_t(bytes);
+}
+
+static PyObject *Pullback_get_fn(PullbackObject *self, void *Py_UNUSED(closure))
+{
+    return PyUnicode_FromString(kind_names[self->kind]);
+}
+
+static PyObject *Pullback_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyErr_SetString(PyExc_TypeError, "cannot create 'myatt.Pullback' instances: "
+                    "myatt.vjp(fn, *args) returns them");
+    return NULL;
+}
+
+static PyMethodDef Pullback_methods[] = {
+    {"__call__", (PyCFunction)(void (*)(void))Pullback_call,
+     METH_VARARGS | METH_KEYWORDS | METH_COEXIST,
+     Pullback_call_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Pullback_getset[] = {
+    {"nbytes", (getter)Pullback_get_nbytes, NULL, "int: the bytes of the saved arrays", NULL},
+    {"fn", (getter)Pullback_get_fn, NULL,
+     "str: what vjp differentiated (linear, softmax, bmm, Linear, MyAtt)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyDoc_STRVAR(Pullback_doc,
+"The pullback myatt.vjp returns: ``pullback(*cotangents)`` gives the gradients at\n"
+"the values the forward saw, from private copies of what the backward reads\n"
+"(its repr lists them, nbytes counts them). It may be called more than once.");
+
+static PyType_Slot Pullback_slots[] = {
+    {Py_tp_doc, (void *)Pullback_doc},
+    {Py_tp_new, Pullback_new},
+    {Py_tp_dealloc, Pullback_dealloc},
+    {Py_tp_call, Pullback_call},
+    {Py_tp_repr, Pullback_repr},
+    {Py_tp_methods, Pullback_methods},
+    {Py_tp_getset, Pullback_getset},
+    {0, NULL},
+};
+
+PyType_Spec pullback_type_spec = {
+    .name = "myatt.Pullback",
+    .basicsize = sizeof(PullbackObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = Pullback_slots,
+};
+
+/* ---- vjp -------------------------------------------------------------------- */
+
+/* The VJP_* of one of the module's own function objects, or -1. */
+static int function_kind(PyObject *module, PyObject *fn)
+{
+    if (!PyCFunction_Check(fn) || PyCFunction_GET_SELF(fn) != module)
+        return -1;
+    const char *name = ((PyCFunctionObject *)fn)->m_ml->ml_name;
+    for (int i = VJP_LINEAR; i <= VJP_BMM; i++)
+        if (strcmp(name, kind_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* What a function's pullback keeps (its result already computed). */
+static int keep_function(PullbackObject *pb, PyObject *module, PyObject *args, PyObject *kwds,
+                         PyObject *result)
+{
+    static char *kw_linear[] = {"input", "weight", "bias", NULL};
+    static char *kw_softmax[] = {"input", "dim", NULL};
+    static char *kw_bmm[] = {"input", "mat2", NULL};
+    PyObject *a = NULL, *b = NULL, *c = NULL;
+    PyArrayObject *r = (PyArrayObject *)result;
+    const int typenum = PyArray_TYPE(r);
+    if ((pb->backward = PyObject_GetAttrString(module, backward_names[pb->kind])) == NULL)
+        return -1;
+    switch (pb->kind) {
+    case VJP_LINEAR:
+        if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:linear", kw_linear, &a, &b, &c))
+            return -1;
+        pb->nsaved = 3;
+        pb->saved[0] = private_array(a, typenum, "vjp(): input");
+        pb->saved[1] = private_array(b, typenum, "vjp(): weight");
+        pb->saved[2] = c == NULL || c == Py_None ? Py_NewRef(Py_None)
+                                                 : private_array(c, typenum, "vjp(): bias");
+        break;
+    case VJP_SOFTMAX:
+        if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:softmax", kw_softmax, &a, &b))
+            return -1;
+        pb->nsaved = b == NULL ? 1 : 2;
+        pb->saved[0] = PyArray_NewCopy(r, NPY_CORDER);   /* the result may change */
+        if (b != NULL)   /* an int (softmax took it): no reference back to anything */
+            pb->saved[1] = PyNumber_Index(b);
+        break;
+    default:
+        if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:bmm", kw_bmm, &a, &b))
+            return -1;
+        pb->nsaved = 2;
+        pb->saved[0] = private_array(a, typenum, "vjp(): input");
+        pb->saved[1] = private_array(b, typenum, "vjp(): mat2");
+    }
+    for (int i = 0; i < pb->nsaved; i++)
+        if (pb->saved[i] == NULL)
+            return -1;
+    return 0;
+}
+
+static int keep_linear_object(PullbackObject *pb, LinearObject *layer, PyObject *args,
+                              PyObject *kwds)
+{
+    static char *kwlist[] = {"input", NULL};
+    PyObject *x;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:Linear.__call__", kwlist, &x))
+        return -1;
+    pb->dtype = layer->dtype;
+    pb->nsaved = 3;
+    pb->saved[0] = private_array(x, layer->dtype->typenum, "vjp(): input");
+    pb->saved[1] = PyArray_NewCopy(layer->weight, NPY_CORDER);
+    pb->saved[2] = layer->bias != NULL ? PyArray_NewCopy(layer->bias, NPY_CORDER)
+                                       : Py_NewRef(Py_None);
+    for (int i = 0; i < 3; i++)
+        if (pb->saved[i] == NULL)
+            return -1;
+    return 0;
+}
+
+PyDoc_STRVAR(vjp_doc,
+"vjp($module, fn, /, *args, **kwargs)\n--\n\n"
+"(result, pullback): result is exactly ``fn(*args, **kwargs)``;\n"
+"``pullback(*cotangents)`` returns what the stateless backward returns, from\n"
+"what the forward kept\n"
+"instead of recomputing it. fn is myatt.linear, myatt.softmax, myatt.bmm, or a\n"
+"Linear or MyAtt object (subclasses included).\n\n"
+"Cotangents: grad_output shaped like the result (MyAtt: grad_output [1, S,\n"
+"output_size] and grad_attn_weights [S, value_size1] or None). Gradients:\n"
+"linear (grad_input, grad_weight, grad_bias or None), softmax (grad_input,),\n"
+"bmm (grad_input, grad_mat2), Linear {'input', 'weight', 'bias'}, MyAtt the\n"
+"dict of MyAtt.backward.\n\n"
+"The pullback holds private copies of what it reads (inputs converted to the\n"
+"kernel dtype, the parameters, softmax's output, MyAtt's attn_weights and\n"
+"applied), never the caller's arrays nor the result: changing an input, a\n"
+"parameter or the result in place after vjp does not change the gradients,\n"
+"which stay those at the values the forward saw.");
+
+static PyObject *myatt_vjp(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    myatt_state *st = myatt_state_of_module(module);
+    if (PyTuple_GET_SIZE(args) < 1) {
+        PyErr_SetString(PyExc_TypeError, "vjp() missing required argument 'fn' (pos 1)");
+        return NULL;
+    }
+    PyObject *fn = PyTuple_GET_ITEM(args, 0);
+    int kind = function_kind(module, fn);
+    if (kind < 0 && PyObject_TypeCheck(fn, st->linear_type))
+        kind = VJP_LINEAR_OBJ;
+    if (kind < 0 && PyObject_TypeCheck(fn, st->myatt_type))
+        kind = VJP_MYATT;
+    if (kind < 0) {
+        PyErr_Format(PyExc_TypeError, "vjp(): fn must be myatt.linear, myatt.softmax, "
+                     "myatt.bmm, or a Linear or MyAtt object, got %.200R", fn);
+        return NULL;
+    }
+    PyObject *rest = PyTuple_GetSlice(args, 1, PyTuple_GET_SIZE(args));
+    if (rest == NULL)
+        return NULL;
+    PullbackObject *pb = PyObject_New(PullbackObject, st->pullback_type);
+    PyObject *result = NULL, *pair = NULL;
+    if (pb == NULL) {
+        Py_DECREF(rest);
+        return NULL;
+    }
+    pb->kind = kind;
+    pb->backward = NULL;
+    pb->saved[0] = pb->saved[1] = pb->saved[2] = NULL;
+    pb->nsaved = 0;
+    pb->dtype = NULL;
+    memset(&pb->kept, 0, sizeof pb->kept);
+
+    PyArrayObject *out;
+    if (kind == VJP_MYATT) {
+        if ((result = myatt_forward_keep(fn, rest, kwds, &pb->kept)) == NULL)
+            goto fail;
+        out = (PyArrayObject *)PyTuple_GET_ITEM(result, 0);
+    } else {
+        if ((result = PyObject_Call(fn, rest, kwds)) == NULL)
+            goto fail;
+        if (!PyArray_Check(result)) {   /* a subclass's __call__ that returns something else */
+            PyErr_Format(PyExc_TypeError, "vjp(): %R returned %.100s, not an array", fn,
+                         Py_TYPE(result)->tp_name);
+            goto fail;
+        }
+        out = (PyArrayObject *)result;
+        if (kind == VJP_LINEAR_OBJ ? keep_linear_object(pb, (LinearObject *)fn, rest, kwds) < 0
+                                   : keep_function(pb, module, rest, kwds, result) < 0)
+            goto fail;
+    }
+    pb->out_ndim = PyArray_NDIM(out);
+    memcpy(pb->out_dims, PyArray_DIMS(out), (size_t)pb->out_ndim * sizeof(npy_intp));
+    pair = PyTuple_Pack(2, result, (PyObject *)pb);
+fail:
+    Py_DECREF(rest);
+    Py_XDECREF(result);
+    Py_DECREF(pb);
+    return pair;
+}
+
+PyMethodDef vjp_methods[] = {
+    {"vjp", (PyCFunction)(void (*)(void))myatt_vjp, METH_VARARGS | METH_KEYWORDS, vjp_doc},
+    {NULL, NULL, 0, NULL},
+};

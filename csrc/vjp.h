@@ -1,0 +1,36 @@
+/* myatt.vjp and its pullback type (vjp.c); the MyAtt forward that keeps what
+ * the pullback reads (myatt_type.c). */
+#ifndef MYATT_VJP_H
+#define MYATT_VJP_H
+
+#include "glue.h"
+
+/* What a MyAtt forward keeps for its pullback: private copies (new
+ * references, C-contiguous, in the module's dtype) that nothing else writes. */
+typedef struct {
+    const myatt_dtype *dtype;
+    npy_intp dims[3][3];                 /* the shapes of Q, K, V as given */
+    PyArrayObject *q, *k, *v;            /* Q[0] [S, dq], K[0] [S, dk], V[0] [v1, v2] */
+    PyArrayObject *w_attn, *b_attn;      /* attn.weight, attn.bias */
+    PyArrayObject *w_comb, *b_comb;      /* attn_combine.weight, attn_combine.bias */
+    PyArrayObject *aw, *applied;         /* attn_weights [S, v1], applied [S, v2] */
+} myatt_kept;
+
+/* m(*args, **kwds) of a MyAtt `self` (args parsed as MyAtt.__call__), filling
+ * *kept (zero-filled by the caller, which releases it with myatt_kept_clear,
+ * also when NULL is returned). */
+PyObject *myatt_forward_keep(PyObject *self, PyObject *args, PyObject *kwds, myatt_kept *kept);
+
+/* MyAtt.backward's dict (myatt_type.c; MyAtt.backward and the pullback share it):
+ * allocates the gradients (Q, K shaped dims[0], dims[1], zero beyond batch item
+ * 0; V dims[2]; the parameters' shapes from in), runs the fused backward on in,
+ * recomputing attn_weights and applied, or reading kept_aw and kept_ap when
+ * they are not NULL.  `what` starts the messages ("pullback()").  NULL on error. */
+PyObject *myatt_grads_run(const myatt_dtype *dt, const npy_intp dims[3][3],
+                          const myatt_inputs *in, mk_cmat go, const mk_cmat *ga,
+                          const void *kept_aw, const void *kept_ap, const char *what);
+
+/* The kernel inputs read from kept's copies (q, k, v and the parameters). */
+void myatt_kept_inputs(const myatt_kept *kept, myatt_inputs *in);
+
+#endif
