@@ -467,7 +467,8 @@ static PyObject *myatt_vjp(PyObject *module, PyObject *args, PyObject *kwds)
             goto fail;
     }
     pb->out_ndim = PyArray_NDIM(out);
-    memcpy(pb->out_dims, PyArray_DIMS(out), (size_t)pb->out_ndim * sizeof(npy_intp));
+    if (pb->out_ndim > 0)   /* a 0-d result (softmax of a 0-d input) has no dims */
+        memcpy(pb->out_dims, PyArray_DIMS(out), (size_t)pb->out_ndim * sizeof(npy_intp));
     pair = PyTuple_Pack(2, result, (PyObject *)pb);
 fail:
     Py_DECREF(rest);
