@@ -14,8 +14,32 @@
 
 PyDoc_STRVAR(manual_seed_doc,
 "manual_seed($module, seed, /)\n--\n\n"
-"Seed myatt's generator: a Linear or MyAtt built next holds exactly the weights\n"
-"that torch.manual_seed(seed) and the torch constructor give.");
+"Seed myatt's generator, as torch.manual_seed seeds torch's.\n"
+"\n"
+"A Linear or MyAtt built next holds exactly the weights that\n"
+"``torch.manual_seed(seed)`` and the torch constructor give.\n"
+"\n"
+"Parameters\n"
+"----------\n"
+"seed : int\n"
+"    In [-2**63, 2**64); a negative seed is taken as its two's complement,\n"
+"    as torch does.\n"
+"\n"
+"Raises\n"
+"------\n"
+"TypeError\n"
+"    If `seed` is not an integer (bool included).\n"
+"ValueError\n"
+"    If `seed` is out of range.\n"
+"\n"
+"Examples\n"
+"--------\n"
+">>> myatt.manual_seed(0)\n"
+">>> a = myatt.Linear(3, 2)\n"
+">>> myatt.manual_seed(0)\n"
+">>> b = myatt.Linear(3, 2)\n"
+">>> bool((a.weight == b.weight).all())\n"
+"True");
 
 static PyObject *myatt_manual_seed(PyObject *module, PyObject *seed_obj)
 {
@@ -48,7 +72,33 @@ static PyObject *myatt_manual_seed(PyObject *module, PyObject *seed_obj)
 
 PyDoc_STRVAR(set_num_threads_doc,
 "set_num_threads($module, n, /)\n--\n\n"
-"Use n >= 1 threads in the kernels. Results do not depend on n.");
+"Set the number of threads the kernels use.\n"
+"\n"
+"Results do not depend on it: every thread count gives the same bits.\n"
+"\n"
+"Parameters\n"
+"----------\n"
+"n : int\n"
+"    In [1, 4096].\n"
+"\n"
+"Raises\n"
+"------\n"
+"TypeError\n"
+"    If `n` is not an int (bool included).\n"
+"ValueError\n"
+"    If `n` is out of range.\n"
+"\n"
+"See Also\n"
+"--------\n"
+"get_num_threads\n"
+"\n"
+"Examples\n"
+"--------\n"
+">>> old = myatt.get_num_threads()\n"
+">>> myatt.set_num_threads(1)\n"
+">>> myatt.get_num_threads()\n"
+"1\n"
+">>> myatt.set_num_threads(old)");
 
 static PyObject *myatt_set_num_threads(PyObject *module, PyObject *n_obj)
 {
@@ -72,7 +122,22 @@ static PyObject *myatt_set_num_threads(PyObject *module, PyObject *n_obj)
 
 PyDoc_STRVAR(get_num_threads_doc,
 "get_num_threads($module, /)\n--\n\n"
-"The number of threads the kernels use (default: the cores available).");
+"The number of threads the kernels use.\n"
+"\n"
+"Returns\n"
+"-------\n"
+"int\n"
+"    The value last given to set_num_threads; by default the cores available\n"
+"    to the process.\n"
+"\n"
+"See Also\n"
+"--------\n"
+"set_num_threads\n"
+"\n"
+"Examples\n"
+"--------\n"
+">>> myatt.get_num_threads() >= 1\n"
+"True");
 
 static PyObject *myatt_get_num_threads(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
@@ -81,10 +146,17 @@ static PyObject *myatt_get_num_threads(PyObject *module, PyObject *Py_UNUSED(ign
 
 PyDoc_STRVAR(empty_cache_doc,
 "empty_cache($module, /)\n--\n\n"
-"Free the kernels' cached workspaces.\n\n"
+"Free the kernels' cached workspaces.\n"
+"\n"
 "Kernels keep freed workspaces (packed panels, row blocks) of 32 KiB and more,\n"
 "up to 32 MiB in all, and reuse them in later calls instead of asking the OS\n"
-"for fresh pages each time.  This gives that memory back.");
+"for fresh pages each time. This gives that memory back; later calls allocate\n"
+"again as needed.\n"
+"\n"
+"Examples\n"
+"--------\n"
+">>> y = myatt.bmm(np.ones((4, 64, 64)), np.ones((4, 64, 64)))\n"
+">>> myatt.empty_cache()");
 
 static PyObject *myatt_empty_cache(PyObject *module, PyObject *Py_UNUSED(ignored))
 {
@@ -96,10 +168,21 @@ static PyObject *myatt_empty_cache(PyObject *module, PyObject *Py_UNUSED(ignored
 
 PyDoc_STRVAR(kernel_path_doc,
 "kernel_path($module, /)\n--\n\n"
-"The instruction-set path of the kernels: 'avx512', 'avx2' or 'portable'.\n\n"
+"The instruction-set path of the kernels.\n"
+"\n"
 "The best one this CPU supports, unless the environment variable MYATT_KERNEL\n"
 "(read once, at import) asks for another: a path the CPU cannot run falls back\n"
-"to the best supported one, with a RuntimeWarning at import.");
+"to the best supported one, with a RuntimeWarning at import.\n"
+"\n"
+"Returns\n"
+"-------\n"
+"str\n"
+"    ``'avx512'``, ``'avx2'`` or ``'portable'``.\n"
+"\n"
+"Examples\n"
+"--------\n"
+">>> myatt.kernel_path() in ('avx512', 'avx2', 'portable')\n"
+"True");
 
 static PyObject *myatt_kernel_path(PyObject *module, PyObject *Py_UNUSED(ignored))
 {

@@ -168,10 +168,38 @@ fail:
 
 PyDoc_STRVAR(Pullback_call_doc,
 "__call__($self, /, grad_output, grad_attn_weights=None)\n--\n\n"
-"The gradients at the values the forward saw, from the cotangents of its\n"
-"outputs: grad_output shaped like the result (for MyAtt: like its output, and\n"
-"grad_attn_weights like attn_weights, or None). Returns what the stateless\n"
-"backward returns: a tuple for linear, softmax, bmm, a dict for Linear, MyAtt.");
+"The gradients at the values the forward saw, from the cotangents.\n"
+"\n"
+"May be called more than once; each call gives new arrays.\n"
+"\n"
+"Parameters\n"
+"----------\n"
+"grad_output : array_like\n"
+"    Shaped like the result (for MyAtt: like its output, (1, S, output_size)).\n"
+"grad_attn_weights : array_like, shape (S, value_size1), optional\n"
+"    For MyAtt only: the cotangent of attn_weights, or None.\n"
+"\n"
+"Returns\n"
+"-------\n"
+"tuple or dict\n"
+"    What the stateless backward returns: a tuple for linear, softmax and\n"
+"    bmm, a dict for Linear and MyAtt (see `vjp`).\n"
+"\n"
+"Raises\n"
+"------\n"
+"TypeError\n"
+"    If a cotangent is not an array of real numbers, or `grad_attn_weights`\n"
+"    is given to a pullback of anything but MyAtt.\n"
+"ValueError\n"
+"    If a cotangent has the wrong shape.\n"
+"MemoryError\n"
+"    If a result cannot be allocated.\n"
+"\n"
+"Examples\n"
+"--------\n"
+">>> y, pullback = myatt.vjp(myatt.softmax, np.zeros(4))\n"
+">>> pullback(np.ones(4))\n"
+"(array([0., 0., 0., 0.]),)");
 
 static PyObject *Pullback_call(PullbackObject *self, PyObject *args, PyObject *kwds)
 {
@@ -291,16 +319,33 @@ static PyMethodDef Pullback_methods[] = {
 };
 
 static PyGetSetDef Pullback_getset[] = {
-    {"nbytes", (getter)Pullback_get_nbytes, NULL, "int: the bytes of the saved arrays", NULL},
+    {"nbytes", (getter)Pullback_get_nbytes, NULL, "The bytes of the saved arrays (int).", NULL},
     {"fn", (getter)Pullback_get_fn, NULL,
-     "str: what vjp differentiated (linear, softmax, bmm, Linear, MyAtt)", NULL},
+     "What vjp differentiated (str): linear, softmax, bmm, Linear or MyAtt.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
 PyDoc_STRVAR(Pullback_doc,
-"The pullback myatt.vjp returns: ``pullback(*cotangents)`` gives the gradients at\n"
-"the values the forward saw, from private copies of what the backward reads\n"
-"(its repr lists them, nbytes counts them). It may be called more than once.");
+"The pullback that myatt.vjp returns, not built directly.\n\n"
+"``pullback(*cotangents)`` gives the gradients at the values the forward saw,\n"
+"from private copies of what the backward reads (its repr lists them, `nbytes`\n"
+"counts them). It may be called more than once.\n\n"
+"Attributes\n"
+"----------\n"
+"fn : str\n"
+"    What vjp differentiated: 'linear', 'softmax', 'bmm', 'Linear' or 'MyAtt'.\n"
+"nbytes : int\n"
+"    The bytes of the saved arrays.\n\n"
+"See Also\n"
+"--------\n"
+"vjp\n\n"
+"Examples\n"
+"--------\n"
+">>> y, pullback = myatt.vjp(myatt.linear, np.ones((2, 3)), np.ones((4, 3)))\n"
+">>> pullback\n"
+"Pullback(linear: input (2, 3) float64, weight (4, 3) float64; 144 bytes)\n"
+">>> pullback.fn, pullback.nbytes\n"
+"('linear', 144)");
 
 static PyType_Slot Pullback_slots[] = {
     {Py_tp_doc, (void *)Pullback_doc},
@@ -398,21 +443,60 @@ static int keep_linear_object(PullbackObject *pb, LinearObject *layer, PyObject 
 
 PyDoc_STRVAR(vjp_doc,
 "vjp($module, fn, /, *args, **kwargs)\n--\n\n"
-"(result, pullback): result is exactly ``fn(*args, **kwargs)``;\n"
-"``pullback(*cotangents)`` returns what the stateless backward returns, from\n"
-"what the forward kept\n"
-"instead of recomputing it. fn is myatt.linear, myatt.softmax, myatt.bmm, or a\n"
-"Linear or MyAtt object (subclasses included).\n\n"
-"Cotangents: grad_output shaped like the result (MyAtt: grad_output [1, S,\n"
-"output_size] and grad_attn_weights [S, value_size1] or None). Gradients:\n"
-"linear (grad_input, grad_weight, grad_bias or None), softmax (grad_input,),\n"
-"bmm (grad_input, grad_mat2), Linear {'input', 'weight', 'bias'}, MyAtt the\n"
-"dict of MyAtt.backward.\n\n"
+"The result of a forward pass and its pullback, as torch.func.vjp.\n"
+"\n"
+"The pullback computes the gradients from what the forward kept instead of\n"
+"recomputing it, and returns what the stateless backward returns.\n"
+"\n"
+"Parameters\n"
+"----------\n"
+"fn : callable\n"
+"    `linear`, `softmax`, `bmm`, or a `Linear` or `MyAtt` object (subclasses\n"
+"    included).\n"
+"*args, **kwargs\n"
+"    The arguments of ``fn``, as it takes them.\n"
+"\n"
+"Returns\n"
+"-------\n"
+"result : ndarray or tuple of ndarray\n"
+"    Exactly ``fn(*args, **kwargs)``.\n"
+"pullback : Pullback\n"
+"    ``pullback(grad_output)`` (MyAtt: ``pullback(grad_output,\n"
+"    grad_attn_weights=None)``), with `grad_output` shaped like the result,\n"
+"    gives linear ``(grad_input, grad_weight, grad_bias or None)``, softmax\n"
+"    ``(grad_input,)``, bmm ``(grad_input, grad_mat2)``, Linear the dict\n"
+"    ``{'input', 'weight', 'bias'}``, MyAtt the dict of `MyAtt.backward`.\n"
+"\n"
+"Raises\n"
+"------\n"
+"TypeError\n"
+"    If `fn` is none of those, or as ``fn(*args, **kwargs)`` raises.\n"
+"ValueError, AxisError, MemoryError\n"
+"    As ``fn(*args, **kwargs)`` raises them.\n"
+"\n"
+"Notes\n"
+"-----\n"
 "The pullback holds private copies of what it reads (inputs converted to the\n"
 "kernel dtype, the parameters, softmax's output, MyAtt's attn_weights and\n"
 "applied), never the caller's arrays nor the result: changing an input, a\n"
 "parameter or the result in place after vjp does not change the gradients,\n"
-"which stay those at the values the forward saw.");
+"which stay those at the values the forward saw.\n"
+"\n"
+"Examples\n"
+"--------\n"
+">>> x, w = np.ones((2, 3)), np.full((4, 3), 0.5)\n"
+">>> y, pullback = myatt.vjp(myatt.linear, x, w)\n"
+">>> y.shape\n"
+"(2, 4)\n"
+">>> x[...] = 7  # the pullback kept its own copy\n"
+">>> grad_input, grad_weight, grad_bias = pullback(np.ones((2, 4)))\n"
+">>> grad_weight[0], grad_bias\n"
+"(array([2., 2., 2.]), None)\n"
+">>> m = myatt.MyAtt(3, 2, 4, 5, 6)\n"
+">>> (output, attn_weights), pullback = myatt.vjp(\n"
+"...     m, np.ones((1, 7, 3)), np.ones((1, 7, 2)), np.ones((1, 4, 5)))\n"
+">>> pullback(np.ones((1, 7, 6)))['attn.weight'].shape\n"
+"(4, 5)");
 
 static PyObject *myatt_vjp(PyObject *module, PyObject *args, PyObject *kwds)
 {

@@ -49,7 +49,7 @@ nb_execution_mode = "off"
 autodoc_member_order = "bysource"
 autodoc_typehints = "none"           # signatures carry them; numpydoc's sections say the rest
 # Signatures come from the text signatures (inspect.signature), never from a docstring's first
-# line: "Linear(query_size + key_size, value_size1)" (MyAtt.attn's) is text, not a signature.
+# line (the text signature is not part of __doc__).
 autodoc_docstring_signature = False
 numpydoc_show_class_members = False  # members are listed by autodoc's :members:
 numpydoc_class_members_toctree = False
@@ -78,32 +78,6 @@ html_theme_options = {
 html_sidebars = {"**": []}
 html_static_path = ["_static"]
 html_css_files = ["myatt.css"]
-
-
-def _literal_blocks(app, what, name, obj, options, lines):
-    """Plain-text docstrings (the C extension's, as help() shows them) introduce a code block
-    with a line ending in ':' and an indented block after a blank line; reST wants '::' for
-    that, else the block becomes a quotation whose lines run together."""
-    def indent(s):
-        return len(s) - len(s.lstrip())
-
-    for i in range(len(lines) - 2):
-        line = lines[i]
-        if (line.rstrip().endswith(":") and not line.rstrip().endswith("::")
-                and not lines[i + 1].strip() and lines[i + 2].strip()
-                and indent(lines[i + 2]) > indent(line)):
-            lines[i] = line.rstrip() + ":"
-
-
-_CALL = re.compile(r"^[\w.]+\(.*\)$")
-
-
-def _call_summaries(app, what, name, obj, options, lines):
-    """An attribute documented by an expression (MyAtt.attn: "Linear(query_size + key_size,
-    value_size1)") is shown as code: numpydoc would take that line for a signature and
-    drop it."""
-    if what in ("attribute", "property") and lines and _CALL.match(lines[0].strip()):
-        lines[0] = f"``{lines[0].strip()}``"
 
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
@@ -136,6 +110,3 @@ def _bench_plot(app):
 
 def setup(app):
     app.connect("builder-inited", _bench_plot)
-    # before numpydoc's handler (priority 500), on the docstring as written
-    app.connect("autodoc-process-docstring", _literal_blocks, priority=100)
-    app.connect("autodoc-process-docstring", _call_summaries, priority=100)

@@ -1,5 +1,6 @@
 """Type stubs for the C extension myatt._myatt (re-exported by the package myatt)."""
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union, final
+from typing import (Any, Dict, List, Mapping, Optional, Protocol, Tuple, Type, TypeVar, Union,
+                    final)
 
 import numpy as np
 import numpy.typing as npt
@@ -8,7 +9,16 @@ from typing_extensions import disjoint_base
 _ArrayLike = Any   # anything numpy.asarray takes, CPU torch tensors included
 _Array = npt.NDArray[np.floating[Any]]
 _StateDict = Dict[str, _Array]
-_DType = Union[npt.DTypeLike, str]
+
+class _TorchDType(Protocol):
+    """torch.float32 / torch.float64 as the constructors take them, typed by what a
+    torch.dtype has (the stubs do not import torch: the package does not need it)."""
+    @property
+    def is_floating_point(self) -> bool: ...
+    @property
+    def itemsize(self) -> int: ...
+
+_DType = Union[npt.DTypeLike, str, _TorchDType]
 _Self = TypeVar("_Self")
 
 def linear(input: _ArrayLike, weight: _ArrayLike, bias: Optional[_ArrayLike] = None) -> _Array: ...
