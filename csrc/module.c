@@ -3,6 +3,7 @@
  * thread count. */
 #define MYATT_IMPORTS_NUMPY
 #include "glue.h"
+#include "sdpa_function.h"
 
 #include "kernels/alloc.h"
 #include "kernels/bmm.h"
@@ -581,6 +582,7 @@ static PyMethodDef myatt_methods[] = {
      METH_VARARGS | METH_KEYWORDS, softmax_backward_doc},
     {"bmm_backward", (PyCFunction)(void (*)(void))myatt_bmm_backward,
      METH_VARARGS | METH_KEYWORDS, bmm_backward_doc},
+    MYATT_SDPA_METHODS
     {"manual_seed", myatt_manual_seed, METH_O, manual_seed_doc},
     {"set_num_threads", myatt_set_num_threads, METH_O, set_num_threads_doc},
     {"get_num_threads", myatt_get_num_threads, METH_NOARGS, get_num_threads_doc},

@@ -1,0 +1,70 @@
+/* Scaled dot-product attention, flash-style (torch.nn.functional.scaled_dot_product_attention):
+ *
+ *   out[b, i, :] = sum_j softmax_j(q[b, i, :] . k[b, j, :] * scale + mask[b, i, j]) v[b, j, :]
+ *
+ *   q [batch..., L, E], k [batch..., S, E], v [batch..., S, Ev] -> out [batch..., L, Ev]
+ *
+ * The [L, S] matrix of scores is never built: query rows go in blocks of
+ * SDPA_Q_SPLIT(L) rows, and each block runs an online softmax over blocks of
+ * SDPA_KV_SPLIT keys (torch's CPU flash kernel, FlashAttentionKernel.cpp: its
+ * block sizes and its order of operations).  The workspace is one
+ * [q block, kv block] tile, two per-row vectors and a [q block, Ev] accumulator
+ * per thread, whatever L and S are.
+ *
+ * Every operand is addressed through element strides, one per batch dimension
+ * (0 where the operand is broadcast) and one each for rows and columns, so a
+ * transposed, sliced or broadcast operand (a [1, 1, L, S] mask against many
+ * heads) is never copied.  out is C-contiguous.
+ *
+ * Threads: one work item is one (batch index, query block); items are dealt
+ * out to threads one at a time and each is computed alone, in a fixed order,
+ * so the bits do not depend on the thread count. */
+#ifndef MYATT_KERNELS_SDPA_H
+#define MYATT_KERNELS_SDPA_H
+
+#include <stdint.h>
+
+#define SDPA_MAX_BATCH_DIMS 64   /* NPY_MAXDIMS of NumPy 2 */
+
+/* Query rows per block, by L (torch: 256 from 768 rows, 64 from 192, else 32),
+ * and keys per block. */
+#define SDPA_Q_SPLIT(L) ((L) >= 768 ? 256 : (L) >= 192 ? 64 : 32)
+#define SDPA_KV_SPLIT 512
+
+typedef enum {
+    SDPA_MASK_NONE = 0,
+    SDPA_MASK_BOOL = 1,    /* one byte per entry, nonzero = the key takes part */
+    SDPA_MASK_FLOAT = 2,   /* of the kernel's dtype, added to the scaled scores */
+} sdpa_mask_kind;
+
+/* One strided operand: its data, an element stride per batch dimension of the
+ * output (0: broadcast along it), a row stride and a column stride. */
+typedef struct {
+    const void *data;
+    int64_t bs[SDPA_MAX_BATCH_DIMS];
+    int64_t rs, cs;
+} sdpa_operand;
+
+typedef struct {
+    int64_t L, S, E, Ev;
+    int nbatch;                            /* batch dimensions of out, <= SDPA_MAX_BATCH_DIMS */
+    int64_t batch[SDPA_MAX_BATCH_DIMS];    /* their sizes */
+    sdpa_operand q, k, v, mask;            /* mask.data NULL when mask_kind is NONE */
+    sdpa_mask_kind mask_kind;
+    /* Grouped-query attention: along the LAST batch dimension (the heads), key
+     * and value index h / k_group and h / v_group (torch's repeat_interleave of
+     * their heads); 1 otherwise. */
+    int64_t k_group, v_group;
+    int is_causal;                         /* key j takes part in row i only if j <= i */
+    double scale;                          /* multiplies q . k (E == 0: scores are 0) */
+} sdpa_problem;
+
+/* out [batch..., L, Ev] (C-contiguous); lse [batch..., L] (C-contiguous, or
+ * NULL): the log-sum-exp of each row's scaled, masked scores, for the backward
+ * (0 for a row with every key masked).  A row with every key masked gives
+ * zeros, as torch's CPU kernel; S == 0 gives zeros.  NaN and inf propagate.
+ * Returns 0, or -1 when a workspace could not be allocated. */
+int sdpa_forward_f32(float *out, float *lse, const sdpa_problem *p);
+int sdpa_forward_f64(double *out, double *lse, const sdpa_problem *p);
+
+#endif

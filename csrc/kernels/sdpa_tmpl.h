@@ -1,0 +1,236 @@
+/* Scaled dot-product attention, written once for both dtypes: included by
+ * sdpa.c with T (float or double), SUF(name) (name##_f32 or name##_f64) and
+ * EXP (expf or exp) defined.  No include guard on purpose; the parameters are
+ * undefined at the end.  Contract: sdpa.h. */
+#ifndef T
+#error "sdpa_tmpl.h needs T"
+#endif
+#ifndef SUF
+#error "sdpa_tmpl.h needs SUF"
+#endif
+#ifndef EXP
+#error "sdpa_tmpl.h needs EXP"
+#endif
+
+/* Lanes of the exp-and-sum accumulator: an AVX-512 register of T, as torch's
+ * vectorised _exp_reduce_sum_fusion_kernel sums (then a halving tree). */
+#define SDPA_LANES (64 / (int)sizeof(T))
+
+/* The largest of a[0:n], NaN if any is NaN (at::vec::maximum); -inf for n == 0. */
+static T SUF(sdpa_row_max)(const T *a, int64_t n)
+{
+    T mx = -INFINITY;
+    for (int64_t j = 0; j < n; j++) {
+        if (a[j] != a[j])
+            return a[j];
+        if (a[j] > mx)
+            mx = a[j];
+    }
+    return mx;
+}
+
+/* The exp and rescaling step of one row of a block (its own function, for a
+ * vectorised exp later):
+ *   a[j] <- exp(a[j] - max) for j < n, returns sum_j a[j]
+ * summed in SDPA_LANES lanes, the lanes then added in a halving tree, then the
+ * tail (torch's order). */
+static T SUF(sdpa_exp_sum)(T *a, int64_t n, T max)
+{
+    T lanes[SDPA_LANES];
+    for (int l = 0; l < SDPA_LANES; l++)
+        lanes[l] = 0;
+    const int64_t body = n - n % SDPA_LANES;
+    for (int64_t j = 0; j < body; j += SDPA_LANES)
+        for (int l = 0; l < SDPA_LANES; l++) {
+            const T e = EXP(a[j + l] - max);
+            a[j + l] = e;
+            lanes[l] += e;
+        }
+    for (int w = SDPA_LANES / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; l++)
+            lanes[l] += lanes[l + w];
+    T sum = lanes[0];
+    for (int64_t j = body; j < n; j++) {
+        const T e = EXP(a[j] - max);
+        a[j] = e;
+        sum += e;
+    }
+    return sum;
+}
+
+/* The per-thread workspace: one [q block, kv block] tile of scores, the
+ * running max and sum of each row, the [q block, Ev] accumulator. */
+typedef struct {
+    T *qk, *row_max, *row_sum, *acc;
+} SUF(sdpa_ws);
+
+/* One work item: query rows [m0, m0 + qb) of one batch index, q, k, v, mask,
+ * out and lse already offset to that batch index (k and v at key 0). */
+static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
+                           const T *q, const T *k, const T *v, const void *mask,
+                           T *out, T *lse, int64_t m0, int64_t qb)
+{
+    const int64_t S = p->S, E = p->E, Ev = p->Ev, kv_split = SDPA_KV_SPLIT;
+    const T scale = p->E == 0 ? (T)1 : (T)p->scale;
+    T *qk = ws->qk, *row_max = ws->row_max, *row_sum = ws->row_sum, *acc = ws->acc;
+
+    for (int64_t r = 0; r < qb; r++) {
+        row_max[r] = -INFINITY;
+        row_sum[r] = 0;
+    }
+    /* Causal: keys past the block's last row never take part; whole key
+     * blocks beyond it are not computed at all. */
+    const int64_t num_keys = p->is_causal ? (m0 + qb < S ? m0 + qb : S) : S;
+    if (num_keys == 0)
+        for (int64_t i = 0; i < qb * Ev; i++)
+            acc[i] = 0;
+
+    for (int64_t n = 0; n < num_keys; n += kv_split) {
+        const int64_t kb = S - n < kv_split ? S - n : kv_split;
+        /* 1. qk[qb, kb] = q[m0:m0+qb, :] @ k[n:n+kb, :]^T */
+        if (E == 0) {
+            for (int64_t i = 0; i < qb * kb; i++)
+                qk[i] = 0;
+        } else if (SUF(gemm)(qk, kb, 1, q + m0 * p->q.rs, p->q.rs, p->q.cs,
+                             k + n * p->k.rs, p->k.cs, p->k.rs, NULL, qb, kb, E, 0) != 0) {
+            return -1;
+        }
+        /* 2. causal: -inf right of the diagonal in the block that crosses it */
+        if (p->is_causal && num_keys - n <= kv_split)
+            for (int64_t r = 0; r < qb; r++) {
+                const int64_t last = m0 + r - n;   /* last key column row r sees */
+                for (int64_t j = last + 1 < 0 ? 0 : last + 1; j < kb; j++)
+                    qk[r * kb + j] = -INFINITY;
+            }
+        for (int64_t r = 0; r < qb; r++) {
+            T *s = qk + r * kb;
+            /* 3. s <- s * scale + mask, and the row's max */
+            if (p->mask_kind == SDPA_MASK_FLOAT) {
+                const T *mr = (const T *)mask + (m0 + r) * p->mask.rs + n * p->mask.cs;
+                for (int64_t j = 0; j < kb; j++)
+                    s[j] = s[j] * scale + mr[j * p->mask.cs];
+            } else if (p->mask_kind == SDPA_MASK_BOOL) {
+                const unsigned char *mr =
+                    (const unsigned char *)mask + (m0 + r) * p->mask.rs + n * p->mask.cs;
+                for (int64_t j = 0; j < kb; j++)
+                    s[j] = s[j] * scale + (mr[j * p->mask.cs] ? (T)0 : (T)-INFINITY);
+            } else {
+                for (int64_t j = 0; j < kb; j++)
+                    s[j] = s[j] * scale;
+            }
+            T mx = SUF(sdpa_row_max)(s, kb);
+            mx = row_max[r] > mx ? row_max[r] : mx;
+            if (mx == -INFINITY) {
+                /* every key so far masked: nothing to add (and no -inf - -inf) */
+                for (int64_t j = 0; j < kb; j++)
+                    s[j] = 0;
+                continue;
+            }
+            /* 4. online softmax: s <- exp(s - max); rescale what came before */
+            const T sum = SUF(sdpa_exp_sum)(s, kb, mx);
+            const T rescale = EXP(row_max[r] - mx);
+            row_sum[r] = sum + rescale * row_sum[r];
+            row_max[r] = mx;
+            if (n > 0)
+                for (int64_t c = 0; c < Ev; c++)
+                    acc[r * Ev + c] *= rescale;
+        }
+        /* 5. acc[qb, Ev] (+)= exp(s)[qb, kb] @ v[n:n+kb, :] */
+        if (SUF(gemm)(acc, Ev, 1, qk, kb, 1, v + n * p->v.rs, p->v.rs, p->v.cs, NULL,
+                      qb, Ev, kb, n > 0) != 0)
+            return -1;
+    }
+
+    /* 6. out = acc / sum; a row with every key masked has sum 0: zeros */
+    for (int64_t r = 0; r < qb; r++) {
+        if (row_max[r] == -INFINITY)
+            row_max[r] = 0;
+        if (row_sum[r] == 0)
+            row_sum[r] = 1;
+        const T inv = (T)1 / row_sum[r];
+        T *o = out + (m0 + r) * Ev;
+        for (int64_t c = 0; c < Ev; c++)
+            o[c] = acc[r * Ev + c] * inv;
+        if (lse != NULL)
+            lse[m0 + r] = row_max[r] + (T)log((double)row_sum[r]);
+    }
+    return 0;
+}
+
+typedef struct {
+    const sdpa_problem *p;
+    T *out, *lse;
+    int64_t q_split, q_blocks, items;
+    atomic_llong next;        /* the next item to take */
+    atomic_int failed;
+} SUF(sdpa_job);
+
+/* One thread: its own workspace, then items taken one at a time. */
+static void SUF(sdpa_task)(void *arg, int task)
+{
+    SUF(sdpa_job) *j = arg;
+    const sdpa_problem *p = j->p;
+    const int64_t qs = j->q_split, ks = p->S < SDPA_KV_SPLIT ? p->S : SDPA_KV_SPLIT;
+    const size_t n_ws = (size_t)(qs * ks + 2 * qs + qs * p->Ev);
+    T *buf = mk_alloc(mk_bytes(n_ws > 0 ? n_ws : 1, sizeof(T)));
+    if (buf == NULL) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    const SUF(sdpa_ws) ws = {buf, buf + qs * ks, buf + qs * ks + qs, buf + qs * ks + 2 * qs};
+    for (;;) {
+        const int64_t item = atomic_fetch_add(&j->next, 1);
+        if (item >= j->items || atomic_load(&j->failed))
+            break;
+        const int64_t b = item / j->q_blocks, m0 = (item % j->q_blocks) * qs;
+        const int64_t qb = p->L - m0 < qs ? p->L - m0 : qs;
+        /* batch index b -> each operand's offset (the last dimension first) */
+        int64_t oq = 0, ok = 0, ov = 0, om = 0, rest = b;
+        for (int d = p->nbatch - 1; d >= 0; d--) {
+            const int64_t idx = rest % p->batch[d];
+            rest /= p->batch[d];
+            const int last = d == p->nbatch - 1;
+            oq += idx * p->q.bs[d];
+            ok += (last ? idx / p->k_group : idx) * p->k.bs[d];
+            ov += (last ? idx / p->v_group : idx) * p->v.bs[d];
+            om += idx * p->mask.bs[d];
+        }
+        const void *mask = NULL;
+        if (p->mask_kind == SDPA_MASK_FLOAT)
+            mask = (const T *)p->mask.data + om;
+        else if (p->mask_kind == SDPA_MASK_BOOL)
+            mask = (const unsigned char *)p->mask.data + om;
+        if (SUF(sdpa_block)(p, &ws, (const T *)p->q.data + oq, (const T *)p->k.data + ok,
+                            (const T *)p->v.data + ov, mask, j->out + b * p->L * p->Ev,
+                            j->lse != NULL ? j->lse + b * p->L : NULL, m0, qb) != 0) {
+            atomic_store(&j->failed, 1);
+            break;
+        }
+    }
+    mk_free(buf);
+}
+
+static int SUF(sdpa_forward_impl)(T *out, T *lse, const sdpa_problem *p)
+{
+    int64_t nb = 1;
+    for (int d = 0; d < p->nbatch; d++)
+        nb *= p->batch[d];
+    if (nb == 0 || p->L == 0)
+        return 0;
+    if (p->Ev == 0 && lse == NULL)
+        return 0;
+    SUF(sdpa_job) j = {.p = p, .out = out, .lse = lse, .q_split = SDPA_Q_SPLIT(p->L)};
+    if (j.q_split > p->L)
+        j.q_split = p->L;
+    j.q_blocks = (p->L + j.q_split - 1) / j.q_split;
+    j.items = nb * j.q_blocks;
+    atomic_init(&j.next, 0);
+    atomic_init(&j.failed, 0);
+    mk_parallel_run(sdpa_threads(p, j.items), SUF(sdpa_task), &j);
+    return atomic_load(&j.failed) ? -1 : 0;
+}
+
+#undef SDPA_LANES
+#undef T
+#undef SUF
+#undef EXP

@@ -1,0 +1,309 @@
+/* myatt.scaled_dot_product_attention: converts and checks the arguments,
+ * works out the broadcast batch shape and every operand's strides along it,
+ * releases the GIL and calls the flash kernel (kernels/sdpa.h). */
+#include "sdpa_function.h"
+
+#include "kernels/sdpa.h"
+
+#include <math.h>
+#include <string.h>
+
+const char myatt_scaled_dot_product_attention_doc[] =
+"scaled_dot_product_attention($module, query, key, value, attn_mask=None, dropout_p=0.0,\n"
+"                             is_causal=False, scale=None, enable_gqa=False)\n--\n\n"
+"softmax(query @ key^T * scale + attn_mask) @ value, as\n"
+"torch.nn.functional.scaled_dot_product_attention.\n\n"
+"query [..., L, E], key [..., S, E], value [..., S, Ev] -> [..., L, Ev]; the\n"
+"leading dimensions broadcast.  attn_mask: bool (True = takes part) or float\n"
+"(added), broadcastable to [..., L, S].  is_causal: key j takes part in row i\n"
+"only if j <= i.  scale: default 1 / sqrt(E).  enable_gqa: the query's heads\n"
+"(dimension -3) a multiple of key's and value's, repeated as repeat_interleave.\n"
+"A row with every key masked gives zeros.  Flash-style: the [L, S] weights are\n"
+"never built.  float64 if any of query, key, value is float64, else float32.";
+
+#define WHAT "scaled_dot_product_attention(): "
+
+/* The strides of `a` (its last two dimensions rows and columns) along the
+ * nb batch dimensions `batch` of the output: 0 where `a` has no such
+ * dimension or a dimension of 1. */
+static void operand_strides(sdpa_operand *op, PyArrayObject *a, int nb)
+{
+    const int nd = PyArray_NDIM(a), ab = nd - 2;
+    for (int d = 0; d < nb; d++) {
+        const int ad = d - (nb - ab);
+        op->bs[d] = ad >= 0 && PyArray_DIM(a, ad) != 1 ? ESTRIDE(a, ad) : 0;
+    }
+    op->data = PyArray_DATA(a);
+    op->rs = PyArray_DIM(a, nd - 2) == 1 ? 0 : ESTRIDE(a, nd - 2);
+    op->cs = PyArray_DIM(a, nd - 1) == 1 ? 0 : ESTRIDE(a, nd - 1);
+}
+
+/* Broadcast the batch dimensions of `a` (all but its last two) into
+ * dims[0:nb] (right-aligned; dims start as 1).  `heads` >= 0 replaces its
+ * dimension -3 (GQA: key's heads repeated to the query's).  0, or -1 when they
+ * do not broadcast. */
+static int broadcast_batch(npy_intp *dims, int nb, PyArrayObject *a, npy_intp heads)
+{
+    const int ab = PyArray_NDIM(a) - 2;
+    for (int i = 0; i < ab; i++) {
+        npy_intp n = PyArray_DIM(a, i);
+        if (i == ab - 1 && heads >= 0)
+            n = heads;
+        npy_intp *d = &dims[nb - ab + i];
+        if (n == *d || n == 1)
+            continue;
+        if (*d != 1)
+            return -1;
+        *d = n;
+    }
+    return 0;
+}
+
+PyObject *myatt_scaled_dot_product_attention(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"query", "key", "value", "attn_mask", "dropout_p", "is_causal",
+                             "scale", "enable_gqa", NULL};
+    PyObject *q_obj, *k_obj, *v_obj, *mask_obj = Py_None, *scale_obj = Py_None;
+    PyObject *dropout_obj = NULL, *out = NULL;
+    int is_causal = 0, enable_gqa = 0;
+    PyArrayObject *rq = NULL, *rk = NULL, *rv = NULL, *rm = NULL;
+    PyArrayObject *q = NULL, *k = NULL, *v = NULL, *m = NULL;
+    sdpa_problem *p = NULL;
+    char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN], s3[SHAPE_STR_LEN];
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OOpOp:scaled_dot_product_attention",
+                                     kwlist, &q_obj, &k_obj, &v_obj, &mask_obj, &dropout_obj,
+                                     &is_causal, &scale_obj, &enable_gqa))
+        return NULL;
+
+    /* 1. Scalars: dropout_p in [0, 1], scale a real number or None. */
+    double dropout_p = 0.0, scale = 0.0;
+    if (dropout_obj != NULL) {
+        if (PyBool_Check(dropout_obj) || !(PyFloat_Check(dropout_obj) || PyLong_Check(dropout_obj)
+                                           || PyNumber_Check(dropout_obj))) {
+            PyErr_Format(PyExc_TypeError, WHAT "dropout_p must be a float, got %.100s",
+                         Py_TYPE(dropout_obj)->tp_name);
+            return NULL;
+        }
+        dropout_p = PyFloat_AsDouble(dropout_obj);
+        if (dropout_p == -1.0 && PyErr_Occurred())
+            return NULL;
+        if (!(dropout_p >= 0.0 && dropout_p <= 1.0)) {
+            PyErr_Format(PyExc_ValueError, WHAT "dropout_p must be in [0, 1], got %R",
+                         dropout_obj);
+            return NULL;
+        }
+        if (dropout_p > 0.0) {
+            PyErr_SetString(PyExc_NotImplementedError,
+                            WHAT "dropout_p > 0 is not implemented yet");
+            return NULL;
+        }
+    }
+    if (scale_obj != Py_None) {
+        if (PyBool_Check(scale_obj)) {
+            PyErr_SetString(PyExc_TypeError, WHAT "scale must be a float or None, got bool");
+            return NULL;
+        }
+        scale = PyFloat_AsDouble(scale_obj);
+        if (scale == -1.0 && PyErr_Occurred()) {
+            if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError, WHAT "scale must be a float or None, got %.100s",
+                             Py_TYPE(scale_obj)->tp_name);
+            }
+            return NULL;
+        }
+    }
+
+    /* 2. Arrays and their shapes. */
+    if ((rq = as_real_array(q_obj, WHAT "query")) == NULL
+            || (rk = as_real_array(k_obj, WHAT "key")) == NULL
+            || (rv = as_real_array(v_obj, WHAT "value")) == NULL)
+        goto fail;
+    if (mask_obj != Py_None) {
+        if (is_causal) {
+            PyErr_SetString(PyExc_ValueError, WHAT "attn_mask and is_causal=True cannot be "
+                            "given together (is_causal is a mask of its own)");
+            goto fail;
+        }
+        if ((rm = as_real_array(mask_obj, WHAT "attn_mask")) == NULL)
+            goto fail;
+        int mt = PyArray_TYPE(rm);
+        if (mt != NPY_BOOL && mt != NPY_HALF && mt != NPY_FLOAT && mt != NPY_DOUBLE) {
+            PyErr_Format(PyExc_TypeError, WHAT "attn_mask must be bool or floating point, "
+                         "got dtype %S", (PyObject *)PyArray_DESCR(rm));
+            goto fail;
+        }
+    }
+    PyArrayObject *const named[3] = {rq, rk, rv};
+    const char *const names[3] = {"query", "key", "value"};
+    const char *const forms[3] = {"[..., L, E]", "[..., S, E]", "[..., S, Ev]"};
+    for (int i = 0; i < 3; i++)
+        if (PyArray_NDIM(named[i]) < 2) {
+            PyErr_Format(PyExc_ValueError, WHAT "%s must be at least 2-D %s, got shape %s",
+                         names[i], forms[i], SHAPE_OF(s1, named[i]));
+            goto fail;
+        }
+    const int nq = PyArray_NDIM(rq), nk = PyArray_NDIM(rk), nv = PyArray_NDIM(rv);
+    const npy_intp L = PyArray_DIM(rq, nq - 2), E = PyArray_DIM(rq, nq - 1);
+    const npy_intp S = PyArray_DIM(rk, nk - 2), Ev = PyArray_DIM(rv, nv - 1);
+    if (PyArray_DIM(rk, nk - 1) != E) {
+        PyErr_Format(PyExc_ValueError, WHAT "key must have shape [..., S, %zd] (E of query "
+                     "%s), got %s", (Py_ssize_t)E, SHAPE_OF(s1, rq), SHAPE_OF(s2, rk));
+        goto fail;
+    }
+    if (PyArray_DIM(rv, nv - 2) != S) {
+        PyErr_Format(PyExc_ValueError, WHAT "value must have shape [..., %zd, Ev] (S of key "
+                     "%s), got %s", (Py_ssize_t)S, SHAPE_OF(s1, rk), SHAPE_OF(s2, rv));
+        goto fail;
+    }
+
+    /* 3. GQA: key's and value's heads (dimension -3) repeated to the query's. */
+    npy_intp k_heads = -1, v_heads = -1, k_group = 1, v_group = 1;
+    if (enable_gqa) {
+        if (nq < 3 || nk < 3 || nv < 3) {
+            PyErr_Format(PyExc_ValueError, WHAT "enable_gqa needs query, key and value with "
+                         "a head dimension (-3), got query %s, key %s, value %s",
+                         SHAPE_OF(s1, rq), SHAPE_OF(s2, rk), SHAPE_OF(s3, rv));
+            goto fail;
+        }
+        const npy_intp hq = PyArray_DIM(rq, nq - 3);
+        for (int i = 1; i < 3; i++) {
+            const npy_intp h = PyArray_DIM(named[i], PyArray_NDIM(named[i]) - 3);
+            if (h == 0 ? hq != 0 : hq % h != 0) {
+                PyErr_Format(PyExc_ValueError, WHAT "enable_gqa: the query's %zd heads "
+                             "(dimension -3) must be a multiple of %s's %zd heads",
+                             (Py_ssize_t)hq, names[i], (Py_ssize_t)h);
+                goto fail;
+            }
+            const npy_intp group = h == 0 ? 1 : hq / h;
+            if (group > 1 && h > 1) {
+                if (i == 1) { k_heads = hq; k_group = group; }
+                else { v_heads = hq; v_group = group; }
+            }
+            else if (group > 1) {   /* one head: plain broadcasting repeats it */
+                if (i == 1) k_heads = hq;
+                else v_heads = hq;
+            }
+        }
+    }
+
+    /* 4. The output's batch shape: query, key and value broadcast together. */
+    int nb = nq - 2;
+    if (nk - 2 > nb) nb = nk - 2;
+    if (nv - 2 > nb) nb = nv - 2;
+    if (nb > SDPA_MAX_BATCH_DIMS) {
+        PyErr_Format(PyExc_ValueError, WHAT "at most %d batch dimensions, got %d",
+                     SDPA_MAX_BATCH_DIMS, nb);
+        goto fail;
+    }
+    npy_intp dims[SDPA_MAX_BATCH_DIMS + 2];
+    for (int d = 0; d < nb; d++)
+        dims[d] = 1;
+    if (broadcast_batch(dims, nb, rq, -1) < 0 || broadcast_batch(dims, nb, rk, k_heads) < 0
+            || broadcast_batch(dims, nb, rv, v_heads) < 0) {
+        PyErr_Format(PyExc_ValueError, WHAT "the batch dimensions of query %s, key %s and "
+                     "value %s do not broadcast%s", SHAPE_OF(s1, rq), SHAPE_OF(s2, rk),
+                     SHAPE_OF(s3, rv), enable_gqa ? "" : " (different head counts need "
+                     "enable_gqa=True)");
+        goto fail;
+    }
+    dims[nb] = L;
+    dims[nb + 1] = Ev;
+
+    /* 5. The mask: broadcastable to [batch..., L, S] without enlarging it. */
+    if (rm != NULL) {
+        const int nm = PyArray_NDIM(rm);
+        int ok = nm <= nb + 2;
+        for (int i = 0; ok && i < nm; i++) {
+            const npy_intp n = PyArray_DIM(rm, i);
+            const int od = nb + 2 - nm + i;
+            const npy_intp want = od == nb ? L : od == nb + 1 ? S : dims[od];
+            ok = n == want || n == 1;
+        }
+        if (!ok) {
+            npy_intp want[SDPA_MAX_BATCH_DIMS + 2];
+            memcpy(want, dims, (size_t)nb * sizeof(npy_intp));
+            want[nb] = L;
+            want[nb + 1] = S;
+            PyErr_Format(PyExc_ValueError, WHAT "attn_mask must be broadcastable to [..., L, "
+                         "S] = %s, got shape %s", shape_str(s1, sizeof s1, nb + 2, want),
+                         SHAPE_OF(s2, rm));
+            goto fail;
+        }
+    }
+
+    /* 6. dtypes: the kernels' rule; a float mask in that dtype, a bool one as it is. */
+    const int typenum = result_typenum(rq, rk, rv);
+    if ((q = cast_array(rq, typenum, 0)) == NULL || (k = cast_array(rk, typenum, 0)) == NULL
+            || (v = cast_array(rv, typenum, 0)) == NULL)
+        goto fail;
+    if (rm != NULL) {
+        if (PyArray_TYPE(rm) == NPY_BOOL)
+            m = (PyArrayObject *)Py_NewRef(rm);
+        else if ((m = cast_array(rm, typenum, 0)) == NULL)
+            goto fail;
+        if (PyArray_NDIM(m) < 2) {   /* [S] or a scalar: as [1, S] or [1, 1] */
+            npy_intp mdims[2] = {1, PyArray_NDIM(m) == 1 ? PyArray_DIM(m, 0) : 1};
+            PyArray_Dims shape = {mdims, 2};
+            PyArrayObject *m2 = (PyArrayObject *)PyArray_Newshape(m, &shape, NPY_ANYORDER);
+            Py_SETREF(m, m2);
+            if (m == NULL)
+                goto fail;
+        }
+    }
+
+    /* 7. The problem, the result, the kernel without the GIL. */
+    if ((p = PyMem_Calloc(1, sizeof *p)) == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    p->L = L; p->S = S; p->E = E; p->Ev = Ev;
+    p->nbatch = nb;
+    for (int d = 0; d < nb; d++)
+        p->batch[d] = dims[d];
+    operand_strides(&p->q, q, nb);
+    operand_strides(&p->k, k, nb);
+    operand_strides(&p->v, v, nb);
+    if (m != NULL) {
+        operand_strides(&p->mask, m, nb);
+        p->mask_kind = PyArray_TYPE(m) == NPY_BOOL ? SDPA_MASK_BOOL : SDPA_MASK_FLOAT;
+    }
+    /* GQA: key's head stride taken along the query's heads, index h / group */
+    if (k_group > 1)
+        p->k.bs[nb - 1] = ESTRIDE(k, nk - 3);
+    if (v_group > 1)
+        p->v.bs[nb - 1] = ESTRIDE(v, nv - 3);
+    p->k_group = k_group;
+    p->v_group = v_group;
+    p->is_causal = is_causal;
+    p->scale = scale_obj != Py_None ? scale : 1.0 / sqrt((double)E);
+
+    if ((out = new_array(nb + 2, dims, typenum, WHAT "the result")) == NULL)
+        goto fail;
+    double work = (double)L * (double)S * (double)(E + Ev);
+    for (int d = 0; d < nb; d++)
+        work *= (double)dims[d];
+    void *od = PyArray_DATA((PyArrayObject *)out);
+    int rc;
+    MYATT_BEGIN_COMPUTE(work)
+    if (typenum == NPY_FLOAT)
+        rc = sdpa_forward_f32(od, NULL, p);
+    else
+        rc = sdpa_forward_f64(od, NULL, p);
+    MYATT_END_COMPUTE
+    if (rc < 0) {
+        Py_CLEAR(out);
+        PyErr_SetString(PyExc_MemoryError, WHAT "could not allocate the kernel's workspace");
+    }
+fail:
+    PyMem_Free(p);
+    Py_XDECREF(rq);
+    Py_XDECREF(rk);
+    Py_XDECREF(rv);
+    Py_XDECREF(rm);
+    Py_XDECREF(q);
+    Py_XDECREF(k);
+    Py_XDECREF(v);
+    Py_XDECREF(m);
+    return out;
+}
