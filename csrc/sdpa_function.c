@@ -23,6 +23,44 @@ const char myatt_scaled_dot_product_attention_doc[] =
 
 #define WHAT "scaled_dot_product_attention(): "
 
+/* Whether torch 2.13 on a CPU runs these shapes through its flash kernel
+ * (sdp_utils_cpp.cpp, use_flash_attention_cpp) rather than its math path:
+ * 4-D query, key and value of one batch size, equal head counts (or, with
+ * enable_gqa, key's and value's equal and dividing the query's), E == Ev,
+ * L and S nonzero, and a mask of 2 dimensions, or 4 whose first two are 1 or
+ * the batch and head counts, its last two L or 1 and S or 1.  (torch also
+ * asks for unit strides along E; myatt decides on shapes only.)  The kernel
+ * rounds the scores as the chosen path does (sdpa_problem.prescale). */
+static int torch_takes_flash(PyArrayObject *q, PyArrayObject *k, PyArrayObject *v,
+                             PyArrayObject *mask, int enable_gqa)
+{
+    if (PyArray_NDIM(q) != 4 || PyArray_NDIM(k) != 4 || PyArray_NDIM(v) != 4)
+        return 0;
+    const npy_intp *qd = PyArray_DIMS(q), *kd = PyArray_DIMS(k), *vd = PyArray_DIMS(v);
+    if (qd[0] != kd[0] || qd[0] != vd[0])
+        return 0;
+    if (enable_gqa) {
+        if (kd[1] != vd[1] || kd[1] == 0 || qd[1] % kd[1] != 0)
+            return 0;
+    }
+    else if (qd[1] != kd[1] || qd[1] != vd[1]) {
+        return 0;
+    }
+    if (qd[3] != kd[3] || qd[3] != vd[3] || qd[2] == 0 || kd[2] == 0)
+        return 0;
+    if (mask != NULL) {
+        const int nm = PyArray_NDIM(mask);
+        if (nm != 2 && nm != 4)
+            return 0;
+        const npy_intp *md = PyArray_DIMS(mask);
+        if ((md[nm - 2] != qd[2] && md[nm - 2] != 1) || (md[nm - 1] != kd[2] && md[nm - 1] != 1))
+            return 0;
+        if (nm == 4 && ((md[0] != 1 && md[0] != qd[0]) || (md[1] != 1 && md[1] != qd[1])))
+            return 0;
+    }
+    return 1;
+}
+
 /* The strides of `a` (its last two dimensions rows and columns) along the
  * nb batch dimensions `batch` of the output: 0 where `a` has no such
  * dimension or a dimension of 1. */
@@ -277,6 +315,7 @@ PyObject *myatt_scaled_dot_product_attention(PyObject *module, PyObject *args, P
     p->v_group = v_group;
     p->is_causal = is_causal;
     p->scale = scale_obj != Py_None ? scale : 1.0 / sqrt((double)E);
+    p->prescale = !torch_takes_flash(rq, rk, rv, rm, enable_gqa);
 
     if ((out = new_array(nb + 2, dims, typenum, WHAT "the result")) == NULL)
         goto fail;

@@ -5,8 +5,8 @@
     output, attn_weights = m(Q, K, V)
 
 Kernels: linear, softmax, bmm, and their gradients linear_backward,
-softmax_backward, bmm_backward.  Types: Linear, MyAtt (with .backward, from_torch,
-pickle, copy).  Generator: manual_seed.  Threads: set_num_threads, get_num_threads.
+softmax_backward, bmm_backward; scaled_dot_product_attention (flash-style).
+Types: Linear, MyAtt (with .backward, from_torch, pickle, copy).  Generator: manual_seed.  Threads: set_num_threads, get_num_threads.
 Instruction set in use: kernel_path.  Cached kernel workspaces: empty_cache.  Optimisers (torch.optim's rules, in NumPy, on the live parameters): SGD, Adam.
 Validation against torch: compare.  Plots: plot_attention (needs matplotlib).
 PyTorch is never needed, and never imported by ``import myatt``.
@@ -22,6 +22,7 @@ from ._myatt import (
     linear,
     linear_backward,
     manual_seed,
+    scaled_dot_product_attention,
     set_num_threads,
     softmax,
     softmax_backward,
@@ -49,6 +50,7 @@ __all__ = [
     "linear_backward",
     "manual_seed",
     "plot_attention",
+    "scaled_dot_product_attention",
     "set_num_threads",
     "softmax",
     "softmax_backward",

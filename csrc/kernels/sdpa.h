@@ -16,6 +16,8 @@
  * transposed, sliced or broadcast operand (a [1, 1, L, S] mask against many
  * heads) is never copied.  out is C-contiguous.
  *
+ * The workspace also holds the scaled q block and k block when p->prescale.
+ *
  * Threads: one work item is one (batch index, query block); items are dealt
  * out to threads one at a time and each is computed alone, in a fixed order,
  * so the bits do not depend on the thread count. */
@@ -57,6 +59,12 @@ typedef struct {
     int64_t k_group, v_group;
     int is_causal;                         /* key j takes part in row i only if j <= i */
     double scale;                          /* multiplies q . k (E == 0: scores are 0) */
+    /* How the scores are rounded, as the torch path the caller mirrors:
+     *   0: fl(q . k) * scale, then + mask (torch's flash kernel);
+     *   1: fl(q * a) . fl(k * |a|), a = sqrt(|scale|) negated for a negative
+     *      scale, then + mask (torch's math path, _scaled_dot_product_attention_math).
+     * (At large scores these roundings differ by more than assert_close allows.) */
+    int prescale;
 } sdpa_problem;
 
 /* out [batch..., L, Ev] (C-contiguous); lse [batch..., L] (C-contiguous, or

@@ -62,7 +62,17 @@ static T SUF(sdpa_exp_sum)(T *a, int64_t n, T max)
  * running max and sum of each row, the [q block, Ev] accumulator. */
 typedef struct {
     T *qk, *row_max, *row_sum, *acc;
+    T *q_scaled, *k_scaled;   /* prescale only: [q block, E], [kv block, E] */
 } SUF(sdpa_ws);
+
+/* dst[rows, E] (contiguous) = src[rows, E] (strided) * factor */
+static void SUF(sdpa_scale_rows)(T *dst, const T *src, int64_t rs, int64_t cs, int64_t rows,
+                                 int64_t E, T factor)
+{
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t c = 0; c < E; c++)
+            dst[i * E + c] = src[i * rs + c * cs] * factor;
+}
 
 /* One work item: query rows [m0, m0 + qb) of one batch index, q, k, v, mask,
  * out and lse already offset to that batch index (k and v at key 0). */
@@ -71,8 +81,18 @@ static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
                            T *out, T *lse, int64_t m0, int64_t qb)
 {
     const int64_t S = p->S, E = p->E, Ev = p->Ev, kv_split = SDPA_KV_SPLIT;
-    const T scale = p->E == 0 ? (T)1 : (T)p->scale;
+    const T scale = p->E == 0 || p->prescale ? (T)1 : (T)p->scale;
     T *qk = ws->qk, *row_max = ws->row_max, *row_sum = ws->row_sum, *acc = ws->acc;
+    /* q rows of the block, through q_rs, q_cs (prescale: a scaled copy) */
+    const T *qr = q + m0 * p->q.rs;
+    int64_t q_rs = p->q.rs, q_cs = p->q.cs;
+    const T root = (T)sqrt(fabs(p->scale));
+    if (p->prescale && E > 0) {
+        SUF(sdpa_scale_rows)(ws->q_scaled, qr, q_rs, q_cs, qb, E, p->scale < 0 ? -root : root);
+        qr = ws->q_scaled;
+        q_rs = E;
+        q_cs = 1;
+    }
 
     for (int64_t r = 0; r < qb; r++) {
         row_max[r] = -INFINITY;
@@ -91,9 +111,17 @@ static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
         if (E == 0) {
             for (int64_t i = 0; i < qb * kb; i++)
                 qk[i] = 0;
-        } else if (SUF(gemm)(qk, kb, 1, q + m0 * p->q.rs, p->q.rs, p->q.cs,
-                             k + n * p->k.rs, p->k.cs, p->k.rs, NULL, qb, kb, E, 0) != 0) {
-            return -1;
+        } else {
+            const T *kr = k + n * p->k.rs;
+            int64_t k_rs = p->k.rs, k_cs = p->k.cs;
+            if (p->prescale) {
+                SUF(sdpa_scale_rows)(ws->k_scaled, kr, k_rs, k_cs, kb, E, root);
+                kr = ws->k_scaled;
+                k_rs = E;
+                k_cs = 1;
+            }
+            if (SUF(gemm)(qk, kb, 1, qr, q_rs, q_cs, kr, k_cs, k_rs, NULL, qb, kb, E, 0) != 0)
+                return -1;
         }
         /* 2. causal: -inf right of the diagonal in the block that crosses it */
         if (p->is_causal && num_keys - n <= kv_split)
@@ -171,13 +199,16 @@ static void SUF(sdpa_task)(void *arg, int task)
     SUF(sdpa_job) *j = arg;
     const sdpa_problem *p = j->p;
     const int64_t qs = j->q_split, ks = p->S < SDPA_KV_SPLIT ? p->S : SDPA_KV_SPLIT;
-    const size_t n_ws = (size_t)(qs * ks + 2 * qs + qs * p->Ev);
+    const int64_t n_scaled = p->prescale ? (qs + ks) * p->E : 0;
+    const size_t n_ws = (size_t)(qs * ks + 2 * qs + qs * p->Ev + n_scaled);
     T *buf = mk_alloc(mk_bytes(n_ws > 0 ? n_ws : 1, sizeof(T)));
     if (buf == NULL) {
         atomic_store(&j->failed, 1);
         return;
     }
-    const SUF(sdpa_ws) ws = {buf, buf + qs * ks, buf + qs * ks + qs, buf + qs * ks + 2 * qs};
+    T *scaled = buf + qs * ks + 2 * qs + qs * p->Ev;
+    const SUF(sdpa_ws) ws = {buf, buf + qs * ks, buf + qs * ks + qs, buf + qs * ks + 2 * qs,
+                             scaled, scaled + qs * p->E};
     for (;;) {
         const int64_t item = atomic_fetch_add(&j->next, 1);
         if (item >= j->items || atomic_load(&j->failed))
