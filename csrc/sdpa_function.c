@@ -18,6 +18,8 @@ const char myatt_scaled_dot_product_attention_doc[] =
 "(added), broadcastable to [..., L, S].  is_causal: key j takes part in row i\n"
 "only if j <= i.  scale: default 1 / sqrt(E).  enable_gqa: the query's heads\n"
 "(dimension -3) a multiple of key's and value's, repeated as repeat_interleave.\n"
+"dropout_p: each weight dropped with that probability by myatt's generator\n"
+"(not torch's stream), the kept ones scaled by 1 / (1 - dropout_p).\n"
 "A row with every key masked gives zeros.  Flash-style: the [L, S] weights are\n"
 "never built.  float64 if any of query, key, value is float64, else float32.";
 
@@ -128,11 +130,6 @@ PyObject *myatt_scaled_dot_product_attention(PyObject *module, PyObject *args, P
         if (!(dropout_p >= 0.0 && dropout_p <= 1.0)) {
             PyErr_Format(PyExc_ValueError, WHAT "dropout_p must be in [0, 1], got %R",
                          dropout_obj);
-            return NULL;
-        }
-        if (dropout_p > 0.0) {
-            PyErr_SetString(PyExc_NotImplementedError,
-                            WHAT "dropout_p > 0 is not implemented yet");
             return NULL;
         }
     }
@@ -315,7 +312,12 @@ PyObject *myatt_scaled_dot_product_attention(PyObject *module, PyObject *args, P
     p->v_group = v_group;
     p->is_causal = is_causal;
     p->scale = scale_obj != Py_None ? scale : 1.0 / sqrt((double)E);
-    p->prescale = !torch_takes_flash(rq, rk, rv, rm, enable_gqa);
+    p->prescale = dropout_p > 0.0 || !torch_takes_flash(rq, rk, rv, rm, enable_gqa);
+    p->dropout_p = dropout_p;
+    if (dropout_p > 0.0) {   /* one draw of myatt's generator (GIL held) seeds the call's mask */
+        myatt_state *st = PyModule_GetState(module);
+        p->dropout_seed = mt19937_random64(&st->rng);
+    }
 
     if ((out = new_array(nb + 2, dims, typenum, WHAT "the result")) == NULL)
         goto fail;

@@ -289,6 +289,52 @@ def test_bits_independent_of_thread_count(kw):
     check(q, k, v, **kw)
 
 
+# ---- dropout ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_dropout_fraction_and_scaling(p, is_causal):
+    """value = identity, so the output IS the weight matrix after dropout: every entry
+    is 0 (dropped) or torch's weight / (1 - p), and the dropped share is p."""
+    rng = np.random.default_rng(15)
+    S = 600
+    q, k = make(rng, (2, 3, 50, 8)), make(rng, (2, 3, S, 8))
+    v = np.broadcast_to(np.eye(S, dtype=np.float32), (2, 3, S, S))
+    myatt.manual_seed(0)
+    out = sdpa(q, k, v, dropout_p=p, is_causal=is_causal)
+    weights = torch_sdpa(q, k, v, is_causal=is_causal).numpy()
+    kept = out != 0
+    torch.testing.assert_close(torch.from_numpy(out[kept]), torch.from_numpy(weights[kept] / (1 - p)))
+    live = weights != 0                          # causal: the upper triangle is 0 anyway
+    dropped = 1 - kept[live].mean()
+    n = live.sum()
+    assert abs(dropped - p) < 5 * np.sqrt(p * (1 - p) / n), (dropped, p)
+
+
+def test_dropout_one_gives_zeros():
+    rng = np.random.default_rng(16)
+    out = sdpa(make(rng, (2, 9, 4)), make(rng, (2, 7, 4)), make(rng, (2, 7, 3)), dropout_p=1.0)
+    assert out.shape == (2, 9, 3) and not out.any()
+
+
+def test_dropout_reproducible_and_thread_independent():
+    rng = np.random.default_rng(17)
+    q, k, v = make(rng, (2, 4, 300, 32)), make(rng, (2, 4, 1100, 32)), make(rng, (2, 4, 1100, 32))
+    saved = myatt.get_num_threads()
+    try:
+        myatt.set_num_threads(1)
+        myatt.manual_seed(3)
+        one = sdpa(q, k, v, dropout_p=0.3)
+        again = sdpa(q, k, v, dropout_p=0.3)
+        myatt.set_num_threads(2)
+        myatt.manual_seed(3)
+        two = sdpa(q, k, v, dropout_p=0.3)
+    finally:
+        myatt.set_num_threads(saved)
+    np.testing.assert_array_equal(one, two)
+    assert not np.array_equal(one, again)        # the next call draws a new mask
+
+
 # ---- memory -------------------------------------------------------------------------
 
 def test_long_sequence_never_allocates_L_by_S():

@@ -65,7 +65,30 @@ typedef struct {
      *      scale, then + mask (torch's math path, _scaled_dot_product_attention_math).
      * (At large scores these roundings differ by more than assert_close allows.) */
     int prescale;
+    /* Dropout of the attention weights: weight (i, j) of batch index b is
+     * dropped when sdpa_dropout_uniform(dropout_seed, b, i, j) < dropout_p, the
+     * kept ones scaled by 1 / (1 - dropout_p) (dropout_p == 1: zeros).  The draw
+     * depends on the position only, never on the thread that computes it. */
+    double dropout_p;
+    uint64_t dropout_seed;
 } sdpa_problem;
+
+/* A uniform number in [0, 1) for (seed, b, i, j): splitmix64's finaliser
+ * chained over the four, the top 53 bits. */
+static inline uint64_t sdpa_mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15u;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9u;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebu;
+    return x ^ (x >> 31);
+}
+
+static inline double sdpa_dropout_uniform(uint64_t seed, int64_t b, int64_t i, int64_t j)
+{
+    uint64_t h = sdpa_mix64(seed ^ sdpa_mix64((uint64_t)b ^ sdpa_mix64((uint64_t)i
+                                              ^ sdpa_mix64((uint64_t)j))));
+    return (double)(h >> 11) * (1.0 / 9007199254740992.0);
+}
 
 /* out [batch..., L, Ev] (C-contiguous); lse [batch..., L] (C-contiguous, or
  * NULL): the log-sum-exp of each row's scaled, masked scores, for the backward

@@ -78,7 +78,7 @@ static void SUF(sdpa_scale_rows)(T *dst, const T *src, int64_t rs, int64_t cs, i
  * out and lse already offset to that batch index (k and v at key 0). */
 static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
                            const T *q, const T *k, const T *v, const void *mask,
-                           T *out, T *lse, int64_t m0, int64_t qb)
+                           T *out, T *lse, int64_t b, int64_t m0, int64_t qb)
 {
     const int64_t S = p->S, E = p->E, Ev = p->Ev, kv_split = SDPA_KV_SPLIT;
     const T scale = p->E == 0 || p->prescale ? (T)1 : (T)p->scale;
@@ -163,13 +163,21 @@ static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
                 for (int64_t c = 0; c < Ev; c++)
                     acc[r * Ev + c] *= rescale;
         }
-        /* 5. acc[qb, Ev] (+)= exp(s)[qb, kb] @ v[n:n+kb, :] */
+        /* 5. dropout: dropped weights out of the product (the row sums keep them) */
+        if (p->dropout_p > 0)
+            for (int64_t r = 0; r < qb; r++)
+                for (int64_t j = 0; j < kb; j++)
+                    if (sdpa_dropout_uniform(p->dropout_seed, b, m0 + r, n + j) < p->dropout_p)
+                        qk[r * kb + j] = 0;
+        /* 6. acc[qb, Ev] (+)= exp(s)[qb, kb] @ v[n:n+kb, :] */
         if (SUF(gemm)(acc, Ev, 1, qk, kb, 1, v + n * p->v.rs, p->v.rs, p->v.cs, NULL,
                       qb, Ev, kb, n > 0) != 0)
             return -1;
     }
 
-    /* 6. out = acc / sum; a row with every key masked has sum 0: zeros */
+    /* 7. out = acc / sum (/ (1 - dropout_p)); a row with every key masked has
+     *    sum 0: zeros */
+    const T keep_scale = p->dropout_p >= 1 ? (T)0 : (T)(1.0 / (1.0 - p->dropout_p));
     for (int64_t r = 0; r < qb; r++) {
         if (row_max[r] == -INFINITY)
             row_max[r] = 0;
@@ -177,8 +185,12 @@ static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
             row_sum[r] = 1;
         const T inv = (T)1 / row_sum[r];
         T *o = out + (m0 + r) * Ev;
-        for (int64_t c = 0; c < Ev; c++)
-            o[c] = acc[r * Ev + c] * inv;
+        if (p->dropout_p > 0)
+            for (int64_t c = 0; c < Ev; c++)
+                o[c] = acc[r * Ev + c] * inv * keep_scale;
+        else
+            for (int64_t c = 0; c < Ev; c++)
+                o[c] = acc[r * Ev + c] * inv;
         if (lse != NULL)
             lse[m0 + r] = row_max[r] + (T)log((double)row_sum[r]);
     }
@@ -233,7 +245,7 @@ static void SUF(sdpa_task)(void *arg, int task)
             mask = (const unsigned char *)p->mask.data + om;
         if (SUF(sdpa_block)(p, &ws, (const T *)p->q.data + oq, (const T *)p->k.data + ok,
                             (const T *)p->v.data + ov, mask, j->out + b * p->L * p->Ev,
-                            j->lse != NULL ? j->lse + b * p->L : NULL, m0, qb) != 0) {
+                            j->lse != NULL ? j->lse + b * p->L : NULL, b, m0, qb) != 0) {
             atomic_store(&j->failed, 1);
             break;
         }
