@@ -1,7 +1,8 @@
 /* Scaled dot-product attention, flash-style: the forward (sdpa_tmpl.h, once
  * per dtype).  Per block the two products are the project's GEMM (gemm.h,
  * strided operands: k^T is k with its strides swapped); the scores' scaling,
- * masking, online softmax and rescaling are plain loops here (libm's exp).
+ * masking, online softmax and rescaling are plain loops here, the exp the
+ * softmax's vector exp on AVX2 / AVX-512 (libm's on the portable path).
  * Contract: sdpa.h. */
 #include "sdpa.h"
 
@@ -10,8 +11,10 @@
 #include <stddef.h>
 
 #include "alloc.h"
+#include "cpu.h"
 #include "gemm.h"
 #include "gemm_internal.h"
+#include "softmax_internal.h"
 #include "threads.h"
 
 /* Threads for `items` work items: one when the whole problem is below the
@@ -30,6 +33,35 @@ static int sdpa_threads(const sdpa_problem *p, int64_t items)
     if (n > work / GEMM_THREAD_MIN_WORK)
         n = (int)(work / GEMM_THREAD_MIN_WORK);
     return n < 1 ? 1 : n;
+}
+
+/* The exp of the path cpu.h chose: the softmax's vector exp (Sleef's, as torch's
+ * Vectorized::exp) on AVX2 and AVX-512, libm's on the portable path. */
+typedef void (*sdpa_vexp_f32_fn)(float *, const float *, int64_t);
+typedef void (*sdpa_vexp_f64_fn)(double *, const double *, int64_t);
+
+static sdpa_vexp_f32_fn sdpa_vexp_f32(void)
+{
+#ifdef MYATT_SOFTMAX_X86
+    switch (mk_cpu_isa()) {
+    case MK_ISA_AVX512: return softmax_exp_f32_avx512;
+    case MK_ISA_AVX2: return softmax_exp_f32_avx2;
+    default: break;
+    }
+#endif
+    return NULL;
+}
+
+static sdpa_vexp_f64_fn sdpa_vexp_f64(void)
+{
+#ifdef MYATT_SOFTMAX_X86
+    switch (mk_cpu_isa()) {
+    case MK_ISA_AVX512: return softmax_exp_f64_avx512;
+    case MK_ISA_AVX2: return softmax_exp_f64_avx2;
+    default: break;
+    }
+#endif
+    return NULL;
 }
 
 #define T float

@@ -12,20 +12,36 @@
 #error "sdpa_tmpl.h needs EXP"
 #endif
 
+/* The vector exp of the CPU's path over an array (in place allowed), or NULL:
+ * libm's.  (softmax_internal.h: Sleef's expf_u10 / exp_u10.) */
+typedef void (*SUF(sdpa_vexp_fn))(T *out, const T *inp, int64_t n);
+
 /* Lanes of the exp-and-sum accumulator: an AVX-512 register of T, as torch's
  * vectorised _exp_reduce_sum_fusion_kernel sums (then a halving tree). */
 #define SDPA_LANES (64 / (int)sizeof(T))
 
-/* The largest of a[0:n], NaN if any is NaN (at::vec::maximum); -inf for n == 0. */
+/* The largest of a[0:n], NaN if any is NaN (at::vec::maximum); -inf for n == 0.
+ * The max itself skips NaN (so that it vectorises); only a row whose max is
+ * -inf, which the caller would take for fully masked, is searched for a NaN:
+ * any other NaN becomes NaN through exp(NaN - max) anyway. */
 static T SUF(sdpa_row_max)(const T *a, int64_t n)
 {
+    T lanes[SDPA_LANES];
+    for (int l = 0; l < SDPA_LANES; l++)
+        lanes[l] = -INFINITY;
+    const int64_t body = n - n % SDPA_LANES;
+    for (int64_t j = 0; j < body; j += SDPA_LANES)
+        for (int l = 0; l < SDPA_LANES; l++)
+            lanes[l] = a[j + l] > lanes[l] ? a[j + l] : lanes[l];
     T mx = -INFINITY;
-    for (int64_t j = 0; j < n; j++) {
-        if (a[j] != a[j])
-            return a[j];
-        if (a[j] > mx)
-            mx = a[j];
-    }
+    for (int l = 0; l < SDPA_LANES; l++)
+        mx = lanes[l] > mx ? lanes[l] : mx;
+    for (int64_t j = body; j < n; j++)
+        mx = a[j] > mx ? a[j] : mx;
+    if (mx == -INFINITY)
+        for (int64_t j = 0; j < n; j++)
+            if (a[j] != a[j])
+                return a[j];
     return mx;
 }
 
@@ -34,18 +50,29 @@ static T SUF(sdpa_row_max)(const T *a, int64_t n)
  *   a[j] <- exp(a[j] - max) for j < n, returns sum_j a[j]
  * summed in SDPA_LANES lanes, the lanes then added in a halving tree, then the
  * tail (torch's order). */
-static T SUF(sdpa_exp_sum)(T *a, int64_t n, T max)
+static T SUF(sdpa_exp_sum)(T *a, int64_t n, T max, SUF(sdpa_vexp_fn) vexp)
 {
     T lanes[SDPA_LANES];
     for (int l = 0; l < SDPA_LANES; l++)
         lanes[l] = 0;
     const int64_t body = n - n % SDPA_LANES;
-    for (int64_t j = 0; j < body; j += SDPA_LANES)
-        for (int l = 0; l < SDPA_LANES; l++) {
-            const T e = EXP(a[j + l] - max);
-            a[j + l] = e;
-            lanes[l] += e;
-        }
+    if (vexp != NULL) {
+        /* the vector path's exp over the body, then the same lane sums */
+        for (int64_t j = 0; j < body; j++)
+            a[j] -= max;
+        vexp(a, a, body);
+        for (int64_t j = 0; j < body; j += SDPA_LANES)
+            for (int l = 0; l < SDPA_LANES; l++)
+                lanes[l] += a[j + l];
+    }
+    else {
+        for (int64_t j = 0; j < body; j += SDPA_LANES)
+            for (int l = 0; l < SDPA_LANES; l++) {
+                const T e = EXP(a[j + l] - max);
+                a[j + l] = e;
+                lanes[l] += e;
+            }
+    }
     for (int w = SDPA_LANES / 2; w >= 1; w /= 2)
         for (int l = 0; l < w; l++)
             lanes[l] += lanes[l + w];
@@ -63,6 +90,7 @@ static T SUF(sdpa_exp_sum)(T *a, int64_t n, T max)
 typedef struct {
     T *qk, *row_max, *row_sum, *acc;
     T *q_scaled, *k_scaled;   /* prescale only: [q block, E], [kv block, E] */
+    SUF(sdpa_vexp_fn) vexp;
 } SUF(sdpa_ws);
 
 /* dst[rows, E] (contiguous) = src[rows, E] (strided) * factor */
@@ -155,7 +183,7 @@ static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
                 continue;
             }
             /* 4. online softmax: s <- exp(s - max); rescale what came before */
-            const T sum = SUF(sdpa_exp_sum)(s, kb, mx);
+            const T sum = SUF(sdpa_exp_sum)(s, kb, mx, ws->vexp);
             const T rescale = EXP(row_max[r] - mx);
             row_sum[r] = sum + rescale * row_sum[r];
             row_max[r] = mx;
@@ -220,7 +248,7 @@ static void SUF(sdpa_task)(void *arg, int task)
     }
     T *scaled = buf + qs * ks + 2 * qs + qs * p->Ev;
     const SUF(sdpa_ws) ws = {buf, buf + qs * ks, buf + qs * ks + qs, buf + qs * ks + 2 * qs,
-                             scaled, scaled + qs * p->E};
+                             scaled, scaled + qs * p->E, SUF(sdpa_vexp)()};
     for (;;) {
         const int64_t item = atomic_fetch_add(&j->next, 1);
         if (item >= j->items || atomic_load(&j->failed))
