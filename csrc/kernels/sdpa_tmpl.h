@@ -102,25 +102,87 @@ static void SUF(sdpa_scale_rows)(T *dst, const T *src, int64_t rs, int64_t cs, i
             dst[i * E + c] = src[i * rs + c * cs] * factor;
 }
 
+/* The block's scores, as the forward and the backward both compute them:
+ *   qk[qb, kb] = q[m0:m0+qb] . k[n:n+kb] (* scale) + mask, -inf where causal hides a key
+ * qr: the block's query rows through q_rs, q_cs (already scaled when prescale);
+ * k and mask at key 0 of the batch index. */
+static int SUF(sdpa_scores)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, T *qk,
+                            const T *qr, int64_t q_rs, int64_t q_cs, const T *k,
+                            const void *mask, int64_t m0, int64_t qb, int64_t n, int64_t kb)
+{
+    const int64_t E = p->E;
+    const T scale = p->E == 0 || p->prescale ? (T)1 : (T)p->scale;
+    /* 1. qk = q @ k^T */
+    if (E == 0) {
+        for (int64_t i = 0; i < qb * kb; i++)
+            qk[i] = 0;
+    } else {
+        const T *kr = k + n * p->k.rs;
+        int64_t k_rs = p->k.rs, k_cs = p->k.cs;
+        if (p->prescale) {
+            SUF(sdpa_scale_rows)(ws->k_scaled, kr, k_rs, k_cs, kb, E, (T)sqrt(fabs(p->scale)));
+            kr = ws->k_scaled;
+            k_rs = E;
+            k_cs = 1;
+        }
+        if (SUF(gemm)(qk, kb, 1, qr, q_rs, q_cs, kr, k_cs, k_rs, NULL, qb, kb, E, 0) != 0)
+            return -1;
+    }
+    /* 2. causal: -inf right of the diagonal (before the scale, as torch's flash kernel) */
+    if (p->is_causal)
+        for (int64_t r = 0; r < qb; r++) {
+            const int64_t last = m0 + r - n;   /* last key column row r sees */
+            for (int64_t j = last + 1 < 0 ? 0 : last + 1; j < kb; j++)
+                qk[r * kb + j] = -INFINITY;
+        }
+    /* 3. s <- s * scale + mask */
+    for (int64_t r = 0; r < qb; r++) {
+        T *s = qk + r * kb;
+        if (p->mask_kind == SDPA_MASK_FLOAT) {
+            const T *mr = (const T *)mask + (m0 + r) * p->mask.rs + n * p->mask.cs;
+            for (int64_t j = 0; j < kb; j++)
+                s[j] = s[j] * scale + mr[j * p->mask.cs];
+        } else if (p->mask_kind == SDPA_MASK_BOOL) {
+            const unsigned char *mr =
+                (const unsigned char *)mask + (m0 + r) * p->mask.rs + n * p->mask.cs;
+            for (int64_t j = 0; j < kb; j++)
+                s[j] = s[j] * scale + (mr[j * p->mask.cs] ? (T)0 : (T)-INFINITY);
+        } else if (scale != 1) {
+            for (int64_t j = 0; j < kb; j++)
+                s[j] = s[j] * scale;
+        }
+    }
+    return 0;
+}
+
+/* The block's query rows for the products: q itself, or (prescale) a copy
+ * scaled by +-sqrt(|scale|) in ws->q_scaled. */
+static const T *SUF(sdpa_query_rows)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, const T *q,
+                                     int64_t m0, int64_t qb, int64_t *q_rs, int64_t *q_cs)
+{
+    const T *qr = q + m0 * p->q.rs;
+    *q_rs = p->q.rs;
+    *q_cs = p->q.cs;
+    if (p->prescale && p->E > 0) {
+        const T root = (T)sqrt(fabs(p->scale));
+        SUF(sdpa_scale_rows)(ws->q_scaled, qr, *q_rs, *q_cs, qb, p->E, p->scale < 0 ? -root : root);
+        qr = ws->q_scaled;
+        *q_rs = p->E;
+        *q_cs = 1;
+    }
+    return qr;
+}
+
 /* One work item: query rows [m0, m0 + qb) of one batch index, q, k, v, mask,
  * out and lse already offset to that batch index (k and v at key 0). */
 static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
                            const T *q, const T *k, const T *v, const void *mask,
                            T *out, T *lse, int64_t b, int64_t m0, int64_t qb)
 {
-    const int64_t S = p->S, E = p->E, Ev = p->Ev, kv_split = SDPA_KV_SPLIT;
-    const T scale = p->E == 0 || p->prescale ? (T)1 : (T)p->scale;
+    const int64_t S = p->S, Ev = p->Ev, kv_split = SDPA_KV_SPLIT;
     T *qk = ws->qk, *row_max = ws->row_max, *row_sum = ws->row_sum, *acc = ws->acc;
-    /* q rows of the block, through q_rs, q_cs (prescale: a scaled copy) */
-    const T *qr = q + m0 * p->q.rs;
-    int64_t q_rs = p->q.rs, q_cs = p->q.cs;
-    const T root = (T)sqrt(fabs(p->scale));
-    if (p->prescale && E > 0) {
-        SUF(sdpa_scale_rows)(ws->q_scaled, qr, q_rs, q_cs, qb, E, p->scale < 0 ? -root : root);
-        qr = ws->q_scaled;
-        q_rs = E;
-        q_cs = 1;
-    }
+    int64_t q_rs, q_cs;
+    const T *qr = SUF(sdpa_query_rows)(p, ws, q, m0, qb, &q_rs, &q_cs);
 
     for (int64_t r = 0; r < qb; r++) {
         row_max[r] = -INFINITY;
@@ -135,45 +197,11 @@ static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
 
     for (int64_t n = 0; n < num_keys; n += kv_split) {
         const int64_t kb = S - n < kv_split ? S - n : kv_split;
-        /* 1. qk[qb, kb] = q[m0:m0+qb, :] @ k[n:n+kb, :]^T */
-        if (E == 0) {
-            for (int64_t i = 0; i < qb * kb; i++)
-                qk[i] = 0;
-        } else {
-            const T *kr = k + n * p->k.rs;
-            int64_t k_rs = p->k.rs, k_cs = p->k.cs;
-            if (p->prescale) {
-                SUF(sdpa_scale_rows)(ws->k_scaled, kr, k_rs, k_cs, kb, E, root);
-                kr = ws->k_scaled;
-                k_rs = E;
-                k_cs = 1;
-            }
-            if (SUF(gemm)(qk, kb, 1, qr, q_rs, q_cs, kr, k_cs, k_rs, NULL, qb, kb, E, 0) != 0)
-                return -1;
-        }
-        /* 2. causal: -inf right of the diagonal in the block that crosses it */
-        if (p->is_causal && num_keys - n <= kv_split)
-            for (int64_t r = 0; r < qb; r++) {
-                const int64_t last = m0 + r - n;   /* last key column row r sees */
-                for (int64_t j = last + 1 < 0 ? 0 : last + 1; j < kb; j++)
-                    qk[r * kb + j] = -INFINITY;
-            }
+        /* 1.-3. scores, causal, scale and mask */
+        if (SUF(sdpa_scores)(p, ws, qk, qr, q_rs, q_cs, k, mask, m0, qb, n, kb) != 0)
+            return -1;
         for (int64_t r = 0; r < qb; r++) {
             T *s = qk + r * kb;
-            /* 3. s <- s * scale + mask, and the row's max */
-            if (p->mask_kind == SDPA_MASK_FLOAT) {
-                const T *mr = (const T *)mask + (m0 + r) * p->mask.rs + n * p->mask.cs;
-                for (int64_t j = 0; j < kb; j++)
-                    s[j] = s[j] * scale + mr[j * p->mask.cs];
-            } else if (p->mask_kind == SDPA_MASK_BOOL) {
-                const unsigned char *mr =
-                    (const unsigned char *)mask + (m0 + r) * p->mask.rs + n * p->mask.cs;
-                for (int64_t j = 0; j < kb; j++)
-                    s[j] = s[j] * scale + (mr[j * p->mask.cs] ? (T)0 : (T)-INFINITY);
-            } else {
-                for (int64_t j = 0; j < kb; j++)
-                    s[j] = s[j] * scale;
-            }
             T mx = SUF(sdpa_row_max)(s, kb);
             mx = row_max[r] > mx ? row_max[r] : mx;
             if (mx == -INFINITY) {
