@@ -99,12 +99,86 @@ static int broadcast_batch(npy_intp *dims, int nb, PyArrayObject *a, npy_intp he
     return 0;
 }
 
-PyObject *myatt_scaled_dot_product_attention(PyObject *module, PyObject *args, PyObject *kwds)
+/* The backward of a checked problem: grad_output converted and checked
+ * against the output's shape dims[0:nb+2], the forward run for out and lse,
+ * then the gradients.  A new (dq, dk, dv) tuple, or NULL. */
+static PyObject *sdpa_backward_call(PyObject *grad_obj, const sdpa_problem *p,
+                                    PyArrayObject *q, PyArrayObject *k, PyArrayObject *v,
+                                    const npy_intp *dims, int typenum, double dropout_p)
+{
+    const int nb = p->nbatch;
+    PyArrayObject *rg = NULL, *g = NULL;
+    PyObject *out = NULL, *lse = NULL, *dq = NULL, *dk = NULL, *dv = NULL, *result = NULL;
+    char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN];
+    PyArrayObject *const ops[3] = {q, k, v};
+    int broadcast = p->k_group != 1 || p->v_group != 1;
+    for (int i = 0; i < 3; i++) {
+        broadcast |= PyArray_NDIM(ops[i]) != nb + 2;
+        for (int d = 0; !broadcast && d < nb; d++)
+            broadcast |= PyArray_DIM(ops[i], d) != dims[d];
+    }
+    if (broadcast || dropout_p != 0.0) {
+        PyErr_SetString(PyExc_ValueError, "_sdpa_backward(): query, key and value must have "
+                        "the same batch shape (no broadcasting, no GQA) and dropout_p must be "
+                        "0, for now");
+        return NULL;
+    }
+    if ((rg = as_real_array(grad_obj, "_sdpa_backward(): grad_output")) == NULL)
+        return NULL;
+    if (PyArray_NDIM(rg) != nb + 2 || !PyArray_CompareLists(PyArray_DIMS(rg), dims, nb + 2)) {
+        PyErr_Format(PyExc_ValueError, "_sdpa_backward(): grad_output must have the output's "
+                     "shape %s, got %s", shape_str(s1, sizeof s1, nb + 2, dims),
+                     SHAPE_OF(s2, rg));
+        goto fail;
+    }
+    if ((g = cast_array(rg, typenum, 1)) == NULL)
+        goto fail;
+    if ((out = new_array(nb + 2, dims, typenum, "_sdpa_backward(): the output")) == NULL
+            || (lse = new_array(nb + 1, dims, typenum, "_sdpa_backward(): the lse")) == NULL
+            || (dq = new_array(nb + 2, PyArray_DIMS(q), typenum, "_sdpa_backward(): grad_query")) == NULL
+            || (dk = new_array(nb + 2, PyArray_DIMS(k), typenum, "_sdpa_backward(): grad_key")) == NULL
+            || (dv = new_array(nb + 2, PyArray_DIMS(v), typenum, "_sdpa_backward(): grad_value")) == NULL)
+        goto fail;
+    double work = 3.0 * (double)p->L * (double)p->S * (double)(p->E + p->Ev);
+    for (int d = 0; d < nb; d++)
+        work *= (double)dims[d];
+#define DATA(a) PyArray_DATA((PyArrayObject *)(a))
+    int rc;
+    MYATT_BEGIN_COMPUTE(work)
+    if (typenum == NPY_FLOAT)
+        rc = sdpa_forward_f32(DATA(out), DATA(lse), p) < 0
+             || sdpa_backward_f32(DATA(dq), DATA(dk), DATA(dv), DATA(g), DATA(out), DATA(lse), p) < 0;
+    else
+        rc = sdpa_forward_f64(DATA(out), DATA(lse), p) < 0
+             || sdpa_backward_f64(DATA(dq), DATA(dk), DATA(dv), DATA(g), DATA(out), DATA(lse), p) < 0;
+    MYATT_END_COMPUTE
+#undef DATA
+    if (rc) {
+        PyErr_SetString(PyExc_MemoryError, "_sdpa_backward(): could not allocate the kernel's "
+                        "workspace");
+        goto fail;
+    }
+    result = PyTuple_Pack(3, dq, dk, dv);
+fail:
+    Py_XDECREF(rg);
+    Py_XDECREF(g);
+    Py_XDECREF(out);
+    Py_XDECREF(lse);
+    Py_XDECREF(dq);
+    Py_XDECREF(dk);
+    Py_XDECREF(dv);
+    return result;
+}
+
+/* The forward (grad_obj NULL: returns the output) or, with grad_obj, the
+ * gradients (dq, dk, dv) of sum(output * grad_output): the forward is run for
+ * its out and lse, then the backward kernel. */
+static PyObject *sdpa_call(PyObject *module, PyObject *args, PyObject *kwds, PyObject *grad_obj)
 {
     static char *kwlist[] = {"query", "key", "value", "attn_mask", "dropout_p", "is_causal",
                              "scale", "enable_gqa", NULL};
     PyObject *q_obj, *k_obj, *v_obj, *mask_obj = Py_None, *scale_obj = Py_None;
-    PyObject *dropout_obj = NULL, *out = NULL;
+    PyObject *dropout_obj = NULL, *out = NULL, *result = NULL;
     int is_causal = 0, enable_gqa = 0;
     PyArrayObject *rq = NULL, *rk = NULL, *rv = NULL, *rm = NULL;
     PyArrayObject *q = NULL, *k = NULL, *v = NULL, *m = NULL;
@@ -319,6 +393,10 @@ PyObject *myatt_scaled_dot_product_attention(PyObject *module, PyObject *args, P
         p->dropout_seed = mt19937_random64(&st->rng);
     }
 
+    if (grad_obj != NULL) {
+        result = sdpa_backward_call(grad_obj, p, q, k, v, dims, typenum, dropout_p);
+        goto fail;
+    }
     if ((out = new_array(nb + 2, dims, typenum, WHAT "the result")) == NULL)
         goto fail;
     double work = (double)L * (double)S * (double)(E + Ev);
@@ -346,5 +424,32 @@ fail:
     Py_XDECREF(k);
     Py_XDECREF(v);
     Py_XDECREF(m);
-    return out;
+    return grad_obj != NULL ? result : out;
+}
+
+PyObject *myatt_scaled_dot_product_attention(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    return sdpa_call(module, args, kwds, NULL);
+}
+
+const char myatt_sdpa_backward_doc[] =
+"_sdpa_backward($module, grad_output, query, key, value, /, *args, **kwargs)\n--\n\n"
+"The gradients (grad_query, grad_key, grad_value) of\n"
+"sum(scaled_dot_product_attention(query, key, value, *args, **kwargs) * grad_output),\n"
+"FlashAttention-2 style (no [L, S] buffer).  Private: myatt.vjp will wrap it.  For\n"
+"now query, key and value must have the same batch shape (no broadcasting, no\n"
+"GQA repetition) and dropout_p must be 0.";
+
+PyObject *myatt_sdpa_backward(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    if (PyTuple_GET_SIZE(args) < 1) {
+        PyErr_SetString(PyExc_TypeError, "_sdpa_backward() missing its argument grad_output");
+        return NULL;
+    }
+    PyObject *rest = PyTuple_GetSlice(args, 1, PyTuple_GET_SIZE(args));
+    if (rest == NULL)
+        return NULL;
+    PyObject *r = sdpa_call(module, rest, kwds, PyTuple_GET_ITEM(args, 0));
+    Py_DECREF(rest);
+    return r;
 }

@@ -76,3 +76,17 @@ static sdpa_vexp_f64_fn sdpa_vexp_f64(void)
 
 int sdpa_forward_f32(float *out, float *lse, const sdpa_problem *p) { return sdpa_forward_impl_f32(out, lse, p); }
 int sdpa_forward_f64(double *out, double *lse, const sdpa_problem *p) { return sdpa_forward_impl_f64(out, lse, p); }
+
+int sdpa_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                      const float *lse, const sdpa_problem *p)
+{
+    const sdpa_grads_f32 g = {dq, dk, dv, dout, out, lse};
+    return sdpa_backward_impl_f32(&g, p);
+}
+
+int sdpa_backward_f64(double *dq, double *dk, double *dv, const double *dout, const double *out,
+                      const double *lse, const sdpa_problem *p)
+{
+    const sdpa_grads_f64 g = {dq, dk, dv, dout, out, lse};
+    return sdpa_backward_impl_f64(&g, p);
+}

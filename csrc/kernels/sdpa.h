@@ -98,4 +98,16 @@ static inline double sdpa_dropout_uniform(uint64_t seed, int64_t b, int64_t i, i
 int sdpa_forward_f32(float *out, float *lse, const sdpa_problem *p);
 int sdpa_forward_f64(double *out, double *lse, const sdpa_problem *p);
 
+/* The gradients of sum(out * dout), FlashAttention-2 style: the weights
+ * recomputed block by block from the forward's out and lse, never an [L, S]
+ * buffer.  dout, out [batch..., L, Ev] and lse [batch..., L] C-contiguous;
+ * dq [batch..., L, E], dk [batch..., S, E], dv [batch..., S, Ev] C-contiguous.
+ * For now q, k and v must not be broadcast (their batch strides all nonzero
+ * where the batch dimension exceeds 1, k_group == v_group == 1) and
+ * dropout_p == 0.  Returns 0, or -1 when a workspace could not be allocated. */
+int sdpa_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *out,
+                      const float *lse, const sdpa_problem *p);
+int sdpa_backward_f64(double *dq, double *dk, double *dv, const double *dout, const double *out,
+                      const double *lse, const sdpa_problem *p);
+
 #endif

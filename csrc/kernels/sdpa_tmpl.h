@@ -91,6 +91,7 @@ typedef struct {
     T *qk, *row_max, *row_sum, *acc;
     T *q_scaled, *k_scaled;   /* prescale only: [q block, E], [kv block, E] */
     SUF(sdpa_vexp_fn) vexp;
+    T *dp;                    /* backward only: [q block, kv block] */
 } SUF(sdpa_ws);
 
 /* dst[rows, E] (contiguous) = src[rows, E] (strided) * factor */
@@ -276,7 +277,7 @@ static void SUF(sdpa_task)(void *arg, int task)
     }
     T *scaled = buf + qs * ks + 2 * qs + qs * p->Ev;
     const SUF(sdpa_ws) ws = {buf, buf + qs * ks, buf + qs * ks + qs, buf + qs * ks + 2 * qs,
-                             scaled, scaled + qs * p->E, SUF(sdpa_vexp)()};
+                             scaled, scaled + qs * p->E, SUF(sdpa_vexp)(), NULL};
     for (;;) {
         const int64_t item = atomic_fetch_add(&j->next, 1);
         if (item >= j->items || atomic_load(&j->failed))
@@ -327,6 +328,230 @@ static int SUF(sdpa_forward_impl)(T *out, T *lse, const sdpa_problem *p)
     atomic_init(&j.failed, 0);
     mk_parallel_run(sdpa_threads(p, j.items), SUF(sdpa_task), &j);
     return atomic_load(&j.failed) ? -1 : 0;
+}
+
+/* ---- the backward (FlashAttention-2 style, from the forward's lse) ----------
+ *
+ * For one batch index, with P = exp(scores - lse) recomputed block by block:
+ *   D[i]  = dO[i] . O[i]
+ *   dV    = P^T @ dO,   dS = P * (dO @ V^T - D),   dK = scale * dS^T @ Q,
+ *   dQ    = scale * dS @ K
+ * Pass 1 takes (batch index, key block) items and sums dK, dV over the query
+ * blocks in order; pass 2 takes (batch index, query block) items and sums dQ
+ * over the key blocks in order (the scores computed twice: no item writes what
+ * another one writes, so the bits do not depend on the thread count). */
+
+/* a[j] <- exp(a[j] - shift) for j < n */
+static void SUF(sdpa_exp_shift)(T *a, int64_t n, T shift, SUF(sdpa_vexp_fn) vexp)
+{
+    for (int64_t j = 0; j < n; j++)
+        a[j] -= shift;
+    if (vexp != NULL) {
+        vexp(a, a, n);
+    }
+    else {
+        for (int64_t j = 0; j < n; j++)
+            a[j] = EXP(a[j]);
+    }
+}
+
+typedef struct {
+    T *dq, *dk, *dv;
+    const T *dout, *out, *lse;   /* [nb, L, Ev], [nb, L, Ev], [nb, L] */
+} SUF(sdpa_grads);
+
+/* P and dS of the block (rows m0.., keys n..) into ws->qk and ws->dp. */
+static int SUF(sdpa_block_ds)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, const T *qr,
+                              int64_t q_rs, int64_t q_cs, const T *k, const T *v,
+                              const void *mask, const T *dout, const T *lse, const T *dvec,
+                              int64_t m0, int64_t qb, int64_t n, int64_t kb)
+{
+    const int64_t Ev = p->Ev;
+    T *P = ws->qk, *dP = ws->dp;
+    if (SUF(sdpa_scores)(p, ws, P, qr, q_rs, q_cs, k, mask, m0, qb, n, kb) != 0)
+        return -1;
+    for (int64_t r = 0; r < qb; r++)
+        SUF(sdpa_exp_shift)(P + r * kb, kb, lse[m0 + r], ws->vexp);
+    /* dP[qb, kb] = dO[m0:m0+qb] @ v[n:n+kb]^T */
+    if (SUF(gemm)(dP, kb, 1, dout + m0 * Ev, Ev, 1, v + n * p->v.rs, p->v.cs, p->v.rs, NULL,
+                  qb, kb, Ev, 0) != 0)
+        return -1;
+    for (int64_t r = 0; r < qb; r++)
+        for (int64_t j = 0; j < kb; j++)
+            dP[r * kb + j] = P[r * kb + j] * (dP[r * kb + j] - dvec[r]);
+    return 0;
+}
+
+/* D[r] = dO[m0 + r] . O[m0 + r] */
+static void SUF(sdpa_dvec)(T *dvec, const T *dout, const T *out, int64_t m0, int64_t qb,
+                           int64_t Ev)
+{
+    for (int64_t r = 0; r < qb; r++) {
+        T d = 0;
+        for (int64_t c = 0; c < Ev; c++)
+            d += dout[(m0 + r) * Ev + c] * out[(m0 + r) * Ev + c];
+        dvec[r] = d;
+    }
+}
+
+/* Pass 1: dK, dV of keys [n, n + kb) of one batch index. */
+static int SUF(sdpa_backward_kv)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, int64_t qs,
+                                 const T *q, const T *k, const T *v, const void *mask,
+                                 const T *dout, const T *out, const T *lse, T *dk, T *dv,
+                                 int64_t n, int64_t kb)
+{
+    const int64_t L = p->L, E = p->E, Ev = p->Ev;
+    T *dk_acc = ws->acc, *dv_acc = ws->acc + kb * E;
+    int first = 1;
+    for (int64_t m0 = 0; m0 < L; m0 += qs) {
+        const int64_t qb = L - m0 < qs ? L - m0 : qs;
+        if (p->is_causal && m0 + qb - 1 < n)
+            continue;   /* no row of this block sees these keys */
+        int64_t q_rs, q_cs;
+        const T *qr = SUF(sdpa_query_rows)(p, ws, q, m0, qb, &q_rs, &q_cs);
+        SUF(sdpa_dvec)(ws->row_sum, dout, out, m0, qb, Ev);
+        if (SUF(sdpa_block_ds)(p, ws, qr, q_rs, q_cs, k, v, mask, dout, lse, ws->row_sum,
+                               m0, qb, n, kb) != 0)
+            return -1;
+        /* dv[kb, Ev] (+)= P^T @ dO;  dk[kb, E] (+)= dS^T @ q */
+        if (SUF(gemm)(dv_acc, Ev, 1, ws->qk, 1, kb, dout + m0 * Ev, Ev, 1, NULL,
+                      kb, Ev, qb, !first) != 0
+                || SUF(gemm)(dk_acc, E, 1, ws->dp, 1, kb, q + m0 * p->q.rs, p->q.rs, p->q.cs,
+                             NULL, kb, E, qb, !first) != 0)
+            return -1;
+        first = 0;
+    }
+    const T scale = (T)p->scale;
+    for (int64_t j = 0; j < kb; j++) {
+        for (int64_t c = 0; c < E; c++)
+            dk[(n + j) * E + c] = first ? (T)0 : dk_acc[j * E + c] * scale;
+        for (int64_t c = 0; c < Ev; c++)
+            dv[(n + j) * Ev + c] = first ? (T)0 : dv_acc[j * Ev + c];
+    }
+    return 0;
+}
+
+/* Pass 2: dQ of query rows [m0, m0 + qb) of one batch index. */
+static int SUF(sdpa_backward_q)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
+                                const T *q, const T *k, const T *v, const void *mask,
+                                const T *dout, const T *out, const T *lse, T *dq,
+                                int64_t m0, int64_t qb)
+{
+    const int64_t S = p->S, E = p->E, Ev = p->Ev, kv_split = SDPA_KV_SPLIT;
+    T *dq_acc = ws->acc;
+    int64_t q_rs, q_cs;
+    const T *qr = SUF(sdpa_query_rows)(p, ws, q, m0, qb, &q_rs, &q_cs);
+    SUF(sdpa_dvec)(ws->row_sum, dout, out, m0, qb, Ev);
+    const int64_t num_keys = p->is_causal ? (m0 + qb < S ? m0 + qb : S) : S;
+    for (int64_t n = 0; n < num_keys; n += kv_split) {
+        const int64_t kb = S - n < kv_split ? S - n : kv_split;
+        if (SUF(sdpa_block_ds)(p, ws, qr, q_rs, q_cs, k, v, mask, dout, lse, ws->row_sum,
+                               m0, qb, n, kb) != 0)
+            return -1;
+        /* dq[qb, E] (+)= dS @ k[n:n+kb] */
+        if (SUF(gemm)(dq_acc, E, 1, ws->dp, kb, 1, k + n * p->k.rs, p->k.rs, p->k.cs, NULL,
+                      qb, E, kb, n > 0) != 0)
+            return -1;
+    }
+    const T scale = (T)p->scale;
+    for (int64_t r = 0; r < qb; r++)
+        for (int64_t c = 0; c < E; c++)
+            dq[(m0 + r) * E + c] = num_keys == 0 ? (T)0 : dq_acc[r * E + c] * scale;
+    return 0;
+}
+
+typedef struct {
+    const sdpa_problem *p;
+    const SUF(sdpa_grads) *g;
+    int pass;                       /* 1: dK, dV by key blocks; 2: dQ by query blocks */
+    int64_t q_split, kv_split, blocks, items;
+    atomic_llong next;
+    atomic_int failed;
+} SUF(sdpa_bwd_job);
+
+static void SUF(sdpa_bwd_task)(void *arg, int task)
+{
+    SUF(sdpa_bwd_job) *j = arg;
+    const sdpa_problem *p = j->p;
+    const SUF(sdpa_grads) *g = j->g;
+    const int64_t qs = j->q_split, ks = j->kv_split, E = p->E, Ev = p->Ev;
+    const int64_t n_acc = ks * (E + Ev) > qs * E ? ks * (E + Ev) : qs * E;
+    const size_t n_ws = (size_t)(2 * qs * ks + qs + n_acc + (qs + ks) * E);
+    T *buf = mk_alloc(mk_bytes(n_ws > 0 ? n_ws : 1, sizeof(T)));
+    if (buf == NULL) {
+        atomic_store(&j->failed, 1);
+        return;
+    }
+    SUF(sdpa_ws) ws = {.qk = buf, .dp = buf + qs * ks, .row_sum = buf + 2 * qs * ks,
+                       .acc = buf + 2 * qs * ks + qs, .vexp = SUF(sdpa_vexp)()};
+    ws.q_scaled = ws.acc + n_acc;
+    ws.k_scaled = ws.q_scaled + qs * E;
+    for (;;) {
+        const int64_t item = atomic_fetch_add(&j->next, 1);
+        if (item >= j->items || atomic_load(&j->failed))
+            break;
+        const int64_t b = item / j->blocks, blk = item % j->blocks;
+        int64_t oq = 0, ok = 0, ov = 0, om = 0, rest = b;
+        for (int d = p->nbatch - 1; d >= 0; d--) {
+            const int64_t idx = rest % p->batch[d];
+            rest /= p->batch[d];
+            oq += idx * p->q.bs[d];
+            ok += idx * p->k.bs[d];
+            ov += idx * p->v.bs[d];
+            om += idx * p->mask.bs[d];
+        }
+        const void *mask = NULL;
+        if (p->mask_kind == SDPA_MASK_FLOAT)
+            mask = (const T *)p->mask.data + om;
+        else if (p->mask_kind == SDPA_MASK_BOOL)
+            mask = (const unsigned char *)p->mask.data + om;
+        const T *q = (const T *)p->q.data + oq, *k = (const T *)p->k.data + ok;
+        const T *v = (const T *)p->v.data + ov;
+        const T *dout = g->dout + b * p->L * Ev, *out = g->out + b * p->L * Ev;
+        const T *lse = g->lse + b * p->L;
+        int rc;
+        if (j->pass == 1) {
+            const int64_t n = blk * ks, kb = p->S - n < ks ? p->S - n : ks;
+            rc = SUF(sdpa_backward_kv)(p, &ws, qs, q, k, v, mask, dout, out, lse,
+                                       g->dk + b * p->S * E, g->dv + b * p->S * Ev, n, kb);
+        }
+        else {
+            const int64_t m0 = blk * qs, qb = p->L - m0 < qs ? p->L - m0 : qs;
+            rc = SUF(sdpa_backward_q)(p, &ws, q, k, v, mask, dout, out, lse,
+                                      g->dq + b * p->L * E, m0, qb);
+        }
+        if (rc != 0) {
+            atomic_store(&j->failed, 1);
+            break;
+        }
+    }
+    mk_free(buf);
+}
+
+static int SUF(sdpa_backward_impl)(const SUF(sdpa_grads) *g, const sdpa_problem *p)
+{
+    int64_t nb = 1;
+    for (int d = 0; d < p->nbatch; d++)
+        nb *= p->batch[d];
+    if (nb == 0)
+        return 0;
+    const int64_t qs = p->L < SDPA_Q_SPLIT(p->L) ? p->L : SDPA_Q_SPLIT(p->L);
+    const int64_t ks = p->S < SDPA_KV_SPLIT ? p->S : SDPA_KV_SPLIT;
+    for (int pass = 1; pass <= 2; pass++) {
+        const int64_t len = pass == 1 ? p->S : p->L, split = pass == 1 ? ks : qs;
+        if (len == 0)
+            continue;
+        SUF(sdpa_bwd_job) j = {.p = p, .g = g, .pass = pass, .q_split = qs < 1 ? 1 : qs,
+                               .kv_split = ks < 1 ? 1 : ks};
+        j.blocks = (len + split - 1) / split;
+        j.items = nb * j.blocks;
+        atomic_init(&j.next, 0);
+        atomic_init(&j.failed, 0);
+        mk_parallel_run(sdpa_threads(p, j.items), SUF(sdpa_bwd_task), &j);
+        if (atomic_load(&j.failed))
+            return -1;
+    }
+    return 0;
 }
 
 #undef SDPA_LANES
