@@ -354,6 +354,94 @@ def test_long_sequence_never_allocates_L_by_S():
     assert_matches(out, torch_sdpa(q, k, v, is_causal=True))
 
 
+# ---- backward -----------------------------------------------------------------------
+
+def check_backward(q, k, v, attn_mask=None, **kw):
+    """myatt's _sdpa_backward against torch.autograd.grad of torch's sdpa."""
+    rng = np.random.default_rng(q.size + k.size)
+    dt = result_dtype(q.dtype, k.dtype, v.dtype)
+    g = make(rng, q.shape[:-1] + v.shape[-1:], dt)
+    ours = myatt._myatt._sdpa_backward(g, q, k, v, attn_mask=attn_mask, **kw)
+    t = [to_torch(a, dt).requires_grad_() for a in (q, k, v)]
+    tm = None if attn_mask is None else torch.from_numpy(np.ascontiguousarray(attn_mask))
+    out = F.scaled_dot_product_attention(*t, attn_mask=tm, **kw)
+    theirs = torch.autograd.grad(out, t, torch.from_numpy(g))
+    for a, b in zip(ours, theirs):
+        assert_matches(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("L, S", [(1, 1), (5, 7), (33, 600), (300, 1100), (1100, 300),
+                                  (0, 5), (5, 0)])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_backward(L, S, is_causal, dtype):
+    rng = np.random.default_rng(L * 7 + S)
+    q, k, v = make(rng, (2, 2, L, 16), dtype), make(rng, (2, 2, S, 16), dtype), make(rng, (2, 2, S, 8), dtype)
+    check_backward(q, k, v, is_causal=is_causal)
+
+
+@pytest.mark.parametrize("ndim", [2, 3, 4])
+def test_backward_masks_and_scale(ndim):
+    rng = np.random.default_rng(20 + ndim)
+    batch = (2, 3)[:ndim - 2]
+    q, k, v = make(rng, batch + (70, 16)), make(rng, batch + (600, 16)), make(rng, batch + (600, 16))
+    keep = rng.random((70, 600)) < 0.6
+    keep[4] = False                                  # a fully masked row: zero gradients
+    check_backward(q, k, v, attn_mask=keep)
+    check_backward(q, k, v, attn_mask=make(rng, (70, 600)))
+    check_backward(q, k, v, scale=0.3)
+    check_backward(q, k, v, scale=-0.2)
+    check_backward(q, k, v, scale=0.7, is_causal=True)
+
+
+def test_backward_bits_independent_of_thread_count():
+    rng = np.random.default_rng(23)
+    q, k, v = make(rng, (2, 4, 300, 32)), make(rng, (2, 4, 1100, 32)), make(rng, (2, 4, 1100, 32))
+    g = make(rng, (2, 4, 300, 32))
+    saved = myatt.get_num_threads()
+    try:
+        myatt.set_num_threads(1)
+        one = myatt._myatt._sdpa_backward(g, q, k, v, is_causal=True)
+        myatt.set_num_threads(2)
+        two = myatt._myatt._sdpa_backward(g, q, k, v, is_causal=True)
+    finally:
+        myatt.set_num_threads(saved)
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_backward_long_sequence_memory():
+    rng = np.random.default_rng(24)
+    L = S = 4096
+    q, k, v = make(rng, (1, 1, L, 8)), make(rng, (1, 1, S, 8)), make(rng, (1, 1, S, 8))
+    g = make(rng, (1, 1, L, 8))
+    myatt.empty_cache()
+    tracemalloc.start()
+    try:
+        myatt._myatt._sdpa_backward(g, q, k, v, is_causal=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < L * S * 4 // 16, f"peak traced memory {peak} bytes"
+
+
+def test_backward_errors():
+    rng = np.random.default_rng(25)
+    q, k, v = make(rng, (2, 4, 5, 8)), make(rng, (2, 4, 6, 8)), make(rng, (2, 4, 6, 3))
+    g = make(rng, (2, 4, 5, 3))
+    bwd = myatt._myatt._sdpa_backward
+    with pytest.raises(ValueError, match="grad_output"):
+        bwd(g[..., :2], q, k, v)
+    with pytest.raises(ValueError, match="batch shape"):
+        bwd(g, q, k[:1], v)
+    with pytest.raises(ValueError, match="dropout_p"):
+        bwd(g, q, k, v, dropout_p=0.5)
+    with pytest.raises(TypeError, match="grad_output"):
+        bwd()
+    with pytest.raises(ValueError, match="key"):
+        bwd(g, q, k[..., :7], v)
+
+
 # ---- errors -------------------------------------------------------------------------
 
 def _errors():
