@@ -254,6 +254,32 @@ static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
     return 0;
 }
 
+/* q, k, v and the mask of batch index b (row 0, key 0): the index unravelled
+ * over the batch dimensions (the last first), key's and value's heads divided
+ * by their GQA groups. */
+static void SUF(sdpa_batch_operands)(const sdpa_problem *p, int64_t b, const T **q,
+                                     const T **k, const T **v, const void **mask)
+{
+    int64_t oq = 0, ok = 0, ov = 0, om = 0, rest = b;
+    for (int d = p->nbatch - 1; d >= 0; d--) {
+        const int64_t idx = rest % p->batch[d];
+        rest /= p->batch[d];
+        const int last = d == p->nbatch - 1;
+        oq += idx * p->q.bs[d];
+        ok += (last ? idx / p->k_group : idx) * p->k.bs[d];
+        ov += (last ? idx / p->v_group : idx) * p->v.bs[d];
+        om += idx * p->mask.bs[d];
+    }
+    *q = (const T *)p->q.data + oq;
+    *k = (const T *)p->k.data + ok;
+    *v = (const T *)p->v.data + ov;
+    *mask = NULL;
+    if (p->mask_kind == SDPA_MASK_FLOAT)
+        *mask = (const T *)p->mask.data + om;
+    else if (p->mask_kind == SDPA_MASK_BOOL)
+        *mask = (const unsigned char *)p->mask.data + om;
+}
+
 typedef struct {
     const sdpa_problem *p;
     T *out, *lse;
@@ -284,24 +310,10 @@ static void SUF(sdpa_task)(void *arg, int task)
             break;
         const int64_t b = item / j->q_blocks, m0 = (item % j->q_blocks) * qs;
         const int64_t qb = p->L - m0 < qs ? p->L - m0 : qs;
-        /* batch index b -> each operand's offset (the last dimension first) */
-        int64_t oq = 0, ok = 0, ov = 0, om = 0, rest = b;
-        for (int d = p->nbatch - 1; d >= 0; d--) {
-            const int64_t idx = rest % p->batch[d];
-            rest /= p->batch[d];
-            const int last = d == p->nbatch - 1;
-            oq += idx * p->q.bs[d];
-            ok += (last ? idx / p->k_group : idx) * p->k.bs[d];
-            ov += (last ? idx / p->v_group : idx) * p->v.bs[d];
-            om += idx * p->mask.bs[d];
-        }
-        const void *mask = NULL;
-        if (p->mask_kind == SDPA_MASK_FLOAT)
-            mask = (const T *)p->mask.data + om;
-        else if (p->mask_kind == SDPA_MASK_BOOL)
-            mask = (const unsigned char *)p->mask.data + om;
-        if (SUF(sdpa_block)(p, &ws, (const T *)p->q.data + oq, (const T *)p->k.data + ok,
-                            (const T *)p->v.data + ov, mask, j->out + b * p->L * p->Ev,
+        const T *q, *k, *v;
+        const void *mask;
+        SUF(sdpa_batch_operands)(p, b, &q, &k, &v, &mask);
+        if (SUF(sdpa_block)(p, &ws, q, k, v, mask, j->out + b * p->L * p->Ev,
                             j->lse != NULL ? j->lse + b * p->L : NULL, b, m0, qb) != 0) {
             atomic_store(&j->failed, 1);
             break;
@@ -491,22 +503,9 @@ static void SUF(sdpa_bwd_task)(void *arg, int task)
         if (item >= j->items || atomic_load(&j->failed))
             break;
         const int64_t b = item / j->blocks, blk = item % j->blocks;
-        int64_t oq = 0, ok = 0, ov = 0, om = 0, rest = b;
-        for (int d = p->nbatch - 1; d >= 0; d--) {
-            const int64_t idx = rest % p->batch[d];
-            rest /= p->batch[d];
-            oq += idx * p->q.bs[d];
-            ok += idx * p->k.bs[d];
-            ov += idx * p->v.bs[d];
-            om += idx * p->mask.bs[d];
-        }
-        const void *mask = NULL;
-        if (p->mask_kind == SDPA_MASK_FLOAT)
-            mask = (const T *)p->mask.data + om;
-        else if (p->mask_kind == SDPA_MASK_BOOL)
-            mask = (const unsigned char *)p->mask.data + om;
-        const T *q = (const T *)p->q.data + oq, *k = (const T *)p->k.data + ok;
-        const T *v = (const T *)p->v.data + ov;
+        const T *q, *k, *v;
+        const void *mask;
+        SUF(sdpa_batch_operands)(p, b, &q, &k, &v, &mask);
         const T *dout = g->dout + b * p->L * Ev, *out = g->out + b * p->L * Ev;
         const T *lse = g->lse + b * p->L;
         int rc;
