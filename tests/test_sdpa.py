@@ -442,6 +442,84 @@ def test_backward_errors():
         bwd(g, q, k[..., :7], v)
 
 
+# ---- leaks and concurrency ----------------------------------------------------------
+
+def test_no_leaks():
+    """Success and error paths, forward and backward, called many times: reference counts of
+    the inputs unchanged, no growth of the memory tracemalloc traces (kernel workspaces
+    included)."""
+    import gc
+    import sys
+    rng = np.random.default_rng(26)
+    q, k, v = make(rng, (2, 3, 40, 8)), make(rng, (2, 3, 600, 8)), make(rng, (2, 3, 600, 4))
+    m, mf, g = rng.random((40, 600)) < 0.5, make(rng, (3, 40, 600)), make(rng, (2, 3, 40, 4))
+    bad_m = np.ones((40, 7), bool)
+    calls = [
+        lambda: sdpa(q, k, v),
+        lambda: sdpa(q, k, v, attn_mask=m),
+        lambda: sdpa(q.astype(np.float64), k, v, attn_mask=mf, is_causal=False),
+        lambda: sdpa(q, k, v, is_causal=True, dropout_p=0.2),
+        lambda: sdpa(q, k[:, :1], v[:, :1], enable_gqa=True),
+        lambda: myatt._myatt._sdpa_backward(g, q, k, v, attn_mask=m),
+    ]
+    errors = [
+        lambda: sdpa(q, k, v, attn_mask=bad_m),
+        lambda: sdpa(q, k, v, attn_mask=m, is_causal=True),
+        lambda: sdpa(q, k[..., :3], v),
+        lambda: myatt._myatt._sdpa_backward(g[..., :2], q, k, v),
+    ]
+
+    def run(n):
+        for _ in range(n):
+            for c in calls:
+                c()
+            for c in errors:
+                try:
+                    c()
+                except (ValueError, TypeError):
+                    pass
+
+    objs = [q, k, v, m, mf, g, bad_m]
+    run(5)
+    gc.collect()
+    before = [sys.getrefcount(o) for o in objs]
+    tracemalloc.start()
+    try:
+        run(20)
+        gc.collect()
+        first, _ = tracemalloc.get_traced_memory()
+        run(100)
+        gc.collect()
+        second, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [sys.getrefcount(o) for o in objs] == before
+    assert second - first < 64 * 1024, (first, second)
+
+
+def test_concurrent_python_threads():
+    """Several Python threads at once (the GIL released during the kernel): each result
+    equals the one computed alone."""
+    import threading
+    rng = np.random.default_rng(27)
+    cases = [(make(rng, (2, 4, 200, 32)), make(rng, (2, 4, 700, 32)), make(rng, (2, 4, 700, 32)))
+             for _ in range(4)]
+    want = [sdpa(*c, is_causal=True) for c in cases]
+    got = [None] * len(cases)
+
+    def work(i):
+        for _ in range(3):
+            got[i] = sdpa(*cases[i], is_causal=True)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+
+
 # ---- errors -------------------------------------------------------------------------
 
 def _errors():
