@@ -72,6 +72,7 @@ static void operand_strides(sdpa_operand *op, PyArrayObject *a, int nb)
     for (int d = 0; d < nb; d++) {
         const int ad = d - (nb - ab);
         op->bs[d] = ad >= 0 && PyArray_DIM(a, ad) != 1 ? ESTRIDE(a, ad) : 0;
+        op->bd[d] = ad >= 0 ? PyArray_DIM(a, ad) : 1;
     }
     op->data = PyArray_DATA(a);
     op->rs = PyArray_DIM(a, nd - 2) == 1 ? 0 : ESTRIDE(a, nd - 2);
@@ -110,17 +111,12 @@ static PyObject *sdpa_backward_call(PyObject *grad_obj, const sdpa_problem *p,
     PyArrayObject *rg = NULL, *g = NULL;
     PyObject *out = NULL, *lse = NULL, *dq = NULL, *dk = NULL, *dv = NULL, *result = NULL;
     char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN];
-    PyArrayObject *const ops[3] = {q, k, v};
-    int broadcast = p->k_group != 1 || p->v_group != 1;
-    for (int i = 0; i < 3; i++) {
-        broadcast |= PyArray_NDIM(ops[i]) != nb + 2;
-        for (int d = 0; !broadcast && d < nb; d++)
-            broadcast |= PyArray_DIM(ops[i], d) != dims[d];
-    }
-    if (broadcast || dropout_p != 0.0) {
-        PyErr_SetString(PyExc_ValueError, "_sdpa_backward(): query, key and value must have "
-                        "the same batch shape (no broadcasting, no GQA) and dropout_p must be "
-                        "0, for now");
+    int kv_differ = p->k_group != p->v_group;
+    for (int d = 0; d < nb; d++)
+        kv_differ |= p->k.bd[d] != p->v.bd[d];
+    if (kv_differ || dropout_p != 0.0) {
+        PyErr_SetString(PyExc_ValueError, "_sdpa_backward(): key and value must have the "
+                        "same batch shape and dropout_p must be 0, for now");
         return NULL;
     }
     if ((rg = as_real_array(grad_obj, "_sdpa_backward(): grad_output")) == NULL)
@@ -135,9 +131,12 @@ static PyObject *sdpa_backward_call(PyObject *grad_obj, const sdpa_problem *p,
         goto fail;
     if ((out = new_array(nb + 2, dims, typenum, "_sdpa_backward(): the output")) == NULL
             || (lse = new_array(nb + 1, dims, typenum, "_sdpa_backward(): the lse")) == NULL
-            || (dq = new_array(nb + 2, PyArray_DIMS(q), typenum, "_sdpa_backward(): grad_query")) == NULL
-            || (dk = new_array(nb + 2, PyArray_DIMS(k), typenum, "_sdpa_backward(): grad_key")) == NULL
-            || (dv = new_array(nb + 2, PyArray_DIMS(v), typenum, "_sdpa_backward(): grad_value")) == NULL)
+            || (dq = new_array(PyArray_NDIM(q), PyArray_DIMS(q), typenum,
+                               "_sdpa_backward(): grad_query")) == NULL
+            || (dk = new_array(PyArray_NDIM(k), PyArray_DIMS(k), typenum,
+                               "_sdpa_backward(): grad_key")) == NULL
+            || (dv = new_array(PyArray_NDIM(v), PyArray_DIMS(v), typenum,
+                               "_sdpa_backward(): grad_value")) == NULL)
         goto fail;
     double work = 3.0 * (double)p->L * (double)p->S * (double)(p->E + p->Ev);
     for (int d = 0; d < nb; d++)
@@ -436,9 +435,10 @@ const char myatt_sdpa_backward_doc[] =
 "_sdpa_backward($module, grad_output, query, key, value, /, *args, **kwargs)\n--\n\n"
 "The gradients (grad_query, grad_key, grad_value) of\n"
 "sum(scaled_dot_product_attention(query, key, value, *args, **kwargs) * grad_output),\n"
-"FlashAttention-2 style (no [L, S] buffer).  Private: myatt.vjp will wrap it.  For\n"
-"now query, key and value must have the same batch shape (no broadcasting, no\n"
-"GQA repetition) and dropout_p must be 0.";
+"FlashAttention-2 style (no [L, S] buffer); each gradient shaped like its input\n"
+"(summed where the input was broadcast or repeated by GQA).  Private: myatt.vjp\n"
+"will wrap it.  For now key and value must have the same batch shape and\n"
+"dropout_p must be 0.";
 
 PyObject *myatt_sdpa_backward(PyObject *module, PyObject *args, PyObject *kwds)
 {

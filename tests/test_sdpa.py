@@ -360,11 +360,11 @@ def check_backward(q, k, v, attn_mask=None, **kw):
     """myatt's _sdpa_backward against torch.autograd.grad of torch's sdpa."""
     rng = np.random.default_rng(q.size + k.size)
     dt = result_dtype(q.dtype, k.dtype, v.dtype)
-    g = make(rng, q.shape[:-1] + v.shape[-1:], dt)
-    ours = myatt._myatt._sdpa_backward(g, q, k, v, attn_mask=attn_mask, **kw)
     t = [to_torch(a, dt).requires_grad_() for a in (q, k, v)]
     tm = None if attn_mask is None else torch.from_numpy(np.ascontiguousarray(attn_mask))
     out = F.scaled_dot_product_attention(*t, attn_mask=tm, **kw)
+    g = make(rng, tuple(out.shape), dt)
+    ours = myatt._myatt._sdpa_backward(g, q, k, v, attn_mask=attn_mask, **kw)
     theirs = torch.autograd.grad(out, t, torch.from_numpy(g))
     for a, b in zip(ours, theirs):
         assert_matches(a, b)
@@ -392,6 +392,21 @@ def test_backward_masks_and_scale(ndim):
     check_backward(q, k, v, scale=0.3)
     check_backward(q, k, v, scale=-0.2)
     check_backward(q, k, v, scale=0.7, is_causal=True)
+
+
+@pytest.mark.parametrize("qb, kb", [((2, 3), (1, 3)), ((1, 3), (2, 3)), ((3,), (2, 1)), ((), (2, 3)),
+                                    ((2, 3), ()), ((2, 1, 3), (4, 1))])
+def test_backward_broadcast_batches(qb, kb):
+    rng = np.random.default_rng(len(qb) * 10 + len(kb))
+    check_backward(make(rng, qb + (40, 8)), make(rng, kb + (600, 8)), make(rng, kb + (600, 4)))
+
+
+@pytest.mark.parametrize("hq, hkv", [(8, 2), (6, 3), (4, 1)])
+def test_backward_gqa(hq, hkv):
+    rng = np.random.default_rng(hq + hkv)
+    q, k, v = make(rng, (2, hq, 33, 16)), make(rng, (2, hkv, 70, 16)), make(rng, (2, hkv, 70, 16))
+    check_backward(q, k, v, enable_gqa=True)
+    check_backward(q, k, v, enable_gqa=True, is_causal=True)
 
 
 def test_backward_bits_independent_of_thread_count():
@@ -433,7 +448,7 @@ def test_backward_errors():
     with pytest.raises(ValueError, match="grad_output"):
         bwd(g[..., :2], q, k, v)
     with pytest.raises(ValueError, match="batch shape"):
-        bwd(g, q, k[:1], v)
+        bwd(g, q, k[:1], v)                      # key broadcast, value not
     with pytest.raises(ValueError, match="dropout_p"):
         bwd(g, q, k, v, dropout_p=0.5)
     with pytest.raises(TypeError, match="grad_output"):

@@ -64,6 +64,25 @@ static sdpa_vexp_f64_fn sdpa_vexp_f64(void)
     return NULL;
 }
 
+/* The index of output batch index b into the operand's own batch (op->bd),
+ * its heads (the last batch dimension) divided by `group` (GQA). */
+static int64_t sdpa_operand_index(const sdpa_problem *p, const sdpa_operand *op,
+                                  int64_t group, int64_t b)
+{
+    int64_t index = 0, mult = 1, rest = b;
+    for (int d = p->nbatch - 1; d >= 0; d--) {
+        int64_t idx = rest % p->batch[d];
+        rest /= p->batch[d];
+        if (d == p->nbatch - 1)
+            idx /= group;
+        if (op->bd[d] == 1)
+            idx = 0;
+        index += idx * mult;
+        mult *= op->bd[d];
+    }
+    return index;
+}
+
 #define T float
 #define SUF(name) name##_f32
 #define EXP expf

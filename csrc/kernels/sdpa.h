@@ -45,6 +45,8 @@ typedef struct {
     const void *data;
     int64_t bs[SDPA_MAX_BATCH_DIMS];
     int64_t rs, cs;
+    int64_t bd[SDPA_MAX_BATCH_DIMS];   /* its own batch sizes along out's (1 where absent);
+                                          the backward's gradients are shaped by them */
 } sdpa_operand;
 
 typedef struct {
@@ -102,9 +104,11 @@ int sdpa_forward_f64(double *out, double *lse, const sdpa_problem *p);
  * recomputed block by block from the forward's out and lse, never an [L, S]
  * buffer.  dout, out [batch..., L, Ev] and lse [batch..., L] C-contiguous;
  * dq [batch..., L, E], dk [batch..., S, E], dv [batch..., S, Ev] C-contiguous.
- * For now q, k and v must not be broadcast (their batch strides all nonzero
- * where the batch dimension exceeds 1, k_group == v_group == 1) and
- * dropout_p == 0.  Returns 0, or -1 when a workspace could not be allocated. */
+ * dq, dk, dv have q's, k's and v's own batch sizes (op.bd): where an operand
+ * is broadcast (or repeated by GQA) its gradient sums over the batch indices
+ * that share it, in increasing order.  For now k and v must have the same
+ * batch sizes and groups, and dropout_p == 0.
+ * Returns 0, or -1 when a workspace could not be allocated. */
 int sdpa_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *out,
                       const float *lse, const sdpa_problem *p);
 int sdpa_backward_f64(double *dq, double *dk, double *dv, const double *dout, const double *out,

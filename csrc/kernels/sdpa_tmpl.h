@@ -406,15 +406,15 @@ static void SUF(sdpa_dvec)(T *dvec, const T *dout, const T *out, int64_t m0, int
     }
 }
 
-/* Pass 1: dK, dV of keys [n, n + kb) of one batch index. */
+/* Pass 1: adds batch index b's share of dK, dV of keys [n, n + kb) into
+ * ws->acc ([kb, E] then [kb, Ev]); *first: nothing added yet (then set to 0). */
 static int SUF(sdpa_backward_kv)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, int64_t qs,
                                  const T *q, const T *k, const T *v, const void *mask,
-                                 const T *dout, const T *out, const T *lse, T *dk, T *dv,
+                                 const T *dout, const T *out, const T *lse, int *first,
                                  int64_t n, int64_t kb)
 {
     const int64_t L = p->L, E = p->E, Ev = p->Ev;
     T *dk_acc = ws->acc, *dv_acc = ws->acc + kb * E;
-    int first = 1;
     for (int64_t m0 = 0; m0 < L; m0 += qs) {
         const int64_t qb = L - m0 < qs ? L - m0 : qs;
         if (p->is_causal && m0 + qb - 1 < n)
@@ -427,26 +427,20 @@ static int SUF(sdpa_backward_kv)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, 
             return -1;
         /* dv[kb, Ev] (+)= P^T @ dO;  dk[kb, E] (+)= dS^T @ q */
         if (SUF(gemm)(dv_acc, Ev, 1, ws->qk, 1, kb, dout + m0 * Ev, Ev, 1, NULL,
-                      kb, Ev, qb, !first) != 0
+                      kb, Ev, qb, !*first) != 0
                 || SUF(gemm)(dk_acc, E, 1, ws->dp, 1, kb, q + m0 * p->q.rs, p->q.rs, p->q.cs,
-                             NULL, kb, E, qb, !first) != 0)
+                             NULL, kb, E, qb, !*first) != 0)
             return -1;
-        first = 0;
-    }
-    const T scale = (T)p->scale;
-    for (int64_t j = 0; j < kb; j++) {
-        for (int64_t c = 0; c < E; c++)
-            dk[(n + j) * E + c] = first ? (T)0 : dk_acc[j * E + c] * scale;
-        for (int64_t c = 0; c < Ev; c++)
-            dv[(n + j) * Ev + c] = first ? (T)0 : dv_acc[j * Ev + c];
+        *first = 0;
     }
     return 0;
 }
 
-/* Pass 2: dQ of query rows [m0, m0 + qb) of one batch index. */
+/* Pass 2: adds batch index b's share of dQ of query rows [m0, m0 + qb) into
+ * ws->acc [qb, E]; *first as in pass 1. */
 static int SUF(sdpa_backward_q)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
                                 const T *q, const T *k, const T *v, const void *mask,
-                                const T *dout, const T *out, const T *lse, T *dq,
+                                const T *dout, const T *out, const T *lse, int *first,
                                 int64_t m0, int64_t qb)
 {
     const int64_t S = p->S, E = p->E, Ev = p->Ev, kv_split = SDPA_KV_SPLIT;
@@ -462,13 +456,10 @@ static int SUF(sdpa_backward_q)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
             return -1;
         /* dq[qb, E] (+)= dS @ k[n:n+kb] */
         if (SUF(gemm)(dq_acc, E, 1, ws->dp, kb, 1, k + n * p->k.rs, p->k.rs, p->k.cs, NULL,
-                      qb, E, kb, n > 0) != 0)
+                      qb, E, kb, !*first) != 0)
             return -1;
+        *first = 0;
     }
-    const T scale = (T)p->scale;
-    for (int64_t r = 0; r < qb; r++)
-        for (int64_t c = 0; c < E; c++)
-            dq[(m0 + r) * E + c] = num_keys == 0 ? (T)0 : dq_acc[r * E + c] * scale;
     return 0;
 }
 
@@ -476,6 +467,7 @@ typedef struct {
     const sdpa_problem *p;
     const SUF(sdpa_grads) *g;
     int pass;                       /* 1: dK, dV by key blocks; 2: dQ by query blocks */
+    int64_t nb;                     /* the output's batch indices */
     int64_t q_split, kv_split, blocks, items;
     atomic_llong next;
     atomic_int failed;
@@ -502,22 +494,45 @@ static void SUF(sdpa_bwd_task)(void *arg, int task)
         const int64_t item = atomic_fetch_add(&j->next, 1);
         if (item >= j->items || atomic_load(&j->failed))
             break;
-        const int64_t b = item / j->blocks, blk = item % j->blocks;
-        const T *q, *k, *v;
-        const void *mask;
-        SUF(sdpa_batch_operands)(p, b, &q, &k, &v, &mask);
-        const T *dout = g->dout + b * p->L * Ev, *out = g->out + b * p->L * Ev;
-        const T *lse = g->lse + b * p->L;
-        int rc;
-        if (j->pass == 1) {
-            const int64_t n = blk * ks, kb = p->S - n < ks ? p->S - n : ks;
-            rc = SUF(sdpa_backward_kv)(p, &ws, qs, q, k, v, mask, dout, out, lse,
-                                       g->dk + b * p->S * E, g->dv + b * p->S * Ev, n, kb);
+        /* the item's gradient block: index `own` of k's (pass 1) or q's (pass 2)
+         * batch, summed over the output's batch indices b that read it */
+        const int64_t own = item / j->blocks, blk = item % j->blocks;
+        const sdpa_operand *op = j->pass == 1 ? &p->k : &p->q;
+        const int64_t group = j->pass == 1 ? p->k_group : 1;
+        const int64_t n = blk * ks, kb = p->S - n < ks ? p->S - n : ks;
+        const int64_t m0 = blk * qs, qb = p->L - m0 < qs ? p->L - m0 : qs;
+        int first = 1, rc = 0;
+        for (int64_t b = 0; rc == 0 && b < j->nb; b++) {
+            if (sdpa_operand_index(p, op, group, b) != own)
+                continue;
+            const T *q, *k, *v;
+            const void *mask;
+            SUF(sdpa_batch_operands)(p, b, &q, &k, &v, &mask);
+            const T *dout = g->dout + b * p->L * Ev, *out = g->out + b * p->L * Ev;
+            const T *lse = g->lse + b * p->L;
+            if (j->pass == 1)
+                rc = SUF(sdpa_backward_kv)(p, &ws, qs, q, k, v, mask, dout, out, lse, &first,
+                                           n, kb);
+            else
+                rc = SUF(sdpa_backward_q)(p, &ws, q, k, v, mask, dout, out, lse, &first,
+                                          m0, qb);
         }
-        else {
-            const int64_t m0 = blk * qs, qb = p->L - m0 < qs ? p->L - m0 : qs;
-            rc = SUF(sdpa_backward_q)(p, &ws, q, k, v, mask, dout, out, lse,
-                                      g->dq + b * p->L * E, m0, qb);
+        const T scale = (T)p->scale;
+        if (rc == 0 && j->pass == 1) {
+            T *dk = g->dk + own * p->S * E, *dv = g->dv + own * p->S * Ev;
+            const T *dk_acc = ws.acc, *dv_acc = ws.acc + kb * E;
+            for (int64_t r = 0; r < kb; r++) {
+                for (int64_t c = 0; c < E; c++)
+                    dk[(n + r) * E + c] = first ? (T)0 : dk_acc[r * E + c] * scale;
+                for (int64_t c = 0; c < Ev; c++)
+                    dv[(n + r) * Ev + c] = first ? (T)0 : dv_acc[r * Ev + c];
+            }
+        }
+        else if (rc == 0) {
+            T *dq = g->dq + own * p->L * E;
+            for (int64_t r = 0; r < qb; r++)
+                for (int64_t c = 0; c < E; c++)
+                    dq[(m0 + r) * E + c] = first ? (T)0 : ws.acc[r * E + c] * scale;
         }
         if (rc != 0) {
             atomic_store(&j->failed, 1);
@@ -540,10 +555,14 @@ static int SUF(sdpa_backward_impl)(const SUF(sdpa_grads) *g, const sdpa_problem 
         const int64_t len = pass == 1 ? p->S : p->L, split = pass == 1 ? ks : qs;
         if (len == 0)
             continue;
-        SUF(sdpa_bwd_job) j = {.p = p, .g = g, .pass = pass, .q_split = qs < 1 ? 1 : qs,
-                               .kv_split = ks < 1 ? 1 : ks};
+        const sdpa_operand *op = pass == 1 ? &p->k : &p->q;
+        int64_t n_own = 1;
+        for (int d = 0; d < p->nbatch; d++)
+            n_own *= op->bd[d];
+        SUF(sdpa_bwd_job) j = {.p = p, .g = g, .pass = pass, .nb = nb,
+                               .q_split = qs < 1 ? 1 : qs, .kv_split = ks < 1 ? 1 : ks};
         j.blocks = (len + split - 1) / split;
-        j.items = nb * j.blocks;
+        j.items = n_own * j.blocks;
         atomic_init(&j.next, 0);
         atomic_init(&j.failed, 0);
         mk_parallel_run(sdpa_threads(p, j.items), SUF(sdpa_bwd_task), &j);
