@@ -335,6 +335,34 @@ def test_dropout_reproducible_and_thread_independent():
     assert not np.array_equal(one, again)        # the next call draws a new mask
 
 
+@pytest.mark.parametrize("kw", [{}, {"mask": True}, {"dropout_p": 0.3}])
+def test_decode_split_keys(kw):
+    """L = 1 against a long S: the keys are split into chunks merged afterwards (so that
+    decode runs on several threads); still torch's result, and bits equal for 1 and 2
+    threads."""
+    rng = np.random.default_rng(28)
+    q, k, v = make(rng, (2, 1, 64)), make(rng, (2, 5000, 64)), make(rng, (2, 5000, 48))
+    kw = dict(kw)
+    if kw.pop("mask", False):
+        keep = rng.random((1, 5000)) < 0.5
+        keep[0, :1024] = False                   # whole chunks with every key masked
+        kw["attn_mask"] = keep
+    saved = myatt.get_num_threads()
+    try:
+        myatt.set_num_threads(1)
+        myatt.manual_seed(5)
+        one = sdpa(q, k, v, **kw)
+        myatt.set_num_threads(2)
+        myatt.manual_seed(5)
+        two = sdpa(q, k, v, **kw)
+    finally:
+        myatt.set_num_threads(saved)
+    np.testing.assert_array_equal(one, two)
+    if "dropout_p" not in kw:
+        check(q, k, v, **kw)
+        check_backward(q, k, v, **kw)
+
+
 # ---- memory -------------------------------------------------------------------------
 
 def test_long_sequence_never_allocates_L_by_S():

@@ -33,6 +33,12 @@
 #define SDPA_Q_SPLIT(L) ((L) >= 768 ? 256 : (L) >= 192 ? 64 : 32)
 #define SDPA_KV_SPLIT 512
 
+/* Decode-like shapes (fewer than SDPA_KEY_CHUNKS (batch index, query block)
+ * items, not causal, S over one key block) split the keys into up to
+ * SDPA_KEY_CHUNKS runs of whole key blocks, computed apart (on several
+ * threads) and merged in order: the split depends on the shape only. */
+#define SDPA_KEY_CHUNKS 8
+
 typedef enum {
     SDPA_MASK_NONE = 0,
     SDPA_MASK_BOOL = 1,    /* one byte per entry, nonzero = the key takes part */

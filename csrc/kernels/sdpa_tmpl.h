@@ -178,7 +178,8 @@ static const T *SUF(sdpa_query_rows)(const sdpa_problem *p, const SUF(sdpa_ws) *
  * out and lse already offset to that batch index (k and v at key 0). */
 static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
                            const T *q, const T *k, const T *v, const void *mask,
-                           T *out, T *lse, int64_t b, int64_t m0, int64_t qb)
+                           T *out, T *lse, int64_t b, int64_t m0, int64_t qb,
+                           int64_t k0, int64_t k1, T *partial)
 {
     const int64_t S = p->S, Ev = p->Ev, kv_split = SDPA_KV_SPLIT;
     T *qk = ws->qk, *row_max = ws->row_max, *row_sum = ws->row_sum, *acc = ws->acc;
@@ -191,12 +192,14 @@ static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
     }
     /* Causal: keys past the block's last row never take part; whole key
      * blocks beyond it are not computed at all. */
-    const int64_t num_keys = p->is_causal ? (m0 + qb < S ? m0 + qb : S) : S;
-    if (num_keys == 0)
+    int64_t num_keys = p->is_causal ? (m0 + qb < S ? m0 + qb : S) : S;
+    if (num_keys > k1)
+        num_keys = k1;
+    if (num_keys <= k0)
         for (int64_t i = 0; i < qb * Ev; i++)
             acc[i] = 0;
 
-    for (int64_t n = 0; n < num_keys; n += kv_split) {
+    for (int64_t n = k0; n < num_keys; n += kv_split) {
         const int64_t kb = S - n < kv_split ? S - n : kv_split;
         /* 1.-3. scores, causal, scale and mask */
         if (SUF(sdpa_scores)(p, ws, qk, qr, q_rs, q_cs, k, mask, m0, qb, n, kb) != 0)
@@ -216,7 +219,7 @@ static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
             const T rescale = EXP(row_max[r] - mx);
             row_sum[r] = sum + rescale * row_sum[r];
             row_max[r] = mx;
-            if (n > 0)
+            if (n > k0)
                 for (int64_t c = 0; c < Ev; c++)
                     acc[r * Ev + c] *= rescale;
         }
@@ -228,8 +231,18 @@ static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
                         qk[r * kb + j] = 0;
         /* 6. acc[qb, Ev] (+)= exp(s)[qb, kb] @ v[n:n+kb, :] */
         if (SUF(gemm)(acc, Ev, 1, qk, kb, 1, v + n * p->v.rs, p->v.rs, p->v.cs, NULL,
-                      qb, Ev, kb, n > 0) != 0)
+                      qb, Ev, kb, n > k0) != 0)
             return -1;
+    }
+    if (partial != NULL) {
+        /* one chunk of keys: its running max, sum and accumulator, merged later */
+        for (int64_t r = 0; r < qb; r++) {
+            partial[r * (Ev + 2)] = row_max[r];
+            partial[r * (Ev + 2) + 1] = row_sum[r];
+            for (int64_t c = 0; c < Ev; c++)
+                partial[r * (Ev + 2) + 2 + c] = acc[r * Ev + c];
+        }
+        return 0;
     }
 
     /* 7. out = acc / sum (/ (1 - dropout_p)); a row with every key masked has
@@ -286,6 +299,13 @@ typedef struct {
     int64_t q_split, q_blocks, items;
     atomic_llong next;        /* the next item to take */
     atomic_int failed;
+    /* Decode-like problems (few query blocks, long S) split the keys into
+     * `chunks` runs of `chunk` keys (whole key blocks), one item each, whose
+     * partial softmaxes `partial` [items, q_split, Ev + 2] are merged in chunk
+     * order afterwards; chunks == 1 otherwise.  The split depends on the
+     * shape only. */
+    int64_t chunks, chunk;
+    T *partial;
 } SUF(sdpa_job);
 
 /* One thread: its own workspace, then items taken one at a time. */
@@ -308,18 +328,68 @@ static void SUF(sdpa_task)(void *arg, int task)
         const int64_t item = atomic_fetch_add(&j->next, 1);
         if (item >= j->items || atomic_load(&j->failed))
             break;
-        const int64_t b = item / j->q_blocks, m0 = (item % j->q_blocks) * qs;
+        const int64_t c = item % j->chunks, qi = item / j->chunks;
+        const int64_t b = qi / j->q_blocks, m0 = (qi % j->q_blocks) * qs;
         const int64_t qb = p->L - m0 < qs ? p->L - m0 : qs;
+        const int64_t k0 = c * j->chunk, k1 = k0 + j->chunk < p->S ? k0 + j->chunk : p->S;
         const T *q, *k, *v;
         const void *mask;
         SUF(sdpa_batch_operands)(p, b, &q, &k, &v, &mask);
+        T *partial = j->chunks > 1 ? j->partial + item * qs * (p->Ev + 2) : NULL;
         if (SUF(sdpa_block)(p, &ws, q, k, v, mask, j->out + b * p->L * p->Ev,
-                            j->lse != NULL ? j->lse + b * p->L : NULL, b, m0, qb) != 0) {
+                            j->lse != NULL ? j->lse + b * p->L : NULL, b, m0, qb,
+                            k0, k1, partial) != 0) {
             atomic_store(&j->failed, 1);
             break;
         }
     }
     mk_free(buf);
+}
+
+/* out (and lse) from the chunks' partial softmaxes, for each row in chunk order:
+ *   M = max_c m_c,  w_c = exp(m_c - M),  out = (sum_c w_c acc_c) / (sum_c w_c s_c) */
+static void SUF(sdpa_merge_chunks)(const SUF(sdpa_job) *j, int64_t nb)
+{
+    const sdpa_problem *p = j->p;
+    const int64_t Ev = p->Ev, qs = j->q_split, C = j->chunks;
+    const T keep_scale = p->dropout_p >= 1 ? (T)0 : (T)(1.0 / (1.0 - p->dropout_p));
+    for (int64_t qi = 0; qi < nb * j->q_blocks; qi++) {
+        const int64_t b = qi / j->q_blocks, m0 = (qi % j->q_blocks) * qs;
+        const int64_t qb = p->L - m0 < qs ? p->L - m0 : qs;
+        for (int64_t r = 0; r < qb; r++) {
+            const T *part0 = j->partial + (qi * C) * qs * (Ev + 2) + r * (Ev + 2);
+            const int64_t step = qs * (Ev + 2);   /* from one chunk to the next */
+            T mx = -INFINITY;
+            for (int64_t c = 0; c < C; c++) {
+                const T m = part0[c * step];
+                mx = m > mx || m != m ? m : mx;
+            }
+            T *o = j->out + b * p->L * Ev + (m0 + r) * Ev;
+            for (int64_t e = 0; e < Ev; e++)
+                o[e] = 0;
+            T sum = 0;
+            if (mx != -INFINITY) {
+                for (int64_t c = 0; c < C; c++) {
+                    const T *part = part0 + c * step;
+                    if (part[0] == -INFINITY)
+                        continue;   /* a chunk with every key masked adds nothing */
+                    const T w = EXP(part[0] - mx);
+                    sum += w * part[1];
+                    for (int64_t e = 0; e < Ev; e++)
+                        o[e] += w * part[2 + e];
+                }
+            }
+            if (mx == -INFINITY)
+                mx = 0;
+            if (sum == 0)
+                sum = 1;
+            const T inv = (T)1 / sum;
+            for (int64_t e = 0; e < Ev; e++)
+                o[e] = p->dropout_p > 0 ? o[e] * inv * keep_scale : o[e] * inv;
+            if (j->lse != NULL)
+                j->lse[b * p->L + m0 + r] = mx + (T)log((double)sum);
+        }
+    }
 }
 
 static int SUF(sdpa_forward_impl)(T *out, T *lse, const sdpa_problem *p)
@@ -335,10 +405,26 @@ static int SUF(sdpa_forward_impl)(T *out, T *lse, const sdpa_problem *p)
     if (j.q_split > p->L)
         j.q_split = p->L;
     j.q_blocks = (p->L + j.q_split - 1) / j.q_split;
-    j.items = nb * j.q_blocks;
+    const int64_t key_blocks = (p->S + SDPA_KV_SPLIT - 1) / SDPA_KV_SPLIT;
+    j.chunks = 1;
+    j.chunk = p->S;
+    if (!p->is_causal && nb * j.q_blocks < SDPA_KEY_CHUNKS && key_blocks >= 2) {
+        j.chunks = key_blocks < SDPA_KEY_CHUNKS ? key_blocks : SDPA_KEY_CHUNKS;
+        j.chunk = (key_blocks + j.chunks - 1) / j.chunks * SDPA_KV_SPLIT;
+        j.chunks = (p->S + j.chunk - 1) / j.chunk;
+    }
+    j.items = nb * j.q_blocks * j.chunks;
+    if (j.chunks > 1) {
+        j.partial = mk_alloc(mk_bytes((size_t)(j.items * j.q_split * (p->Ev + 2)), sizeof(T)));
+        if (j.partial == NULL)
+            return -1;
+    }
     atomic_init(&j.next, 0);
     atomic_init(&j.failed, 0);
     mk_parallel_run(sdpa_threads(p, j.items), SUF(sdpa_task), &j);
+    if (j.chunks > 1 && !atomic_load(&j.failed))
+        SUF(sdpa_merge_chunks)(&j, nb);
+    mk_free(j.partial);
     return atomic_load(&j.failed) ? -1 : 0;
 }
 
