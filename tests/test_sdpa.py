@@ -268,6 +268,13 @@ def test_keywords_and_positional():
     np.testing.assert_array_equal(a, b)
 
 
+def test_signature_and_export():
+    import inspect
+    assert list(inspect.signature(sdpa).parameters) == [
+        "query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"]
+    assert "scaled_dot_product_attention" in myatt.__all__
+
+
 # ---- threads ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kw", [{}, {"is_causal": True}, {"mask": True}])
