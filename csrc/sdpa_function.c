@@ -114,9 +114,9 @@ static PyObject *sdpa_backward_call(PyObject *grad_obj, const sdpa_problem *p,
     int kv_differ = p->k_group != p->v_group;
     for (int d = 0; d < nb; d++)
         kv_differ |= p->k.bd[d] != p->v.bd[d];
-    if (kv_differ || dropout_p != 0.0) {
+    if (kv_differ) {
         PyErr_SetString(PyExc_ValueError, "_sdpa_backward(): key and value must have the "
-                        "same batch shape and dropout_p must be 0, for now");
+                        "same batch shape, for now");
         return NULL;
     }
     if ((rg = as_real_array(grad_obj, "_sdpa_backward(): grad_output")) == NULL)
@@ -169,15 +169,17 @@ fail:
     return result;
 }
 
-/* The forward (grad_obj NULL: returns the output) or, with grad_obj, the
- * gradients (dq, dk, dv) of sum(output * grad_output): the forward is run for
- * its out and lse, then the backward kernel. */
-static PyObject *sdpa_call(PyObject *module, PyObject *args, PyObject *kwds, PyObject *grad_obj)
+/* The forward (grad_obj NULL: returns the output, or with want_state the
+ * tuple (output, lse, dropout seed)) or, with grad_obj, the gradients
+ * (dq, dk, dv) of sum(output * grad_output): the forward is run for its out
+ * and lse (its dropout mask from seed_obj), then the backward kernel. */
+static PyObject *sdpa_call(PyObject *module, PyObject *args, PyObject *kwds, PyObject *grad_obj,
+                           PyObject *seed_obj, int want_state)
 {
     static char *kwlist[] = {"query", "key", "value", "attn_mask", "dropout_p", "is_causal",
                              "scale", "enable_gqa", NULL};
     PyObject *q_obj, *k_obj, *v_obj, *mask_obj = Py_None, *scale_obj = Py_None;
-    PyObject *dropout_obj = NULL, *out = NULL, *result = NULL;
+    PyObject *dropout_obj = NULL, *out = NULL, *result = NULL, *lse = NULL;
     int is_causal = 0, enable_gqa = 0;
     PyArrayObject *rq = NULL, *rk = NULL, *rv = NULL, *rm = NULL;
     PyArrayObject *q = NULL, *k = NULL, *v = NULL, *m = NULL;
@@ -387,7 +389,17 @@ static PyObject *sdpa_call(PyObject *module, PyObject *args, PyObject *kwds, PyO
     p->scale = scale_obj != Py_None ? scale : 1.0 / sqrt((double)E);
     p->prescale = dropout_p > 0.0 || !torch_takes_flash(rq, rk, rv, rm, enable_gqa);
     p->dropout_p = dropout_p;
-    if (dropout_p > 0.0) {   /* one draw of myatt's generator (GIL held) seeds the call's mask */
+    if (dropout_p > 0.0 && grad_obj != NULL) {   /* the forward's mask again */
+        if (seed_obj == NULL || !PyLong_Check(seed_obj)) {
+            PyErr_SetString(PyExc_TypeError, "_sdpa_backward(): dropout_p > 0 needs "
+                            "dropout_seed, the integer _sdpa_forward returned");
+            goto fail;
+        }
+        p->dropout_seed = PyLong_AsUnsignedLongLongMask(seed_obj);
+        if (p->dropout_seed == (uint64_t)-1 && PyErr_Occurred())
+            goto fail;
+    }
+    else if (dropout_p > 0.0) {   /* one draw of myatt's generator (GIL held) seeds the mask */
         myatt_state *st = PyModule_GetState(module);
         p->dropout_seed = mt19937_random64(&st->rng);
     }
@@ -396,24 +408,30 @@ static PyObject *sdpa_call(PyObject *module, PyObject *args, PyObject *kwds, PyO
         result = sdpa_backward_call(grad_obj, p, q, k, v, dims, typenum, dropout_p);
         goto fail;
     }
-    if ((out = new_array(nb + 2, dims, typenum, WHAT "the result")) == NULL)
+    if ((out = new_array(nb + 2, dims, typenum, WHAT "the result")) == NULL
+            || (want_state && (lse = new_array(nb + 1, dims, typenum, WHAT "the lse")) == NULL))
         goto fail;
     double work = (double)L * (double)S * (double)(E + Ev);
     for (int d = 0; d < nb; d++)
         work *= (double)dims[d];
     void *od = PyArray_DATA((PyArrayObject *)out);
+    void *ld = lse != NULL ? PyArray_DATA((PyArrayObject *)lse) : NULL;
     int rc;
     MYATT_BEGIN_COMPUTE(work)
     if (typenum == NPY_FLOAT)
-        rc = sdpa_forward_f32(od, NULL, p);
+        rc = sdpa_forward_f32(od, ld, p);
     else
-        rc = sdpa_forward_f64(od, NULL, p);
+        rc = sdpa_forward_f64(od, ld, p);
     MYATT_END_COMPUTE
     if (rc < 0) {
         Py_CLEAR(out);
         PyErr_SetString(PyExc_MemoryError, WHAT "could not allocate the kernel's workspace");
     }
+    else if (want_state) {
+        result = Py_BuildValue("(OOK)", out, lse, (unsigned long long)p->dropout_seed);
+    }
 fail:
+    Py_XDECREF(lse);
     PyMem_Free(p);
     Py_XDECREF(rq);
     Py_XDECREF(rk);
@@ -423,22 +441,39 @@ fail:
     Py_XDECREF(k);
     Py_XDECREF(v);
     Py_XDECREF(m);
-    return grad_obj != NULL ? result : out;
+    if (grad_obj != NULL || want_state) {
+        Py_XDECREF(out);
+        return result;
+    }
+    return out;
 }
 
 PyObject *myatt_scaled_dot_product_attention(PyObject *module, PyObject *args, PyObject *kwds)
 {
-    return sdpa_call(module, args, kwds, NULL);
+    return sdpa_call(module, args, kwds, NULL, NULL, 0);
+}
+
+const char myatt_sdpa_forward_doc[] =
+"_sdpa_forward($module, query, key, value, /, *args, **kwargs)\n--\n\n"
+"scaled_dot_product_attention's (output, lse, dropout_seed): lse [..., L] the\n"
+"log-sum-exp of each row's scores (0 for a fully masked row), dropout_seed the\n"
+"draw of myatt's generator that seeded the dropout mask (0 without dropout).\n"
+"Private: what _sdpa_backward (and myatt.vjp) needs to give the same mask.";
+
+PyObject *myatt_sdpa_forward(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    return sdpa_call(module, args, kwds, NULL, NULL, 1);
 }
 
 const char myatt_sdpa_backward_doc[] =
-"_sdpa_backward($module, grad_output, query, key, value, /, *args, **kwargs)\n--\n\n"
+"_sdpa_backward($module, grad_output, query, key, value, /, *args, dropout_seed=None,\n"
+"               **kwargs)\n--\n\n"
 "The gradients (grad_query, grad_key, grad_value) of\n"
 "sum(scaled_dot_product_attention(query, key, value, *args, **kwargs) * grad_output),\n"
 "FlashAttention-2 style (no [L, S] buffer); each gradient shaped like its input\n"
 "(summed where the input was broadcast or repeated by GQA).  Private: myatt.vjp\n"
-"will wrap it.  For now key and value must have the same batch shape and\n"
-"dropout_p must be 0.";
+"will wrap it.  With dropout_p > 0, dropout_seed= (from _sdpa_forward) gives the\n"
+"forward's mask.  For now key and value must have the same batch shape.";
 
 PyObject *myatt_sdpa_backward(PyObject *module, PyObject *args, PyObject *kwds)
 {
@@ -449,7 +484,25 @@ PyObject *myatt_sdpa_backward(PyObject *module, PyObject *args, PyObject *kwds)
     PyObject *rest = PyTuple_GetSlice(args, 1, PyTuple_GET_SIZE(args));
     if (rest == NULL)
         return NULL;
-    PyObject *r = sdpa_call(module, rest, kwds, PyTuple_GET_ITEM(args, 0));
+    /* dropout_seed=: ours, not the forward's; the rest as the forward parses it */
+    PyObject *fwd_kwds = kwds != NULL ? PyDict_Copy(kwds) : NULL, *seed = NULL;
+    if (kwds != NULL && fwd_kwds == NULL) {
+        Py_DECREF(rest);
+        return NULL;
+    }
+    if (fwd_kwds != NULL) {
+        seed = PyDict_GetItemString(fwd_kwds, "dropout_seed");
+        Py_XINCREF(seed);
+        if (seed != NULL && PyDict_DelItemString(fwd_kwds, "dropout_seed") < 0) {
+            Py_DECREF(rest);
+            Py_DECREF(fwd_kwds);
+            Py_DECREF(seed);
+            return NULL;
+        }
+    }
+    PyObject *r = sdpa_call(module, rest, fwd_kwds, PyTuple_GET_ITEM(args, 0), seed, 0);
     Py_DECREF(rest);
+    Py_XDECREF(fwd_kwds);
+    Py_XDECREF(seed);
     return r;
 }

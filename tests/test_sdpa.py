@@ -444,6 +444,38 @@ def test_backward_gqa(hq, hkv):
     check_backward(q, k, v, enable_gqa=True, is_causal=True)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_backward_dropout_uses_the_forward_mask(dtype, is_causal):
+    """_sdpa_forward's seed gives _sdpa_backward the forward's mask.  The mask itself is read
+    off a forward with value = identity (same seed: every entry 0 or weight / (1 - p)); torch
+    then differentiates (softmax(q k^T * scale) * keep / (1 - p)) @ v."""
+    rng = np.random.default_rng(29)
+    p, S = 0.3, 600
+    q, k, v = make(rng, (2, 3, 40, 8), dtype), make(rng, (2, 3, S, 8), dtype), make(rng, (2, 3, S, 6), dtype)
+    g = make(rng, (2, 3, 40, 6), dtype)
+    myatt.manual_seed(7)
+    out, lse, seed = myatt._myatt._sdpa_forward(q, k, v, dropout_p=p, is_causal=is_causal)
+    myatt.manual_seed(7)
+    eye = np.broadcast_to(np.eye(S, dtype=dtype), (2, 3, S, S))
+    weights, _, seed2 = myatt._myatt._sdpa_forward(q, k, eye, dropout_p=p, is_causal=is_causal)
+    assert seed2 == seed != 0 and lse.shape == (2, 3, 40)
+    keep = torch.from_numpy(weights != 0)
+    t = [torch.from_numpy(a).requires_grad_() for a in (q, k, v)]
+    scores = t[0] @ t[1].transpose(-2, -1) / np.sqrt(8)
+    if is_causal:
+        scores = scores.masked_fill(~torch.ones(40, S, dtype=torch.bool).tril(), -torch.inf)
+    theirs_out = (torch.softmax(scores, -1) * keep / (1 - p)) @ t[2]
+    assert_matches(out, theirs_out)
+    theirs = torch.autograd.grad(theirs_out, t, torch.from_numpy(g))
+    ours = myatt._myatt._sdpa_backward(g, q, k, v, dropout_p=p, is_causal=is_causal,
+                                       dropout_seed=seed)
+    for a, b in zip(ours, theirs):
+        assert_matches(a, b)
+    with pytest.raises(TypeError, match="dropout_seed"):
+        myatt._myatt._sdpa_backward(g, q, k, v, dropout_p=p)
+
+
 def test_backward_bits_independent_of_thread_count():
     rng = np.random.default_rng(23)
     q, k, v = make(rng, (2, 4, 300, 32)), make(rng, (2, 4, 1100, 32)), make(rng, (2, 4, 1100, 32))
@@ -486,8 +518,6 @@ def test_backward_errors():
         bwd(g[..., :2], q, k, v)
     with pytest.raises(ValueError, match="batch shape"):
         bwd(g, q, k[:1], v)                      # key broadcast, value not
-    with pytest.raises(ValueError, match="dropout_p"):
-        bwd(g, q, k, v, dropout_p=0.5)
     with pytest.raises(TypeError, match="grad_output"):
         bwd()
     with pytest.raises(ValueError, match="key"):
@@ -513,12 +543,15 @@ def test_no_leaks():
         lambda: sdpa(q, k, v, is_causal=True, dropout_p=0.2),
         lambda: sdpa(q, k[:, :1], v[:, :1], enable_gqa=True),
         lambda: myatt._myatt._sdpa_backward(g, q, k, v, attn_mask=m),
+        lambda: myatt._myatt._sdpa_forward(q, k, v, dropout_p=0.1),
+        lambda: myatt._myatt._sdpa_backward(g, q, k, v, dropout_p=0.1, dropout_seed=12345),
     ]
     errors = [
         lambda: sdpa(q, k, v, attn_mask=bad_m),
         lambda: sdpa(q, k, v, attn_mask=m, is_causal=True),
         lambda: sdpa(q, k[..., :3], v),
         lambda: myatt._myatt._sdpa_backward(g[..., :2], q, k, v),
+        lambda: myatt._myatt._sdpa_backward(g, q, k, v, dropout_p=0.1),
     ]
 
     def run(n):

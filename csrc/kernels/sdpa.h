@@ -112,8 +112,9 @@ int sdpa_forward_f64(double *out, double *lse, const sdpa_problem *p);
  * dq [batch..., L, E], dk [batch..., S, E], dv [batch..., S, Ev] C-contiguous.
  * dq, dk, dv have q's, k's and v's own batch sizes (op.bd): where an operand
  * is broadcast (or repeated by GQA) its gradient sums over the batch indices
- * that share it, in increasing order.  For now k and v must have the same
- * batch sizes and groups, and dropout_p == 0.
+ * that share it, in increasing order.  Dropout: the forward's mask again
+ * (the same dropout_seed).  For now k and v must have the same batch sizes
+ * and groups.
  * Returns 0, or -1 when a workspace could not be allocated. */
 int sdpa_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *out,
                       const float *lse, const sdpa_problem *p);

@@ -462,7 +462,7 @@ typedef struct {
 static int SUF(sdpa_block_ds)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, const T *qr,
                               int64_t q_rs, int64_t q_cs, const T *k, const T *v,
                               const void *mask, const T *dout, const T *lse, const T *dvec,
-                              int64_t m0, int64_t qb, int64_t n, int64_t kb)
+                              int64_t b, int64_t m0, int64_t qb, int64_t n, int64_t kb)
 {
     const int64_t Ev = p->Ev;
     T *P = ws->qk, *dP = ws->dp;
@@ -474,6 +474,20 @@ static int SUF(sdpa_block_ds)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, con
     if (SUF(gemm)(dP, kb, 1, dout + m0 * Ev, Ev, 1, v + n * p->v.rs, p->v.cs, p->v.rs, NULL,
                   qb, kb, Ev, 0) != 0)
         return -1;
+    if (p->dropout_p > 0) {
+        /* the forward's mask: dS = P * (keep * dP / (1 - p) - D); P <- keep * P / (1 - p)
+         * (what multiplied v) for dV */
+        const T keep_scale = p->dropout_p >= 1 ? (T)0 : (T)(1.0 / (1.0 - p->dropout_p));
+        for (int64_t r = 0; r < qb; r++)
+            for (int64_t j = 0; j < kb; j++) {
+                const int keep = sdpa_dropout_uniform(p->dropout_seed, b, m0 + r, n + j)
+                                 >= p->dropout_p;
+                const T pr = P[r * kb + j];
+                dP[r * kb + j] = pr * ((keep ? dP[r * kb + j] * keep_scale : (T)0) - dvec[r]);
+                P[r * kb + j] = keep ? pr * keep_scale : (T)0;
+            }
+        return 0;
+    }
     for (int64_t r = 0; r < qb; r++)
         for (int64_t j = 0; j < kb; j++)
             dP[r * kb + j] = P[r * kb + j] * (dP[r * kb + j] - dvec[r]);
@@ -497,7 +511,7 @@ static void SUF(sdpa_dvec)(T *dvec, const T *dout, const T *out, int64_t m0, int
 static int SUF(sdpa_backward_kv)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, int64_t qs,
                                  const T *q, const T *k, const T *v, const void *mask,
                                  const T *dout, const T *out, const T *lse, int *first,
-                                 int64_t n, int64_t kb)
+                                 int64_t b, int64_t n, int64_t kb)
 {
     const int64_t L = p->L, E = p->E, Ev = p->Ev;
     T *dk_acc = ws->acc, *dv_acc = ws->acc + kb * E;
@@ -509,7 +523,7 @@ static int SUF(sdpa_backward_kv)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, 
         const T *qr = SUF(sdpa_query_rows)(p, ws, q, m0, qb, &q_rs, &q_cs);
         SUF(sdpa_dvec)(ws->row_sum, dout, out, m0, qb, Ev);
         if (SUF(sdpa_block_ds)(p, ws, qr, q_rs, q_cs, k, v, mask, dout, lse, ws->row_sum,
-                               m0, qb, n, kb) != 0)
+                               b, m0, qb, n, kb) != 0)
             return -1;
         /* dv[kb, Ev] (+)= P^T @ dO;  dk[kb, E] (+)= dS^T @ q */
         if (SUF(gemm)(dv_acc, Ev, 1, ws->qk, 1, kb, dout + m0 * Ev, Ev, 1, NULL,
@@ -527,7 +541,7 @@ static int SUF(sdpa_backward_kv)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, 
 static int SUF(sdpa_backward_q)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
                                 const T *q, const T *k, const T *v, const void *mask,
                                 const T *dout, const T *out, const T *lse, int *first,
-                                int64_t m0, int64_t qb)
+                                int64_t b, int64_t m0, int64_t qb)
 {
     const int64_t S = p->S, E = p->E, Ev = p->Ev, kv_split = SDPA_KV_SPLIT;
     T *dq_acc = ws->acc;
@@ -538,7 +552,7 @@ static int SUF(sdpa_backward_q)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
     for (int64_t n = 0; n < num_keys; n += kv_split) {
         const int64_t kb = S - n < kv_split ? S - n : kv_split;
         if (SUF(sdpa_block_ds)(p, ws, qr, q_rs, q_cs, k, v, mask, dout, lse, ws->row_sum,
-                               m0, qb, n, kb) != 0)
+                               b, m0, qb, n, kb) != 0)
             return -1;
         /* dq[qb, E] (+)= dS @ k[n:n+kb] */
         if (SUF(gemm)(dq_acc, E, 1, ws->dp, kb, 1, k + n * p->k.rs, p->k.rs, p->k.cs, NULL,
@@ -598,10 +612,10 @@ static void SUF(sdpa_bwd_task)(void *arg, int task)
             const T *lse = g->lse + b * p->L;
             if (j->pass == 1)
                 rc = SUF(sdpa_backward_kv)(p, &ws, qs, q, k, v, mask, dout, out, lse, &first,
-                                           n, kb);
+                                           b, n, kb);
             else
                 rc = SUF(sdpa_backward_q)(p, &ws, q, k, v, mask, dout, out, lse, &first,
-                                          m0, qb);
+                                          b, m0, qb);
         }
         const T scale = (T)p->scale;
         if (rc == 0 && j->pass == 1) {
