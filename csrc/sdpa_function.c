@@ -146,12 +146,9 @@ static PyObject *sdpa_backward_call(PyObject *grad_obj, const sdpa_problem *p,
 #define DATA(a) PyArray_DATA((PyArrayObject *)(a))
     int rc;
     MYATT_BEGIN_COMPUTE(work)
-    if (typenum == NPY_FLOAT)
-        rc = sdpa_forward_f32(DATA(out), DATA(lse), p) < 0
-             || sdpa_backward_f32(DATA(dq), DATA(dk), DATA(dv), DATA(g), DATA(out), DATA(lse), p) < 0;
-    else
-        rc = sdpa_forward_f64(DATA(out), DATA(lse), p) < 0
-             || sdpa_backward_f64(DATA(dq), DATA(dk), DATA(dv), DATA(g), DATA(out), DATA(lse), p) < 0;
+    const myatt_kernels *kern = dtype_of_typenum(typenum)->k;
+    const sdpa_grads grads = {DATA(dq), DATA(dk), DATA(dv), DATA(g), DATA(out), DATA(lse)};
+    rc = kern->sdpa_forward(DATA(out), DATA(lse), p) < 0 || kern->sdpa_backward(&grads, p) < 0;
     MYATT_END_COMPUTE
 #undef DATA
     if (rc) {
@@ -240,7 +237,7 @@ static PyObject *sdpa_call(PyObject *module, PyObject *args, PyObject *kwds, PyO
         if ((rm = as_real_array(mask_obj, WHAT "attn_mask")) == NULL)
             goto fail;
         int mt = PyArray_TYPE(rm);
-        if (mt != NPY_BOOL && mt != NPY_HALF && mt != NPY_FLOAT && mt != NPY_DOUBLE) {
+        if (mt != NPY_BOOL && mt != NPY_HALF && dtype_of_typenum(mt) == NULL) {
             PyErr_Format(PyExc_TypeError, WHAT "attn_mask must be bool or floating point, "
                          "got dtype %S", (PyObject *)PyArray_DESCR(rm));
             goto fail;
@@ -420,10 +417,7 @@ static PyObject *sdpa_call(PyObject *module, PyObject *args, PyObject *kwds, PyO
     void *ld = lse != NULL ? PyArray_DATA((PyArrayObject *)lse) : NULL;
     int rc;
     MYATT_BEGIN_COMPUTE(work)
-    if (typenum == NPY_FLOAT)
-        rc = sdpa_forward_f32(od, ld, p);
-    else
-        rc = sdpa_forward_f64(od, ld, p);
+    rc = dtype_of_typenum(typenum)->k->sdpa_forward(od, ld, p);
     MYATT_END_COMPUTE
     if (rc < 0) {
         Py_CLEAR(out);

@@ -36,16 +36,17 @@ static int sdpa_threads(const sdpa_problem *p, int64_t items)
 }
 
 /* The exp of the path cpu.h chose: the softmax's vector exp (Sleef's, as torch's
- * Vectorized::exp) on AVX2 and AVX-512, libm's on the portable path. */
+ * Vectorized::exp, softmax_internal.h's tables) on AVX2 and AVX-512, NULL (libm's)
+ * on the portable path. */
 typedef void (*sdpa_vexp_f32_fn)(float *, const float *, int64_t);
 typedef void (*sdpa_vexp_f64_fn)(double *, const double *, int64_t);
 
 static sdpa_vexp_f32_fn sdpa_vexp_f32(void)
 {
-#ifdef MYATT_SOFTMAX_X86
+#ifdef MYATT_X86
     switch (mk_cpu_isa()) {
-    case MK_ISA_AVX512: return softmax_exp_f32_avx512;
-    case MK_ISA_AVX2: return softmax_exp_f32_avx2;
+    case MK_ISA_AVX512: return softmax_kernels_f32_avx512.exp;
+    case MK_ISA_AVX2: return softmax_kernels_f32_avx2.exp;
     default: break;
     }
 #endif
@@ -54,10 +55,10 @@ static sdpa_vexp_f32_fn sdpa_vexp_f32(void)
 
 static sdpa_vexp_f64_fn sdpa_vexp_f64(void)
 {
-#ifdef MYATT_SOFTMAX_X86
+#ifdef MYATT_X86
     switch (mk_cpu_isa()) {
-    case MK_ISA_AVX512: return softmax_exp_f64_avx512;
-    case MK_ISA_AVX2: return softmax_exp_f64_avx2;
+    case MK_ISA_AVX512: return softmax_kernels_f64_avx512.exp;
+    case MK_ISA_AVX2: return softmax_kernels_f64_avx2.exp;
     default: break;
     }
 #endif
@@ -93,19 +94,7 @@ static int64_t sdpa_operand_index(const sdpa_problem *p, const sdpa_operand *op,
 #define EXP exp
 #include "sdpa_tmpl.h"
 
-int sdpa_forward_f32(float *out, float *lse, const sdpa_problem *p) { return sdpa_forward_impl_f32(out, lse, p); }
-int sdpa_forward_f64(double *out, double *lse, const sdpa_problem *p) { return sdpa_forward_impl_f64(out, lse, p); }
-
-int sdpa_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                      const float *lse, const sdpa_problem *p)
-{
-    const sdpa_grads_f32 g = {dq, dk, dv, dout, out, lse};
-    return sdpa_backward_impl_f32(&g, p);
-}
-
-int sdpa_backward_f64(double *dq, double *dk, double *dv, const double *dout, const double *out,
-                      const double *lse, const sdpa_problem *p)
-{
-    const sdpa_grads_f64 g = {dq, dk, dv, dout, out, lse};
-    return sdpa_backward_impl_f64(&g, p);
-}
+int sdpa_forward_f32(void *out, void *lse, const sdpa_problem *p) { return sdpa_forward_impl_f32(out, lse, p); }
+int sdpa_forward_f64(void *out, void *lse, const sdpa_problem *p) { return sdpa_forward_impl_f64(out, lse, p); }
+int sdpa_backward_f32(const sdpa_grads *g, const sdpa_problem *p) { return sdpa_backward_impl_f32(g, p); }
+int sdpa_backward_f64(const sdpa_grads *g, const sdpa_problem *p) { return sdpa_backward_impl_f64(g, p); }

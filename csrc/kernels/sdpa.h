@@ -102,23 +102,29 @@ static inline double sdpa_dropout_uniform(uint64_t seed, int64_t b, int64_t i, i
  * NULL): the log-sum-exp of each row's scaled, masked scores, for the backward
  * (0 for a row with every key masked).  A row with every key masked gives
  * zeros, as torch's CPU kernel; S == 0 gives zeros.  NaN and inf propagate.
+ * out, lse and the operands are of the kernel's dtype (type-erased, as view.h,
+ * so that the glue takes the kernel from the dtype table, csrc/dtype.h).
  * Returns 0, or -1 when a workspace could not be allocated. */
-int sdpa_forward_f32(float *out, float *lse, const sdpa_problem *p);
-int sdpa_forward_f64(double *out, double *lse, const sdpa_problem *p);
+int sdpa_forward_f32(void *out, void *lse, const sdpa_problem *p);
+int sdpa_forward_f64(void *out, void *lse, const sdpa_problem *p);
+
+/* The backward's arrays, all C-contiguous and of the kernel's dtype:
+ * dout, out [batch..., L, Ev] and lse [batch..., L] (the forward's);
+ * dq [batch..., L, E], dk [batch..., S, E], dv [batch..., S, Ev] written. */
+typedef struct {
+    void *dq, *dk, *dv;
+    const void *dout, *out, *lse;
+} sdpa_grads;
 
 /* The gradients of sum(out * dout), FlashAttention-2 style: the weights
  * recomputed block by block from the forward's out and lse, never an [L, S]
- * buffer.  dout, out [batch..., L, Ev] and lse [batch..., L] C-contiguous;
- * dq [batch..., L, E], dk [batch..., S, E], dv [batch..., S, Ev] C-contiguous.
- * dq, dk, dv have q's, k's and v's own batch sizes (op.bd): where an operand
- * is broadcast (or repeated by GQA) its gradient sums over the batch indices
- * that share it, in increasing order.  Dropout: the forward's mask again
- * (the same dropout_seed).  For now k and v must have the same batch sizes
- * and groups.
+ * buffer.  dq, dk, dv have q's, k's and v's own batch sizes (op.bd): where an
+ * operand is broadcast (or repeated by GQA) its gradient sums over the batch
+ * indices that share it, in increasing order.  Dropout: the forward's mask
+ * again (the same dropout_seed).  For now k and v must have the same batch
+ * sizes and groups.
  * Returns 0, or -1 when a workspace could not be allocated. */
-int sdpa_backward_f32(float *dq, float *dk, float *dv, const float *dout, const float *out,
-                      const float *lse, const sdpa_problem *p);
-int sdpa_backward_f64(double *dq, double *dk, double *dv, const double *dout, const double *out,
-                      const double *lse, const sdpa_problem *p);
+int sdpa_backward_f32(const sdpa_grads *g, const sdpa_problem *p);
+int sdpa_backward_f64(const sdpa_grads *g, const sdpa_problem *p);
 
 #endif

@@ -126,7 +126,8 @@ static int SUF(sdpa_scores)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, T *qk
             k_rs = E;
             k_cs = 1;
         }
-        if (SUF(gemm)(qk, kb, 1, qr, q_rs, q_cs, kr, k_cs, k_rs, NULL, qb, kb, E, 0) != 0)
+        if (SUF(gemm)(mk_mat_c(qk, qb, kb), (mk_cmat){qr, qb, E, q_rs, q_cs},
+                      (mk_cmat){kr, E, kb, k_cs, k_rs}, NULL, 0) != 0)
             return -1;
     }
     /* 2. causal: -inf right of the diagonal (before the scale, as torch's flash kernel) */
@@ -230,8 +231,8 @@ static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
                     if (sdpa_dropout_uniform(p->dropout_seed, b, m0 + r, n + j) < p->dropout_p)
                         qk[r * kb + j] = 0;
         /* 6. acc[qb, Ev] (+)= exp(s)[qb, kb] @ v[n:n+kb, :] */
-        if (SUF(gemm)(acc, Ev, 1, qk, kb, 1, v + n * p->v.rs, p->v.rs, p->v.cs, NULL,
-                      qb, Ev, kb, n > k0) != 0)
+        if (SUF(gemm)(mk_mat_c(acc, qb, Ev), mk_cmat_c(qk, qb, kb),
+                      (mk_cmat){v + n * p->v.rs, kb, Ev, p->v.rs, p->v.cs}, NULL, n > k0) != 0)
             return -1;
     }
     if (partial != NULL) {
@@ -392,7 +393,7 @@ static void SUF(sdpa_merge_chunks)(const SUF(sdpa_job) *j, int64_t nb)
     }
 }
 
-static int SUF(sdpa_forward_impl)(T *out, T *lse, const sdpa_problem *p)
+static int SUF(sdpa_forward_impl)(void *out, void *lse, const sdpa_problem *p)
 {
     int64_t nb = 1;
     for (int d = 0; d < p->nbatch; d++)
@@ -453,11 +454,6 @@ static void SUF(sdpa_exp_shift)(T *a, int64_t n, T shift, SUF(sdpa_vexp_fn) vexp
     }
 }
 
-typedef struct {
-    T *dq, *dk, *dv;
-    const T *dout, *out, *lse;   /* [nb, L, Ev], [nb, L, Ev], [nb, L] */
-} SUF(sdpa_grads);
-
 /* P and dS of the block (rows m0.., keys n..) into ws->qk and ws->dp. */
 static int SUF(sdpa_block_ds)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, const T *qr,
                               int64_t q_rs, int64_t q_cs, const T *k, const T *v,
@@ -471,8 +467,8 @@ static int SUF(sdpa_block_ds)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, con
     for (int64_t r = 0; r < qb; r++)
         SUF(sdpa_exp_shift)(P + r * kb, kb, lse[m0 + r], ws->vexp);
     /* dP[qb, kb] = dO[m0:m0+qb] @ v[n:n+kb]^T */
-    if (SUF(gemm)(dP, kb, 1, dout + m0 * Ev, Ev, 1, v + n * p->v.rs, p->v.cs, p->v.rs, NULL,
-                  qb, kb, Ev, 0) != 0)
+    if (SUF(gemm)(mk_mat_c(dP, qb, kb), mk_cmat_c(dout + m0 * Ev, qb, Ev),
+                  (mk_cmat){v + n * p->v.rs, Ev, kb, p->v.cs, p->v.rs}, NULL, 0) != 0)
         return -1;
     if (p->dropout_p > 0) {
         /* the forward's mask: dS = P * (keep * dP / (1 - p) - D); P <- keep * P / (1 - p)
@@ -526,10 +522,11 @@ static int SUF(sdpa_backward_kv)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, 
                                b, m0, qb, n, kb) != 0)
             return -1;
         /* dv[kb, Ev] (+)= P^T @ dO;  dk[kb, E] (+)= dS^T @ q */
-        if (SUF(gemm)(dv_acc, Ev, 1, ws->qk, 1, kb, dout + m0 * Ev, Ev, 1, NULL,
-                      kb, Ev, qb, !*first) != 0
-                || SUF(gemm)(dk_acc, E, 1, ws->dp, 1, kb, q + m0 * p->q.rs, p->q.rs, p->q.cs,
-                             NULL, kb, E, qb, !*first) != 0)
+        if (SUF(gemm)(mk_mat_c(dv_acc, kb, Ev), mk_t(mk_cmat_c(ws->qk, qb, kb)),
+                      mk_cmat_c(dout + m0 * Ev, qb, Ev), NULL, !*first) != 0
+                || SUF(gemm)(mk_mat_c(dk_acc, kb, E), mk_t(mk_cmat_c(ws->dp, qb, kb)),
+                             (mk_cmat){q + m0 * p->q.rs, qb, E, p->q.rs, p->q.cs},
+                             NULL, !*first) != 0)
             return -1;
         *first = 0;
     }
@@ -555,8 +552,8 @@ static int SUF(sdpa_backward_q)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
                                b, m0, qb, n, kb) != 0)
             return -1;
         /* dq[qb, E] (+)= dS @ k[n:n+kb] */
-        if (SUF(gemm)(dq_acc, E, 1, ws->dp, kb, 1, k + n * p->k.rs, p->k.rs, p->k.cs, NULL,
-                      qb, E, kb, !*first) != 0)
+        if (SUF(gemm)(mk_mat_c(dq_acc, qb, E), mk_cmat_c(ws->dp, qb, kb),
+                      (mk_cmat){k + n * p->k.rs, kb, E, p->k.rs, p->k.cs}, NULL, !*first) != 0)
             return -1;
         *first = 0;
     }
@@ -565,7 +562,7 @@ static int SUF(sdpa_backward_q)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
 
 typedef struct {
     const sdpa_problem *p;
-    const SUF(sdpa_grads) *g;
+    const sdpa_grads *g;
     int pass;                       /* 1: dK, dV by key blocks; 2: dQ by query blocks */
     int64_t nb;                     /* the output's batch indices */
     int64_t q_split, kv_split, blocks, items;
@@ -577,7 +574,7 @@ static void SUF(sdpa_bwd_task)(void *arg, int task)
 {
     SUF(sdpa_bwd_job) *j = arg;
     const sdpa_problem *p = j->p;
-    const SUF(sdpa_grads) *g = j->g;
+    const sdpa_grads *g = j->g;
     const int64_t qs = j->q_split, ks = j->kv_split, E = p->E, Ev = p->Ev;
     const int64_t n_acc = ks * (E + Ev) > qs * E ? ks * (E + Ev) : qs * E;
     const size_t n_ws = (size_t)(2 * qs * ks + qs + n_acc + (qs + ks) * E);
@@ -608,8 +605,9 @@ static void SUF(sdpa_bwd_task)(void *arg, int task)
             const T *q, *k, *v;
             const void *mask;
             SUF(sdpa_batch_operands)(p, b, &q, &k, &v, &mask);
-            const T *dout = g->dout + b * p->L * Ev, *out = g->out + b * p->L * Ev;
-            const T *lse = g->lse + b * p->L;
+            const T *dout = (const T *)g->dout + b * p->L * Ev;
+            const T *out = (const T *)g->out + b * p->L * Ev;
+            const T *lse = (const T *)g->lse + b * p->L;
             if (j->pass == 1)
                 rc = SUF(sdpa_backward_kv)(p, &ws, qs, q, k, v, mask, dout, out, lse, &first,
                                            b, n, kb);
@@ -619,7 +617,7 @@ static void SUF(sdpa_bwd_task)(void *arg, int task)
         }
         const T scale = (T)p->scale;
         if (rc == 0 && j->pass == 1) {
-            T *dk = g->dk + own * p->S * E, *dv = g->dv + own * p->S * Ev;
+            T *dk = (T *)g->dk + own * p->S * E, *dv = (T *)g->dv + own * p->S * Ev;
             const T *dk_acc = ws.acc, *dv_acc = ws.acc + kb * E;
             for (int64_t r = 0; r < kb; r++) {
                 for (int64_t c = 0; c < E; c++)
@@ -629,7 +627,7 @@ static void SUF(sdpa_bwd_task)(void *arg, int task)
             }
         }
         else if (rc == 0) {
-            T *dq = g->dq + own * p->L * E;
+            T *dq = (T *)g->dq + own * p->L * E;
             for (int64_t r = 0; r < qb; r++)
                 for (int64_t c = 0; c < E; c++)
                     dq[(m0 + r) * E + c] = first ? (T)0 : ws.acc[r * E + c] * scale;
@@ -642,7 +640,7 @@ static void SUF(sdpa_bwd_task)(void *arg, int task)
     mk_free(buf);
 }
 
-static int SUF(sdpa_backward_impl)(const SUF(sdpa_grads) *g, const sdpa_problem *p)
+static int SUF(sdpa_backward_impl)(const sdpa_grads *g, const sdpa_problem *p)
 {
     int64_t nb = 1;
     for (int d = 0; d < p->nbatch; d++)
