@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 import myatt
 from helpers import result_dtype
+from mkl_order import torch_sums_in_our_order
 from oracle import assert_matches, to_torch
 
 sdpa = myatt.scaled_dot_product_attention
@@ -660,17 +661,41 @@ def _opinfo_samples():
     from torch.testing._internal.common_methods_invocations import op_db
     ops = [op for op in op_db if op.name == "nn.functional.scaled_dot_product_attention"]
     out = []
-    for op in ops:
-        for dt in (torch.float32, torch.float64):
-            out.extend(op.sample_inputs("cpu", dt, requires_grad=False))
+    # make_tensor draws from torch's global generator: a fixed seed (in a forked state, the
+    # other tests' draws untouched) makes the samples, and the fair bar below, reproducible.
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        for op in ops:
+            for dt in (torch.float32, torch.float64):
+                out.extend(list(op.sample_inputs("cpu", dt, requires_grad=False)))
     return out
 
 
+def _takes_math_path(q, k, v):
+    """Whether torch's CPU dispatch computes this sample with its math path (torch.bmm for
+    the scores, MKL's GEMM) instead of its flash kernel: the flash kernel takes 4-D
+    operands only."""
+    return not (q.dim() == 4 and k.dim() == 4 and v.dim() == 4)
+
+
 def test_opinfo_samples():
-    """torch's OpInfo samples, those with dropout_p == 0 (the random streams differ)."""
+    """torch's OpInfo samples, those with dropout_p == 0 (the random streams differ).
+
+    Each sample meets assert_close against torch, except float32 samples that torch computes
+    with its math path on a machine where MKL does not sum in our GEMM's order
+    (mkl_order.torch_sums_in_our_order False, e.g. an Intel Xeon,
+    docs/torch-summation-order.md): there torch's scores come from MKL's torch.bmm in another
+    order, and with OpInfo's uniform(-9, 9) data the scores reach ~90, where one ulp of a
+    score moves the weights past assert_close's float32 tolerance.  Neither result is the
+    exact one, so those samples are held to the SPEC's fair bar instead (as
+    tests/test_long_reductions.py): myatt's RMS error against torch's float64 computation of
+    the same (float32-valued) data, over all those samples' outputs, is no larger than torch
+    float32's own (factor 1.0).  Where MKL sums in our order they keep assert_close."""
     samples = _opinfo_samples()
     assert samples
     checked = 0
+    fair_bar = not torch_sums_in_our_order(np.float32)
+    ours_err, torch_err = [], []
     for s in samples:
         kw = dict(s.kwargs)
         if kw.get("dropout_p", 0.0) != 0.0:
@@ -679,6 +704,21 @@ def test_opinfo_samples():
         mask = kw.pop("attn_mask", None)
         ours = sdpa(q, k, v, attn_mask=mask, **kw)
         theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kw)
-        assert_matches(ours, theirs)
+        if fair_bar and q.dtype == torch.float32 and _takes_math_path(q, k, v):
+            exact = F.scaled_dot_product_attention(
+                q.double(), k.double(), v.double(),
+                attn_mask=None if mask is None or mask.dtype == torch.bool else mask.double(),
+                **kw).numpy()
+            assert ours.dtype == np.float32 and ours.shape == exact.shape
+            ours_err.append((ours.astype(np.float64) - exact).ravel())
+            torch_err.append((theirs.numpy().astype(np.float64) - exact).ravel())
+        else:
+            assert_matches(ours, theirs)
         checked += 1
     assert checked > 0
+    if ours_err:
+        ours_rms = float(np.sqrt(np.mean(np.concatenate(ours_err) ** 2)))
+        torch_rms = float(np.sqrt(np.mean(np.concatenate(torch_err) ** 2)))
+        assert ours_rms <= 1.0 * torch_rms, (
+            f"myatt float32 RMS error {ours_rms:.4e} > torch's {torch_rms:.4e} "
+            f"on the math-path samples")
