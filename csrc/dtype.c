@@ -53,6 +53,8 @@ static const myatt_kernels kernels_f32 = {
     .myatt_backward = myatt_backward_f32,
     .myatt_forward_kept = myatt_forward_kept_f32,
     .myatt_backward_kept = myatt_backward_kept_f32,
+    .sdpa_forward = sdpa_forward_f32,
+    .sdpa_backward = sdpa_backward_f32,
     .linear_init = linear_init_any_f32,
 };
 
@@ -67,6 +69,8 @@ static const myatt_kernels kernels_f64 = {
     .myatt_backward = myatt_backward_f64,
     .myatt_forward_kept = myatt_forward_kept_f64,
     .myatt_backward_kept = myatt_backward_kept_f64,
+    .sdpa_forward = sdpa_forward_f64,
+    .sdpa_backward = sdpa_backward_f64,
     .linear_init = linear_init_any_f64,
 };
 

@@ -13,6 +13,7 @@
 
 #include "kernels/myatt.h"
 #include "kernels/rng.h"
+#include "kernels/sdpa.h"
 #include "kernels/view.h"
 
 typedef struct {
@@ -35,6 +36,9 @@ typedef struct {
     int (*myatt_backward_kept)(const myatt_grads *grads, mk_cmat grad_out,
                                const mk_cmat *grad_aw, const myatt_inputs *in,
                                const void *attn_weights, const void *applied);
+    /* scaled_dot_product_attention (sdpa.h): the forward (out, lse), the backward */
+    int (*sdpa_forward)(void *out, void *lse, const sdpa_problem *p);
+    int (*sdpa_backward)(const sdpa_grads *g, const sdpa_problem *p);
     /* torch's nn.Linear initial weights (rng.h) */
     void (*linear_init)(mt19937 *g, void *weight, void *bias, int64_t out, int64_t in);
 } myatt_kernels;

@@ -15,7 +15,8 @@ static int myatt_exec(PyObject *module)
     if (PyModule_AddFunctions(module, functions_methods) < 0
             || PyModule_AddFunctions(module, backward_methods) < 0
             || PyModule_AddFunctions(module, runtime_methods) < 0
-            || PyModule_AddFunctions(module, vjp_methods) < 0)
+            || PyModule_AddFunctions(module, vjp_methods) < 0
+            || PyModule_AddFunctions(module, sdpa_methods) < 0)
         return -1;
     st->linear_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &linear_type_spec, NULL);
     if (st->linear_type == NULL || PyModule_AddType(module, st->linear_type) < 0)

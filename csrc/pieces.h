@@ -9,6 +9,7 @@
 
 extern PyMethodDef functions_methods[];   /* functions.c: linear, softmax, bmm */
 extern PyMethodDef backward_methods[];    /* backward.c: their backward */
+extern PyMethodDef sdpa_methods[];       /* sdpa_function.c: scaled_dot_product_attention */
 extern PyMethodDef runtime_methods[];     /* runtime.c: manual_seed, threads, ... */
 extern PyType_Spec linear_type_spec;      /* linear_type.c: myatt.Linear */
 extern PyType_Spec myatt_type_spec;       /* myatt_type.c: myatt.MyAtt */

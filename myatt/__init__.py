@@ -11,7 +11,8 @@ original, computed by C kernels on NumPy arrays::
   ``from_torch``, pickle and copy).
 - Kernels: ``linear``, ``softmax``, ``bmm``, and their gradients ``linear_backward``,
   ``softmax_backward``, ``bmm_backward``; ``vjp`` (forward once, then a ``Pullback``
-  that reuses what the forward computed).
+  that reuses what the forward computed); ``scaled_dot_product_attention``
+  (torch's ``F.scaled_dot_product_attention``, flash-style).
 - Training: ``SGD``, ``Adam`` (torch.optim's rules, in NumPy, on the live parameters).
 - Validation against torch: ``compare``. Plots: ``plot_attention`` (needs matplotlib).
 - Generator: ``manual_seed``. Threads: ``set_num_threads``, ``get_num_threads``.
@@ -32,6 +33,7 @@ from ._myatt import (
     linear,
     linear_backward,
     manual_seed,
+    scaled_dot_product_attention,
     set_num_threads,
     softmax,
     softmax_backward,
@@ -61,6 +63,7 @@ __all__ = [
     "linear_backward",
     "manual_seed",
     "plot_attention",
+    "scaled_dot_product_attention",
     "set_num_threads",
     "softmax",
     "softmax_backward",

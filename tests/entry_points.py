@@ -15,7 +15,9 @@ Each entry declares:
   args     its array arguments, in call order, each an Arg: its name (as error messages
            name it), its shape in a valid call at the sizes `s` (a Sizes), whether None
            is allowed (optional), whether leading dimensions are free (any number of
-           batch dimensions) or the ndim is free altogether (softmax)
+           batch dimensions) or the ndim is free altogether (softmax); a mask
+           (scaled_dot_product_attention's attn_mask) broadcasts, does not take part in
+           the result dtype (promotes=False) and is bool or floating (floating=True)
   call     call(obj, *arrays, **kw) -> result (obj is None for functions and
            constructors; kw: softmax's dim, from the sizes: see invoke())
   make     make(s, dtype) -> the Linear / MyAtt the method is called on (or None)
@@ -67,6 +69,10 @@ class Sizes:
     v1: int = 5
     v2: int = 6
     o: int = 2
+    L: int = 3                     # scaled_dot_product_attention: query [batch..., L, E],
+    Skv: int = 5                   # key [batch..., Skv, E], value [batch..., Skv, Ev],
+    E: int = 4                     # attn_mask [L, Skv] (broadcast over the batch)
+    Ev: int = 3
 
 
 SMALL = Sizes()
@@ -88,6 +94,11 @@ class Arg:
     # names a message may give instead of this one when this argument's size disagrees
     # with another's (MyAtt: "K has S rows but Q has ...")
     also_named: Tuple[str, ...] = ()
+    # attn_mask's: broadcast against its shape (a 0-D value is valid), its dtype converted
+    # to the result dtype rather than taking part in it, and bool or floating point only
+    broadcasts: bool = False
+    promotes: bool = True
+    floating: bool = False
 
 
 @dataclass(frozen=True)
@@ -206,6 +217,11 @@ def _torch_layer_backward(obj, x, go):
     return res
 
 
+def _torch_sdpa(obj, q, k, v, mask):
+    import torch.nn.functional as F
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
 def _torch_module_call(obj, Q, K, V):
     import torch
     from oracle import torch_myatt
@@ -275,7 +291,16 @@ MV = Arg("V", lambda s: (1, s.v1, s.v2), also_named=("Q",))
 MG = Arg("grad_output", lambda s: (1, s.S, s.o), fan_in=lambda s: s.S)
 MGA = Arg("grad_attn_weights", lambda s: (s.S, s.v1), optional=True, fan_in=lambda s: s.S)
 
+# scaled_dot_product_attention's (the mask: a float one, added to the scaled scores)
+AQ = Arg("query", lambda s: s.batch + (s.L, s.E), batch_free=True)
+AK = Arg("key", lambda s: s.batch + (s.Skv, s.E), batch_free=True, also_named=("query",))
+AV = Arg("value", lambda s: s.batch + (s.Skv, s.Ev), batch_free=True,
+         also_named=("query", "key"))
+AM = Arg("attn_mask", lambda s: (s.L, s.Skv), optional=True, broadcasts=True, promotes=False,
+         floating=True)
+
 LINEAR_SIZES = ("batch", "in_f", "out_f")
+SDPA_SIZES = ("batch", "L", "Skv", "E", "Ev")
 BMM_SIZES = ("b", "n", "m", "p")
 SOFTMAX_SIZES = ("shape", "dim")
 MYATT_SIZES = ("Bq", "Bk", "S", "q", "k", "v1", "v2", "o")
@@ -326,6 +351,11 @@ ENTRY_POINTS = [
                torch=_torch_bmm_backward, sizes_of=BMM_SIZES,
                plain=lambda o, g, a, m2: reference.bmm_backward(g, a, m2),
                shapes=lambda s: ((s.b, s.n, s.m), (s.b, s.m, s.p))),
+    EntryPoint("scaled_dot_product_attention", "function", (AQ, AK, AV, AM),
+               lambda o, q, k, v, m: myatt.scaled_dot_product_attention(q, k, v, attn_mask=m),
+               "array", torch=_torch_sdpa, sizes_of=SDPA_SIZES,
+               plain=lambda o, q, k, v, m: reference.scaled_dot_product_attention(q, k, v, m),
+               shapes=lambda s: (s.batch + (s.L, s.Ev),)),
     # Linear
     EntryPoint("Linear", "constructor", (), lambda o: myatt.Linear(6, 3), "object"),
     EntryPoint("Linear.__call__", "method", (X,), lambda lin, x: lin(x), "array",

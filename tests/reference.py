@@ -140,3 +140,26 @@ def myatt_backward(state_dict, Q, K, V, grad_output, grad_attn_weights=None):
     grads.update({"attn.weight": g_wa, "attn.bias": g_ba,
                   "attn_combine.weight": g_wc, "attn_combine.bias": g_bc})
     return grads
+
+
+# --------------------------------------------------------------------------- #
+# scaled_dot_product_attention, its weights materialised
+# --------------------------------------------------------------------------- #
+def scaled_dot_product_attention(query, key, value, attn_mask=None, scale=None):
+    """softmax(query @ key^T * scale + attn_mask) @ value over the last two axes (batch
+    axes broadcast; a bool mask: False hides the key; a row with every key hidden gives
+    zeros, as torch's CPU kernel)."""
+    q, k, v = _f64(query), _f64(key), _f64(value)
+    E = q.shape[-1]
+    scale = 1.0 / np.sqrt(E) if scale is None and E > 0 else (0.0 if scale is None else scale)
+    scores = (q @ np.swapaxes(k, -1, -2)) * scale
+    if attn_mask is not None:
+        m = np.asarray(attn_mask)
+        scores = scores + (np.where(m, 0.0, -np.inf) if m.dtype == bool else _f64(m))
+    if scores.shape[-1] == 0:
+        return np.zeros(scores.shape[:-1] + (v.shape[-1],))
+    mx = np.max(scores, axis=-1, keepdims=True)
+    hidden = mx == -np.inf
+    e = np.exp(scores - np.where(hidden, 0.0, mx))
+    w = e / np.where(hidden, 1.0, np.sum(e, axis=-1, keepdims=True))
+    return w @ v

@@ -128,6 +128,8 @@ def _cases():
                 continue            # softmax takes any ndim, so shape errors do not apply
             if arg.batch_free and kind == "ndim+2":
                 continue            # linear's input may have any number of batch dims
+            if arg.broadcasts and kind == "0-d":
+                continue            # a 0-D mask broadcasts against every score
             if arg.optional and kind == "None":
                 continue            # None is the default: no bias
             yield pytest.param(i, kind, id=f"{EP_IDS[i]}-{kind}")

@@ -225,8 +225,9 @@ def test_entry_point(ep, data, seed):
             objs.append(None), vals.append(None), seen.append(None)
             continue
         scale = 1.0 if arg.fan_in is None else max(arg.fan_in(s), 1) ** -0.5
-        o, v, d = operand(data.draw, seed + i, arg.shape(s), scale=scale)
-        objs.append(o), vals.append(v), seen.append(d)
+        dtype = data.draw(float_dtypes, label=f"{arg.name} dtype") if arg.floating else None
+        o, v, d = operand(data.draw, seed + i, arg.shape(s), scale=scale, dtype=dtype)
+        objs.append(o), vals.append(v), seen.append(d if arg.promotes else None)
     rd = np.dtype(obj.dtype) if ep.module_dtype else result_dtype(*seen)
     ours = flat(invoke(ep, obj, objs, s), ep.result)
     theirs = flat(invoke_torch(ep, obj, [None if v is None else to_torch(v, rd) for v in vals], s),

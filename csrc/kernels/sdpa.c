@@ -1,0 +1,100 @@
+/* Scaled dot-product attention, flash-style: the forward (sdpa_tmpl.h, once
+ * per dtype).  Per block the two products are the project's GEMM (gemm.h,
+ * strided operands: k^T is k with its strides swapped); the scores' scaling,
+ * masking, online softmax and rescaling are plain loops here, the exp the
+ * softmax's vector exp on AVX2 / AVX-512 (libm's on the portable path).
+ * Contract: sdpa.h. */
+#include "sdpa.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "alloc.h"
+#include "cpu.h"
+#include "gemm.h"
+#include "gemm_internal.h"
+#include "softmax_internal.h"
+#include "threads.h"
+
+/* Threads for `items` work items: one when the whole problem is below the
+ * GEMM's bar for two threads (waking them would cost more than it saves). */
+static int sdpa_threads(const sdpa_problem *p, int64_t items)
+{
+    double nb = 1;
+    for (int d = 0; d < p->nbatch; d++)
+        nb *= (double)p->batch[d];
+    const double work = nb * (double)p->L * (double)p->S * (double)(p->E + p->Ev);
+    if (items < 2 || work < 2.0 * GEMM_THREAD_MIN_WORK)
+        return 1;
+    int n = mk_get_num_threads();
+    if (n > items)
+        n = (int)items;
+    if (n > work / GEMM_THREAD_MIN_WORK)
+        n = (int)(work / GEMM_THREAD_MIN_WORK);
+    return n < 1 ? 1 : n;
+}
+
+/* The exp of the path cpu.h chose: the softmax's vector exp (Sleef's, as torch's
+ * Vectorized::exp, softmax_internal.h's tables) on AVX2 and AVX-512, NULL (libm's)
+ * on the portable path. */
+typedef void (*sdpa_vexp_f32_fn)(float *, const float *, int64_t);
+typedef void (*sdpa_vexp_f64_fn)(double *, const double *, int64_t);
+
+static sdpa_vexp_f32_fn sdpa_vexp_f32(void)
+{
+#ifdef MYATT_X86
+    switch (mk_cpu_isa()) {
+    case MK_ISA_AVX512: return softmax_kernels_f32_avx512.exp;
+    case MK_ISA_AVX2: return softmax_kernels_f32_avx2.exp;
+    default: break;
+    }
+#endif
+    return NULL;
+}
+
+static sdpa_vexp_f64_fn sdpa_vexp_f64(void)
+{
+#ifdef MYATT_X86
+    switch (mk_cpu_isa()) {
+    case MK_ISA_AVX512: return softmax_kernels_f64_avx512.exp;
+    case MK_ISA_AVX2: return softmax_kernels_f64_avx2.exp;
+    default: break;
+    }
+#endif
+    return NULL;
+}
+
+/* The index of output batch index b into the operand's own batch (op->bd),
+ * its heads (the last batch dimension) divided by `group` (GQA). */
+static int64_t sdpa_operand_index(const sdpa_problem *p, const sdpa_operand *op,
+                                  int64_t group, int64_t b)
+{
+    int64_t index = 0, mult = 1, rest = b;
+    for (int d = p->nbatch - 1; d >= 0; d--) {
+        int64_t idx = rest % p->batch[d];
+        rest /= p->batch[d];
+        if (d == p->nbatch - 1)
+            idx /= group;
+        if (op->bd[d] == 1)
+            idx = 0;
+        index += idx * mult;
+        mult *= op->bd[d];
+    }
+    return index;
+}
+
+#define T float
+#define SUF(name) name##_f32
+#define EXP expf
+#include "sdpa_tmpl.h"
+
+#define T double
+#define SUF(name) name##_f64
+#define EXP exp
+#include "sdpa_tmpl.h"
+
+int sdpa_forward_f32(void *out, void *lse, const sdpa_problem *p) { return sdpa_forward_impl_f32(out, lse, p); }
+int sdpa_forward_f64(void *out, void *lse, const sdpa_problem *p) { return sdpa_forward_impl_f64(out, lse, p); }
+int sdpa_backward_f32(const sdpa_grads *g, const sdpa_problem *p) { return sdpa_backward_impl_f32(g, p); }
+int sdpa_backward_f64(const sdpa_grads *g, const sdpa_problem *p) { return sdpa_backward_impl_f64(g, p); }
