@@ -355,7 +355,9 @@ def run_entry(r):
     else:
         res = guarded(obj, lambda: invoke(ep, obj, args, s))
     arrays = flat(res, ep.result)
-    dtype = np.dtype(obj.dtype) if ep.module_dtype else result_dtype(*args)
+    # (an argument declared promotes=False, SDPA's mask, takes no part in the result dtype)
+    dtype = (np.dtype(obj.dtype) if ep.module_dtype
+             else result_dtype(*(x for x, a in zip(args, ep.args) if a.promotes)))
     declared = all(x is not None and as_np(x) is not None and as_np(x).shape == a.shape(s)
                    for x, a in zip(args, ep.args))
     shapes = ep.result_shapes(s) if declared else [None] * len(arrays)
