@@ -459,10 +459,14 @@ static PyObject *sdpa_call(PyObject *module, PyObject *args, PyObject *kwds, PyO
         work *= (double)dims[d];
     void *od = PyArray_DATA((PyArrayObject *)out);
     void *ld = lse != NULL ? PyArray_DATA((PyArrayObject *)lse) : NULL;
-    int rc;
-    MYATT_BEGIN_COMPUTE(work)
-    rc = dtype_of_typenum(typenum)->k->sdpa_forward(od, ld, p);
-    MYATT_END_COMPUTE
+    int rc = 0;
+    /* An empty result (L or Ev 0) is written by nobody: no kernel run, whatever the
+     * broadcast batch (a 2**40-item broadcast computed every item's scores). */
+    if (ld != NULL || PyArray_SIZE((PyArrayObject *)out) > 0) {
+        MYATT_BEGIN_COMPUTE(work)
+        rc = dtype_of_typenum(typenum)->k->sdpa_forward(od, ld, p);
+        MYATT_END_COMPUTE
+    }
     if (rc < 0) {
         Py_CLEAR(out);
         PyErr_SetString(PyExc_MemoryError, WHAT "could not allocate the kernel's workspace");

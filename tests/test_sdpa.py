@@ -721,3 +721,13 @@ def test_opinfo_samples():
         assert_matches(ours, theirs)
         checked += 1
     assert checked > adjusted
+
+
+def test_empty_result_of_a_huge_broadcast_batch():
+    """Ev == 0: the result is empty whatever the batch count, so a batch of 2**40 broadcast
+    items returns at once (the kernel computed every item's scores before; found by
+    fuzz/fuzz_python.py)."""
+    q, k, v = (np.broadcast_to(np.float32(1), s)
+               for s in [(2 ** 40, 3, 4), (2 ** 40, 5, 4), (2 ** 40, 5, 0)])
+    out = sdpa(q, k, v)
+    assert out.shape == (2 ** 40, 3, 0) and out.dtype == np.float32
