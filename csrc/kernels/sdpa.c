@@ -84,6 +84,18 @@ static int64_t sdpa_operand_index(const sdpa_problem *p, const sdpa_operand *op,
     return index;
 }
 
+/* The items of an operand's own batch (op->bd). */
+static int64_t sdpa_own_items(const sdpa_problem *p, const sdpa_operand *op)
+{
+    int64_t n = 1;
+    for (int d = 0; d < p->nbatch; d++)
+        n *= op->bd[d];
+    return n;
+}
+
+/* The gradients one backward pass writes (sdpa_tmpl.h). */
+enum { SDPA_GRAD_K = 1, SDPA_GRAD_V = 2, SDPA_GRAD_Q = 4 };
+
 #define T float
 #define SUF(name) name##_f32
 #define EXP expf

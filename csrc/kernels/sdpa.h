@@ -120,9 +120,10 @@ typedef struct {
  * recomputed block by block from the forward's out and lse, never an [L, S]
  * buffer.  dq, dk, dv have q's, k's and v's own batch sizes (op.bd): where an
  * operand is broadcast (or repeated by GQA) its gradient sums over the batch
- * indices that share it, in increasing order.  Dropout: the forward's mask
- * again (the same dropout_seed).  For now k and v must have the same batch
- * sizes and groups.
+ * indices that share it, in increasing order (k and v may be broadcast or
+ * grouped differently: their sums are then taken in passes of their own).
+ * With no output batch index at all, dq, dk and dv are zeros.  Dropout: the
+ * forward's mask again (the same dropout_seed).
  * Returns 0, or -1 when a workspace could not be allocated. */
 int sdpa_backward_f32(const sdpa_grads *g, const sdpa_problem *p);
 int sdpa_backward_f64(const sdpa_grads *g, const sdpa_problem *p);

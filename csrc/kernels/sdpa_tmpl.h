@@ -438,7 +438,10 @@ static int SUF(sdpa_forward_impl)(void *out, void *lse, const sdpa_problem *p)
  * Pass 1 takes (batch index, key block) items and sums dK, dV over the query
  * blocks in order; pass 2 takes (batch index, query block) items and sums dQ
  * over the key blocks in order (the scores computed twice: no item writes what
- * another one writes, so the bits do not depend on the thread count). */
+ * another one writes, so the bits do not depend on the thread count).  When
+ * key and value are broadcast or GQA-repeated differently (their batch
+ * indices differ), pass 1 runs twice, by key's batch for dK and by value's
+ * for dV (the scores computed once more). */
 
 /* a[j] <- exp(a[j] - shift) for j < n */
 static void SUF(sdpa_exp_shift)(T *a, int64_t n, T shift, SUF(sdpa_vexp_fn) vexp)
@@ -502,12 +505,13 @@ static void SUF(sdpa_dvec)(T *dvec, const T *dout, const T *out, int64_t m0, int
     }
 }
 
-/* Pass 1: adds batch index b's share of dK, dV of keys [n, n + kb) into
- * ws->acc ([kb, E] then [kb, Ev]); *first: nothing added yet (then set to 0). */
+/* Pass 1: adds batch index b's share of dK and / or dV (`grads`) of keys
+ * [n, n + kb) into ws->acc ([kb, E] then [kb, Ev]); *first: nothing added yet
+ * (then set to 0). */
 static int SUF(sdpa_backward_kv)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, int64_t qs,
                                  const T *q, const T *k, const T *v, const void *mask,
                                  const T *dout, const T *out, const T *lse, int *first,
-                                 int64_t b, int64_t n, int64_t kb)
+                                 int grads, int64_t b, int64_t n, int64_t kb)
 {
     const int64_t L = p->L, E = p->E, Ev = p->Ev;
     T *dk_acc = ws->acc, *dv_acc = ws->acc + kb * E;
@@ -522,11 +526,13 @@ static int SUF(sdpa_backward_kv)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, 
                                b, m0, qb, n, kb) != 0)
             return -1;
         /* dv[kb, Ev] (+)= P^T @ dO;  dk[kb, E] (+)= dS^T @ q */
-        if (SUF(gemm)(mk_mat_c(dv_acc, kb, Ev), mk_t(mk_cmat_c(ws->qk, qb, kb)),
-                      mk_cmat_c(dout + m0 * Ev, qb, Ev), NULL, !*first) != 0
-                || SUF(gemm)(mk_mat_c(dk_acc, kb, E), mk_t(mk_cmat_c(ws->dp, qb, kb)),
-                             (mk_cmat){q + m0 * p->q.rs, qb, E, p->q.rs, p->q.cs},
-                             NULL, !*first) != 0)
+        if (((grads & SDPA_GRAD_V)
+                 && SUF(gemm)(mk_mat_c(dv_acc, kb, Ev), mk_t(mk_cmat_c(ws->qk, qb, kb)),
+                              mk_cmat_c(dout + m0 * Ev, qb, Ev), NULL, !*first) != 0)
+                || ((grads & SDPA_GRAD_K)
+                    && SUF(gemm)(mk_mat_c(dk_acc, kb, E), mk_t(mk_cmat_c(ws->dp, qb, kb)),
+                                 (mk_cmat){q + m0 * p->q.rs, qb, E, p->q.rs, p->q.cs},
+                                 NULL, !*first) != 0))
             return -1;
         *first = 0;
     }
@@ -563,7 +569,10 @@ static int SUF(sdpa_backward_q)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
 typedef struct {
     const sdpa_problem *p;
     const sdpa_grads *g;
-    int pass;                       /* 1: dK, dV by key blocks; 2: dQ by query blocks */
+    int grads;                      /* SDPA_GRAD_K and / or _V: by key blocks; _Q: by
+                                       query blocks */
+    const sdpa_operand *op;         /* whose batch `own` indexes: k, v or q */
+    int64_t group;                  /* its GQA group */
     int64_t nb;                     /* the output's batch indices */
     int64_t q_split, kv_split, blocks, items;
     atomic_llong next;
@@ -591,16 +600,15 @@ static void SUF(sdpa_bwd_task)(void *arg, int task)
         const int64_t item = atomic_fetch_add(&j->next, 1);
         if (item >= j->items || atomic_load(&j->failed))
             break;
-        /* the item's gradient block: index `own` of k's (pass 1) or q's (pass 2)
-         * batch, summed over the output's batch indices b that read it */
+        /* the item's gradient block: index `own` of k's or v's (pass 1) or q's
+         * (pass 2) batch, summed over the output's batch indices b that read it */
         const int64_t own = item / j->blocks, blk = item % j->blocks;
-        const sdpa_operand *op = j->pass == 1 ? &p->k : &p->q;
-        const int64_t group = j->pass == 1 ? p->k_group : 1;
+        const int kv_pass = !(j->grads & SDPA_GRAD_Q);
         const int64_t n = blk * ks, kb = p->S - n < ks ? p->S - n : ks;
         const int64_t m0 = blk * qs, qb = p->L - m0 < qs ? p->L - m0 : qs;
         int first = 1, rc = 0;
         for (int64_t b = 0; rc == 0 && b < j->nb; b++) {
-            if (sdpa_operand_index(p, op, group, b) != own)
+            if (sdpa_operand_index(p, j->op, j->group, b) != own)
                 continue;
             const T *q, *k, *v;
             const void *mask;
@@ -608,22 +616,24 @@ static void SUF(sdpa_bwd_task)(void *arg, int task)
             const T *dout = (const T *)g->dout + b * p->L * Ev;
             const T *out = (const T *)g->out + b * p->L * Ev;
             const T *lse = (const T *)g->lse + b * p->L;
-            if (j->pass == 1)
+            if (kv_pass)
                 rc = SUF(sdpa_backward_kv)(p, &ws, qs, q, k, v, mask, dout, out, lse, &first,
-                                           b, n, kb);
+                                           j->grads, b, n, kb);
             else
                 rc = SUF(sdpa_backward_q)(p, &ws, q, k, v, mask, dout, out, lse, &first,
                                           b, m0, qb);
         }
         const T scale = (T)p->scale;
-        if (rc == 0 && j->pass == 1) {
+        if (rc == 0 && kv_pass) {
             T *dk = (T *)g->dk + own * p->S * E, *dv = (T *)g->dv + own * p->S * Ev;
             const T *dk_acc = ws.acc, *dv_acc = ws.acc + kb * E;
             for (int64_t r = 0; r < kb; r++) {
-                for (int64_t c = 0; c < E; c++)
-                    dk[(n + r) * E + c] = first ? (T)0 : dk_acc[r * E + c] * scale;
-                for (int64_t c = 0; c < Ev; c++)
-                    dv[(n + r) * Ev + c] = first ? (T)0 : dv_acc[r * Ev + c];
+                if (j->grads & SDPA_GRAD_K)
+                    for (int64_t c = 0; c < E; c++)
+                        dk[(n + r) * E + c] = first ? (T)0 : dk_acc[r * E + c] * scale;
+                if (j->grads & SDPA_GRAD_V)
+                    for (int64_t c = 0; c < Ev; c++)
+                        dv[(n + r) * Ev + c] = first ? (T)0 : dv_acc[r * Ev + c];
             }
         }
         else if (rc == 0) {
@@ -642,25 +652,47 @@ static void SUF(sdpa_bwd_task)(void *arg, int task)
 
 static int SUF(sdpa_backward_impl)(const sdpa_grads *g, const sdpa_problem *p)
 {
+    const int64_t L = p->L, S = p->S, E = p->E, Ev = p->Ev;
     int64_t nb = 1;
     for (int d = 0; d < p->nbatch; d++)
         nb *= p->batch[d];
-    if (nb == 0)
+    const int64_t nq = sdpa_own_items(p, &p->q), nk = sdpa_own_items(p, &p->k);
+    const int64_t nv = sdpa_own_items(p, &p->v);
+    if (nb == 0) {
+        /* no output: the gradients of the broadcast operands are zeros */
+        for (int64_t i = 0; i < nq * L * E; i++)
+            ((T *)g->dq)[i] = 0;
+        for (int64_t i = 0; i < nk * S * E; i++)
+            ((T *)g->dk)[i] = 0;
+        for (int64_t i = 0; i < nv * S * Ev; i++)
+            ((T *)g->dv)[i] = 0;
         return 0;
-    const int64_t qs = p->L < SDPA_Q_SPLIT(p->L) ? p->L : SDPA_Q_SPLIT(p->L);
-    const int64_t ks = p->S < SDPA_KV_SPLIT ? p->S : SDPA_KV_SPLIT;
-    for (int pass = 1; pass <= 2; pass++) {
-        const int64_t len = pass == 1 ? p->S : p->L, split = pass == 1 ? ks : qs;
-        if (len == 0)
+    }
+    int kv_same = p->k_group == p->v_group;
+    for (int d = 0; d < p->nbatch; d++)
+        kv_same &= p->k.bd[d] == p->v.bd[d];
+    const int64_t qs = L < SDPA_Q_SPLIT(L) ? L : SDPA_Q_SPLIT(L);
+    const int64_t ks = S < SDPA_KV_SPLIT ? S : SDPA_KV_SPLIT;
+    /* the passes: dK and dV together by key blocks (or apart, by key's and by
+     * value's batch), then dQ by query blocks; one with nothing to write is skipped */
+    const struct {
+        int grads;
+        const sdpa_operand *op;
+        int64_t group, len, split, size;
+    } passes[3] = {
+        {kv_same ? SDPA_GRAD_K | SDPA_GRAD_V : SDPA_GRAD_K, &p->k, p->k_group, S, ks,
+         nk * S * (kv_same ? E + Ev : E)},
+        {SDPA_GRAD_V, &p->v, p->v_group, S, ks, kv_same ? 0 : nv * S * Ev},
+        {SDPA_GRAD_Q, &p->q, 1, L, qs, nq * L * E},
+    };
+    for (int i = 0; i < 3; i++) {
+        if (passes[i].size == 0)
             continue;
-        const sdpa_operand *op = pass == 1 ? &p->k : &p->q;
-        int64_t n_own = 1;
-        for (int d = 0; d < p->nbatch; d++)
-            n_own *= op->bd[d];
-        SUF(sdpa_bwd_job) j = {.p = p, .g = g, .pass = pass, .nb = nb,
+        SUF(sdpa_bwd_job) j = {.p = p, .g = g, .grads = passes[i].grads, .op = passes[i].op,
+                               .group = passes[i].group, .nb = nb,
                                .q_split = qs < 1 ? 1 : qs, .kv_split = ks < 1 ? 1 : ks};
-        j.blocks = (len + split - 1) / split;
-        j.items = n_own * j.blocks;
+        j.blocks = (passes[i].len + passes[i].split - 1) / passes[i].split;
+        j.items = sdpa_own_items(p, passes[i].op) * j.blocks;
         atomic_init(&j.next, 0);
         atomic_init(&j.failed, 0);
         mk_parallel_run(sdpa_threads(p, j.items), SUF(sdpa_bwd_task), &j);
