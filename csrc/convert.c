@@ -169,6 +169,26 @@ PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous)
     return (PyArrayObject *)PyArray_FromArray(a, PyArray_DescrFromType(typenum), flags);
 }
 
+PyArrayObject *private_cast(PyArrayObject *a, int typenum)
+{
+    PyArrayObject *c = cast_array(a, typenum, 0);
+    if (c == a) {
+        Py_DECREF(c);
+        c = (PyArrayObject *)PyArray_NewCopy(a, NPY_CORDER);
+    }
+    return c;
+}
+
+PyObject *private_array(PyObject *obj, int typenum, const char *what)
+{
+    PyArrayObject *raw = as_real_array(obj, what);
+    if (raw == NULL)
+        return NULL;
+    PyArrayObject *a = private_cast(raw, typenum);
+    Py_DECREF(raw);
+    return (PyObject *)a;
+}
+
 const myatt_dtype *result_dtype(PyArrayObject *const *ops, int n)
 {
     const myatt_dtype *best = MYATT_DTYPE_DEFAULT;

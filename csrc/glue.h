@@ -44,6 +44,15 @@ PyArrayObject *as_real_array(PyObject *obj, const char *what);
  * with `contiguous`, C-contiguous: `a` itself when it already is (new reference). */
 PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous);
 
+/* obj as an array of `typenum` that nothing else holds (myatt.vjp's copies):
+ * converted as the forward converts it (as_real_array, cast_array), copied
+ * when the conversion gave the caller's memory.  New reference, or NULL. */
+PyObject *private_array(PyObject *obj, int typenum, const char *what);
+
+/* cast_array(a, typenum, 0), copied when that is `a` itself: an array that
+ * nothing else holds (new reference), or NULL. */
+PyArrayObject *private_cast(PyArrayObject *a, int typenum);
+
 /* The dtype a kernel function computes in for its operands ops[0:n] (NULL
  * entries skipped): the last row of the dtype table (dtype.h) among their
  * dtypes, the default row (float32) when none is in the table. */

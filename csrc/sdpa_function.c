@@ -1,9 +1,11 @@
 /* myatt.scaled_dot_product_attention: converts and checks the arguments,
  * works out the broadcast batch shape and every operand's strides along it,
- * releases the GIL and calls the flash kernel (kernels/sdpa.h). */
-#include "glue.h"
+ * releases the GIL and calls the flash kernel (kernels/sdpa.h).  For myatt.vjp
+ * (vjp.h): the forward that keeps private copies of the operands, the output
+ * and the log-sum-exp, and the pullback's backward on what it kept. */
 #include "pieces.h"
 #include "state.h"
+#include "vjp.h"
 
 #include "kernels/sdpa.h"
 
@@ -146,92 +148,38 @@ static int broadcast_batch(npy_intp *dims, int nb, PyArrayObject *a, npy_intp he
     return 0;
 }
 
-/* The backward of a checked problem: grad_output converted and checked
- * against the output's shape dims[0:nb+2], the forward run for out and lse,
- * then the gradients.  A new (dq, dk, dv) tuple, or NULL. */
-static PyObject *sdpa_backward_call(PyObject *grad_obj, const sdpa_problem *p,
-                                    PyArrayObject *q, PyArrayObject *k, PyArrayObject *v,
-                                    const npy_intp *dims, int typenum, double dropout_p)
+void sdpa_kept_clear(sdpa_kept *kept)
 {
-    const int nb = p->nbatch;
-    PyArrayObject *rg = NULL, *g = NULL;
-    PyObject *out = NULL, *lse = NULL, *dq = NULL, *dk = NULL, *dv = NULL, *result = NULL;
-    char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN];
-    int kv_differ = p->k_group != p->v_group;
-    for (int d = 0; d < nb; d++)
-        kv_differ |= p->k.bd[d] != p->v.bd[d];
-    if (kv_differ) {
-        PyErr_SetString(PyExc_ValueError, "_sdpa_backward(): key and value must have the "
-                        "same batch shape, for now");
-        return NULL;
-    }
-    if ((rg = as_real_array(grad_obj, "_sdpa_backward(): grad_output")) == NULL)
-        return NULL;
-    if (PyArray_NDIM(rg) != nb + 2 || !PyArray_CompareLists(PyArray_DIMS(rg), dims, nb + 2)) {
-        PyErr_Format(PyExc_ValueError, "_sdpa_backward(): grad_output must have the output's "
-                     "shape %s, got %s", shape_str(s1, sizeof s1, nb + 2, dims),
-                     SHAPE_OF(s2, rg));
-        goto fail;
-    }
-    if ((g = cast_array(rg, typenum, 1)) == NULL)
-        goto fail;
-    if ((out = new_array(nb + 2, dims, typenum, "_sdpa_backward(): the output")) == NULL
-            || (lse = new_array(nb + 1, dims, typenum, "_sdpa_backward(): the lse")) == NULL
-            || (dq = new_array(PyArray_NDIM(q), PyArray_DIMS(q), typenum,
-                               "_sdpa_backward(): grad_query")) == NULL
-            || (dk = new_array(PyArray_NDIM(k), PyArray_DIMS(k), typenum,
-                               "_sdpa_backward(): grad_key")) == NULL
-            || (dv = new_array(PyArray_NDIM(v), PyArray_DIMS(v), typenum,
-                               "_sdpa_backward(): grad_value")) == NULL)
-        goto fail;
-    double work = 3.0 * (double)p->L * (double)p->S * (double)(p->E + p->Ev);
-    for (int d = 0; d < nb; d++)
-        work *= (double)dims[d];
-#define DATA(a) PyArray_DATA((PyArrayObject *)(a))
-    int rc;
-    MYATT_BEGIN_COMPUTE(work)
-    const myatt_kernels *kern = dtype_of_typenum(typenum)->k;
-    const sdpa_grads grads = {DATA(dq), DATA(dk), DATA(dv), DATA(g), DATA(out), DATA(lse)};
-    rc = kern->sdpa_forward(DATA(out), DATA(lse), p) < 0 || kern->sdpa_backward(&grads, p) < 0;
-    MYATT_END_COMPUTE
-#undef DATA
-    if (rc) {
-        PyErr_SetString(PyExc_MemoryError, "_sdpa_backward(): could not allocate the kernel's "
-                        "workspace");
-        goto fail;
-    }
-    result = PyTuple_Pack(3, dq, dk, dv);
-fail:
-    Py_XDECREF(rg);
-    Py_XDECREF(g);
-    Py_XDECREF(out);
-    Py_XDECREF(lse);
-    Py_XDECREF(dq);
-    Py_XDECREF(dk);
-    Py_XDECREF(dv);
-    return result;
+    Py_CLEAR(kept->q);
+    Py_CLEAR(kept->k);
+    Py_CLEAR(kept->v);
+    Py_CLEAR(kept->mask);
+    Py_CLEAR(kept->out);
+    Py_CLEAR(kept->lse);
+    PyMem_Free(kept->problem);
+    kept->problem = NULL;
 }
 
-/* The forward (grad_obj NULL: returns the output, or with want_state the
- * tuple (output, lse, dropout seed)) or, with grad_obj, the gradients
- * (dq, dk, dv) of sum(output * grad_output): the forward is run for its out
- * and lse (its dropout mask from seed_obj), then the backward kernel. */
-static PyObject *sdpa_call(PyObject *module, PyObject *args, PyObject *kwds, PyObject *grad_obj,
-                           PyObject *seed_obj, int want_state)
+/* The arguments of a call, converted and checked, into *a (zero-filled by the
+ * caller, which clears it with sdpa_kept_clear whatever this returns): the
+ * operands as the kernels read them (with `private`, copies that nothing else
+ * holds: myatt.vjp's), the problem with the dropout seed drawn (one draw of
+ * myatt's generator when dropout_p > 0).  0, or -1 with an exception. */
+static int sdpa_parse(PyObject *module, PyObject *args, PyObject *kwds, int private,
+                      sdpa_kept *a)
 {
     static char *kwlist[] = {"query", "key", "value", "attn_mask", "dropout_p", "is_causal",
                              "scale", "enable_gqa", NULL};
     PyObject *q_obj, *k_obj, *v_obj, *mask_obj = Py_None, *scale_obj = Py_None;
-    PyObject *dropout_obj = NULL, *out = NULL, *result = NULL, *lse = NULL;
-    int is_causal = 0, enable_gqa = 0;
+    PyObject *dropout_obj = NULL;
+    int is_causal = 0, enable_gqa = 0, rc = -1;
     PyArrayObject *rq = NULL, *rk = NULL, *rv = NULL, *rm = NULL;
-    PyArrayObject *q = NULL, *k = NULL, *v = NULL, *m = NULL;
     sdpa_problem *p = NULL;
     char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN], s3[SHAPE_STR_LEN];
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OOpOp:scaled_dot_product_attention",
                                      kwlist, &q_obj, &k_obj, &v_obj, &mask_obj, &dropout_obj,
                                      &is_causal, &scale_obj, &enable_gqa))
-        return NULL;
+        return -1;
 
     /* 1. Scalars: dropout_p in [0, 1], scale a real number or None. */
     double dropout_p = 0.0, scale = 0.0;
@@ -240,21 +188,21 @@ static PyObject *sdpa_call(PyObject *module, PyObject *args, PyObject *kwds, PyO
                                            || PyNumber_Check(dropout_obj))) {
             PyErr_Format(PyExc_TypeError, WHAT "dropout_p must be a float, got %.100s",
                          Py_TYPE(dropout_obj)->tp_name);
-            return NULL;
+            return -1;
         }
         dropout_p = PyFloat_AsDouble(dropout_obj);
         if (dropout_p == -1.0 && PyErr_Occurred())
-            return NULL;
+            return -1;
         if (!(dropout_p >= 0.0 && dropout_p <= 1.0)) {
             PyErr_Format(PyExc_ValueError, WHAT "dropout_p must be in [0, 1], got %R",
                          dropout_obj);
-            return NULL;
+            return -1;
         }
     }
     if (scale_obj != Py_None) {
         if (PyBool_Check(scale_obj)) {
             PyErr_SetString(PyExc_TypeError, WHAT "scale must be a float or None, got bool");
-            return NULL;
+            return -1;
         }
         scale = PyFloat_AsDouble(scale_obj);
         if (scale == -1.0 && PyErr_Occurred()) {
@@ -263,7 +211,7 @@ static PyObject *sdpa_call(PyObject *module, PyObject *args, PyObject *kwds, PyO
                 PyErr_Format(PyExc_TypeError, WHAT "scale must be a float or None, got %.100s",
                              Py_TYPE(scale_obj)->tp_name);
             }
-            return NULL;
+            return -1;
         }
     }
 
@@ -387,26 +335,28 @@ static PyObject *sdpa_call(PyObject *module, PyObject *args, PyObject *kwds, PyO
 
     /* 6. dtypes: the kernels' rule; a float mask in that dtype, a bool one as it is. */
     const int typenum = result_typenum(rq, rk, rv);
-    if ((q = cast_array(rq, typenum, 0)) == NULL || (k = cast_array(rk, typenum, 0)) == NULL
-            || (v = cast_array(rv, typenum, 0)) == NULL)
-        goto fail;
-    if (rm != NULL) {
-        if (PyArray_TYPE(rm) == NPY_BOOL)
-            m = (PyArrayObject *)Py_NewRef(rm);
-        else if ((m = cast_array(rm, typenum, 0)) == NULL)
+    a->typenum = typenum;
+    PyArrayObject **const ops[3] = {&a->q, &a->k, &a->v};
+    for (int i = 0; i < 3; i++)
+        if ((*ops[i] = private ? private_cast(named[i], typenum)
+                               : cast_array(named[i], typenum, 0)) == NULL)
             goto fail;
-        if (PyArray_NDIM(m) < 2) {   /* [S] or a scalar: as [1, S] or [1, 1] */
-            npy_intp mdims[2] = {1, PyArray_NDIM(m) == 1 ? PyArray_DIM(m, 0) : 1};
+    if (rm != NULL) {
+        const int mt = PyArray_TYPE(rm) == NPY_BOOL ? NPY_BOOL : typenum;
+        if ((a->mask = private ? private_cast(rm, mt) : cast_array(rm, mt, 0)) == NULL)
+            goto fail;
+        if (PyArray_NDIM(a->mask) < 2) {   /* [S] or a scalar: as [1, S] or [1, 1] */
+            npy_intp mdims[2] = {1, PyArray_NDIM(a->mask) == 1 ? PyArray_DIM(a->mask, 0) : 1};
             PyArray_Dims shape = {mdims, 2};
-            PyArrayObject *m2 = (PyArrayObject *)PyArray_Newshape(m, &shape, NPY_ANYORDER);
-            Py_SETREF(m, m2);
-            if (m == NULL)
+            PyArrayObject *m2 = (PyArrayObject *)PyArray_Newshape(a->mask, &shape, NPY_ANYORDER);
+            Py_SETREF(a->mask, m2);
+            if (a->mask == NULL)
                 goto fail;
         }
     }
 
-    /* 7. The problem, the result, the kernel without the GIL. */
-    if ((p = PyMem_Calloc(1, sizeof *p)) == NULL) {
+    /* 7. The problem. */
+    if ((p = a->problem = PyMem_Calloc(1, sizeof *p)) == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
@@ -414,150 +364,141 @@ static PyObject *sdpa_call(PyObject *module, PyObject *args, PyObject *kwds, PyO
     p->nbatch = nb;
     for (int d = 0; d < nb; d++)
         p->batch[d] = dims[d];
-    operand_strides(&p->q, q, nb);
-    operand_strides(&p->k, k, nb);
-    operand_strides(&p->v, v, nb);
-    if (m != NULL) {
-        operand_strides(&p->mask, m, nb);
-        p->mask_kind = PyArray_TYPE(m) == NPY_BOOL ? SDPA_MASK_BOOL : SDPA_MASK_FLOAT;
+    operand_strides(&p->q, a->q, nb);
+    operand_strides(&p->k, a->k, nb);
+    operand_strides(&p->v, a->v, nb);
+    if (a->mask != NULL) {
+        operand_strides(&p->mask, a->mask, nb);
+        p->mask_kind = PyArray_TYPE(a->mask) == NPY_BOOL ? SDPA_MASK_BOOL : SDPA_MASK_FLOAT;
     }
     /* GQA: key's head stride taken along the query's heads, index h / group */
     if (k_group > 1)
-        p->k.bs[nb - 1] = ESTRIDE(k, nk - 3);
+        p->k.bs[nb - 1] = ESTRIDE(a->k, nk - 3);
     if (v_group > 1)
-        p->v.bs[nb - 1] = ESTRIDE(v, nv - 3);
+        p->v.bs[nb - 1] = ESTRIDE(a->v, nv - 3);
     p->k_group = k_group;
     p->v_group = v_group;
     p->is_causal = is_causal;
     p->scale = scale_obj != Py_None ? scale : 1.0 / sqrt((double)E);
     p->prescale = dropout_p > 0.0 || !torch_takes_flash(rq, rk, rv, rm, enable_gqa);
     p->dropout_p = dropout_p;
-    if (dropout_p > 0.0 && grad_obj != NULL) {   /* the forward's mask again */
-        if (seed_obj == NULL || !PyLong_Check(seed_obj)) {
-            PyErr_SetString(PyExc_TypeError, "_sdpa_backward(): dropout_p > 0 needs "
-                            "dropout_seed, the integer _sdpa_forward returned");
-            goto fail;
-        }
-        p->dropout_seed = PyLong_AsUnsignedLongLongMask(seed_obj);
-        if (p->dropout_seed == (uint64_t)-1 && PyErr_Occurred())
-            goto fail;
-    }
-    else if (dropout_p > 0.0) {   /* one draw of myatt's generator (GIL held) seeds the mask */
+    if (dropout_p > 0.0) {   /* one draw of myatt's generator (GIL held) seeds the mask */
         myatt_state *st = myatt_state_of_module(module);
         p->dropout_seed = mt19937_random64(&st->rng);
     }
-
-    if (grad_obj != NULL) {
-        result = sdpa_backward_call(grad_obj, p, q, k, v, dims, typenum, dropout_p);
-        goto fail;
-    }
-    if ((out = new_array(nb + 2, dims, typenum, WHAT "the result")) == NULL
-            || (want_state && (lse = new_array(nb + 1, dims, typenum, WHAT "the lse")) == NULL))
-        goto fail;
-    double work = (double)L * (double)S * (double)(E + Ev);
-    for (int d = 0; d < nb; d++)
-        work *= (double)dims[d];
-    void *od = PyArray_DATA((PyArrayObject *)out);
-    void *ld = lse != NULL ? PyArray_DATA((PyArrayObject *)lse) : NULL;
-    int rc = 0;
-    /* An empty result (L or Ev 0) is written by nobody: no kernel run, whatever the
-     * broadcast batch (a 2**40-item broadcast computed every item's scores). */
-    if (ld != NULL || PyArray_SIZE((PyArrayObject *)out) > 0) {
-        MYATT_BEGIN_COMPUTE(work)
-        rc = dtype_of_typenum(typenum)->k->sdpa_forward(od, ld, p);
-        MYATT_END_COMPUTE
-    }
-    if (rc < 0) {
-        Py_CLEAR(out);
-        PyErr_SetString(PyExc_MemoryError, WHAT "could not allocate the kernel's workspace");
-    }
-    else if (want_state) {
-        result = Py_BuildValue("(OOK)", out, lse, (unsigned long long)p->dropout_seed);
-    }
+    rc = 0;
 fail:
-    Py_XDECREF(lse);
-    PyMem_Free(p);
     Py_XDECREF(rq);
     Py_XDECREF(rk);
     Py_XDECREF(rv);
     Py_XDECREF(rm);
-    Py_XDECREF(q);
-    Py_XDECREF(k);
-    Py_XDECREF(v);
-    Py_XDECREF(m);
-    if (grad_obj != NULL || want_state) {
-        Py_XDECREF(out);
-        return result;
+    return rc;
+}
+
+/* The problem's work in multiply-adds of the forward's two products. */
+static double sdpa_work(const sdpa_problem *p)
+{
+    double work = (double)p->L * (double)p->S * (double)(p->E + p->Ev);
+    for (int d = 0; d < p->nbatch; d++)
+        work *= (double)p->batch[d];
+    return work;
+}
+
+/* The forward of a parsed call: a new output (and, with `lse`, its log-sum-exp
+ * written there), or NULL. */
+static PyObject *sdpa_run(const sdpa_kept *a, PyArrayObject *lse)
+{
+    const sdpa_problem *p = a->problem;
+    npy_intp dims[SDPA_MAX_BATCH_DIMS + 2];
+    for (int d = 0; d < p->nbatch; d++)
+        dims[d] = p->batch[d];
+    dims[p->nbatch] = p->L;
+    dims[p->nbatch + 1] = p->Ev;
+    PyObject *out = new_array(p->nbatch + 2, dims, a->typenum, WHAT "the result");
+    if (out == NULL)
+        return NULL;
+    void *od = PyArray_DATA((PyArrayObject *)out);
+    void *ld = lse != NULL ? PyArray_DATA(lse) : NULL;
+    int rc = 0;
+    /* An empty result (L or Ev 0) is written by nobody: no kernel run, whatever the
+     * broadcast batch (a 2**40-item broadcast computed every item's scores). */
+    if (ld != NULL || PyArray_SIZE((PyArrayObject *)out) > 0) {
+        MYATT_BEGIN_COMPUTE(sdpa_work(p))
+        rc = dtype_of_typenum(a->typenum)->k->sdpa_forward(od, ld, p);
+        MYATT_END_COMPUTE
+    }
+    if (rc < 0) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_MemoryError, WHAT "could not allocate the kernel's workspace");
+        return NULL;
     }
     return out;
 }
 
 static PyObject *myatt_scaled_dot_product_attention(PyObject *module, PyObject *args, PyObject *kwds)
 {
-    return sdpa_call(module, args, kwds, NULL, NULL, 0);
+    sdpa_kept a = {0};
+    PyObject *out = sdpa_parse(module, args, kwds, 0, &a) < 0 ? NULL : sdpa_run(&a, NULL);
+    sdpa_kept_clear(&a);
+    return out;
 }
 
-static const char myatt_sdpa_forward_doc[] =
-"_sdpa_forward($module, query, key, value, /, *args, **kwargs)\n--\n\n"
-"scaled_dot_product_attention's (output, lse, dropout_seed): lse [..., L] the\n"
-"log-sum-exp of each row's scores (0 for a fully masked row), dropout_seed the\n"
-"draw of myatt's generator that seeded the dropout mask (0 without dropout).\n"
-"Private: what _sdpa_backward (and myatt.vjp) needs to give the same mask.";
-
-static PyObject *myatt_sdpa_forward(PyObject *module, PyObject *args, PyObject *kwds)
+PyObject *sdpa_forward_keep(PyObject *module, PyObject *args, PyObject *kwds, sdpa_kept *kept)
 {
-    return sdpa_call(module, args, kwds, NULL, NULL, 1);
+    if (sdpa_parse(module, args, kwds, 1, kept) < 0)
+        return NULL;
+    const sdpa_problem *p = kept->problem;
+    npy_intp dims[SDPA_MAX_BATCH_DIMS + 1];
+    for (int d = 0; d < p->nbatch; d++)
+        dims[d] = p->batch[d];
+    dims[p->nbatch] = p->L;
+    if ((kept->lse = (PyArrayObject *)new_array(p->nbatch + 1, dims, kept->typenum,
+                                                "vjp(): the log-sum-exp")) == NULL
+            || (kept->out = (PyArrayObject *)sdpa_run(kept, kept->lse)) == NULL)
+        return NULL;
+    return PyArray_NewCopy(kept->out, NPY_CORDER);   /* the caller's; ours stays unchanged */
 }
 
-static const char myatt_sdpa_backward_doc[] =
-"_sdpa_backward($module, grad_output, query, key, value, /, *args, dropout_seed=None,\n"
-"               **kwargs)\n--\n\n"
-"The gradients (grad_query, grad_key, grad_value) of\n"
-"sum(scaled_dot_product_attention(query, key, value, *args, **kwargs) * grad_output),\n"
-"FlashAttention-2 style (no [L, S] buffer); each gradient shaped like its input\n"
-"(summed where the input was broadcast or repeated by GQA).  Private: myatt.vjp\n"
-"will wrap it.  With dropout_p > 0, dropout_seed= (from _sdpa_forward) gives the\n"
-"forward's mask.  For now key and value must have the same batch shape.";
-
-static PyObject *myatt_sdpa_backward(PyObject *module, PyObject *args, PyObject *kwds)
+PyObject *sdpa_grads_run(const sdpa_kept *kept, PyArrayObject *grad_output)
 {
-    if (PyTuple_GET_SIZE(args) < 1) {
-        PyErr_SetString(PyExc_TypeError, "_sdpa_backward() missing its argument grad_output");
-        return NULL;
+    const sdpa_problem *p = kept->problem;
+    const int typenum = kept->typenum;
+    PyArrayObject *g = NULL;
+    PyObject *dq = NULL, *dk = NULL, *dv = NULL, *result = NULL;
+    if ((g = cast_array(grad_output, typenum, 1)) == NULL
+            || (dq = new_array(PyArray_NDIM(kept->q), PyArray_DIMS(kept->q), typenum,
+                               "pullback(): grad_query")) == NULL
+            || (dk = new_array(PyArray_NDIM(kept->k), PyArray_DIMS(kept->k), typenum,
+                               "pullback(): grad_key")) == NULL
+            || (dv = new_array(PyArray_NDIM(kept->v), PyArray_DIMS(kept->v), typenum,
+                               "pullback(): grad_value")) == NULL)
+        goto fail;
+#define DATA(a) PyArray_DATA((PyArrayObject *)(a))
+    const sdpa_grads grads = {DATA(dq), DATA(dk), DATA(dv), DATA(g), DATA(kept->out),
+                              DATA(kept->lse)};
+#undef DATA
+    int rc;
+    /* the backward's products: the scores twice, dP, dV, dK, dQ (2.5x the forward's) */
+    MYATT_BEGIN_COMPUTE(2.5 * sdpa_work(p))
+    rc = dtype_of_typenum(typenum)->k->sdpa_backward(&grads, p);
+    MYATT_END_COMPUTE
+    if (rc < 0) {
+        PyErr_SetString(PyExc_MemoryError, "pullback(): could not allocate the kernel's "
+                        "workspace");
+        goto fail;
     }
-    PyObject *rest = PyTuple_GetSlice(args, 1, PyTuple_GET_SIZE(args));
-    if (rest == NULL)
-        return NULL;
-    /* dropout_seed=: ours, not the forward's; the rest as the forward parses it */
-    PyObject *fwd_kwds = kwds != NULL ? PyDict_Copy(kwds) : NULL, *seed = NULL;
-    if (kwds != NULL && fwd_kwds == NULL) {
-        Py_DECREF(rest);
-        return NULL;
-    }
-    if (fwd_kwds != NULL) {
-        seed = PyDict_GetItemString(fwd_kwds, "dropout_seed");
-        Py_XINCREF(seed);
-        if (seed != NULL && PyDict_DelItemString(fwd_kwds, "dropout_seed") < 0) {
-            Py_DECREF(rest);
-            Py_DECREF(fwd_kwds);
-            Py_DECREF(seed);
-            return NULL;
-        }
-    }
-    PyObject *r = sdpa_call(module, rest, fwd_kwds, PyTuple_GET_ITEM(args, 0), seed, 0);
-    Py_DECREF(rest);
-    Py_XDECREF(fwd_kwds);
-    Py_XDECREF(seed);
-    return r;
+    result = PyTuple_Pack(4, dq, dk, dv, Py_None);   /* no gradient for attn_mask */
+fail:
+    Py_XDECREF(g);
+    Py_XDECREF(dq);
+    Py_XDECREF(dk);
+    Py_XDECREF(dv);
+    return result;
 }
 
 PyMethodDef sdpa_methods[] = {
     {"scaled_dot_product_attention",
      (PyCFunction)(void (*)(void))myatt_scaled_dot_product_attention,
      METH_VARARGS | METH_KEYWORDS, myatt_scaled_dot_product_attention_doc},
-    {"_sdpa_forward", (PyCFunction)(void (*)(void))myatt_sdpa_forward,
-     METH_VARARGS | METH_KEYWORDS, myatt_sdpa_forward_doc},
-    {"_sdpa_backward", (PyCFunction)(void (*)(void))myatt_sdpa_backward,
-     METH_VARARGS | METH_KEYWORDS, myatt_sdpa_backward_doc},
     {NULL, NULL, 0, NULL},
 };

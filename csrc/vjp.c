@@ -10,6 +10,10 @@
  *   bmm:     input, mat2
  *   Linear:  input (in the layer's dtype), weight, bias
  *   MyAtt:   Q[0], K[0], V[0], the four parameters, attn_weights and applied
+ *   scaled_dot_product_attention: query, key, value, attn_mask (in the
+ *            result's dtype; a bool mask as it is), the output and one
+ *            log-sum-exp per query row (never the [L, S] weights), the
+ *            dropout seed (the forward's mask again)
  * The saved arrays are only read: a pullback may be called more than once, and
  * from several threads at a time. */
 #include "vjp.h"
@@ -23,10 +27,11 @@
 
 #include <structmember.h>
 
-enum { VJP_LINEAR, VJP_SOFTMAX, VJP_BMM, VJP_LINEAR_OBJ, VJP_MYATT };
+enum { VJP_LINEAR, VJP_SOFTMAX, VJP_BMM, VJP_LINEAR_OBJ, VJP_MYATT, VJP_SDPA };
 
 /* The names in reprs, and the stateless backward a function's pullback calls. */
-static const char *const kind_names[] = {"linear", "softmax", "bmm", "Linear", "MyAtt"};
+static const char *const kind_names[] = {"linear", "softmax", "bmm", "Linear", "MyAtt",
+                                         "scaled_dot_product_attention"};
 static const char *const backward_names[] = {"linear_backward", "softmax_backward",
                                              "bmm_backward"};
 static const char *const saved_names[][3] = {
@@ -44,6 +49,7 @@ typedef struct {
     int out_ndim;                  /* grad_output's shape: the result's */
     npy_intp out_dims[NPY_MAXDIMS];
     myatt_kept kept;               /* MyAtt */
+    sdpa_kept skept;               /* scaled_dot_product_attention */
 } PullbackObject;
 
 void myatt_kept_inputs(const myatt_kept *kept, myatt_inputs *in)
@@ -65,22 +71,6 @@ static void kept_clear(myatt_kept *kept)
         Py_CLEAR(*arrs[i]);
 }
 
-/* obj as an array of `typenum` that nothing else holds: converted as the
- * forward converts it, copied when the conversion gave the caller's memory. */
-static PyObject *private_array(PyObject *obj, int typenum, const char *what)
-{
-    PyArrayObject *raw = as_real_array(obj, what);
-    if (raw == NULL)
-        return NULL;
-    PyArrayObject *a = cast_array(raw, typenum, 0);
-    if (a == raw) {
-        Py_DECREF(a);
-        a = (PyArrayObject *)PyArray_NewCopy(raw, NPY_CORDER);
-    }
-    Py_DECREF(raw);
-    return (PyObject *)a;
-}
-
 /* ---- the pullback ---------------------------------------------------------- */
 
 static void Pullback_dealloc(PullbackObject *self)
@@ -90,6 +80,7 @@ static void Pullback_dealloc(PullbackObject *self)
     for (int i = 0; i < self->nsaved; i++)
         Py_XDECREF(self->saved[i]);
     kept_clear(&self->kept);
+    sdpa_kept_clear(&self->skept);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
@@ -220,6 +211,9 @@ static PyObject *Pullback_call(PullbackObject *self, PyObject *args, PyObject *k
     case VJP_MYATT:
         result = pull_myatt(self, g, GA);
         break;
+    case VJP_SDPA:
+        result = sdpa_grads_run(&self->skept, g);
+        break;
     default:
         result = pull_function(self, g);
     }
@@ -237,7 +231,8 @@ static int repr_part(PyObject *parts, const char *name, PyObject *obj, Py_ssize_
         char shape[SHAPE_STR_LEN];
         const myatt_dtype *dt = dtype_of_typenum(PyArray_TYPE(a));
         *bytes += (Py_ssize_t)PyArray_NBYTES(a);
-        s = PyUnicode_FromFormat("%s %s %s", name, SHAPE_OF(shape, a), dt ? dt->name : "?");
+        const char *type = dt != NULL ? dt->name : PyArray_TYPE(a) == NPY_BOOL ? "bool" : "?";
+        s = PyUnicode_FromFormat("%s %s %s", name, SHAPE_OF(shape, a), type);
     } else {
         s = PyUnicode_FromFormat("%s=%R", name, obj);
     }
@@ -248,21 +243,41 @@ static int repr_part(PyObject *parts, const char *name, PyObject *obj, Py_ssize_
     return rc;
 }
 
+/* The arrays a MyAtt or SDPA pullback holds, with their names in reprs: their count. */
+static int held_arrays(PullbackObject *self, const char *const **names, PyArrayObject **arrs)
+{
+    static const char *const myatt_names[] = {"Q[0]", "K[0]", "V[0]", "attn.weight",
+                                              "attn.bias", "attn_combine.weight",
+                                              "attn_combine.bias", "attn_weights", "applied"};
+    static const char *const sdpa_names[] = {"query", "key", "value", "output", "lse",
+                                             "attn_mask"};
+    if (self->kind == VJP_MYATT) {
+        const myatt_kept *kp = &self->kept;
+        PyArrayObject *held[9] = {kp->q, kp->k, kp->v, kp->w_attn, kp->b_attn, kp->w_comb,
+                                  kp->b_comb, kp->aw, kp->applied};
+        memcpy(arrs, held, sizeof held);
+        *names = myatt_names;
+        return 9;
+    }
+    const sdpa_kept *sk = &self->skept;
+    PyArrayObject *held[6] = {sk->q, sk->k, sk->v, sk->out, sk->lse, sk->mask};
+    memcpy(arrs, held, sizeof held);
+    *names = sdpa_names;
+    return sk->mask != NULL ? 6 : 5;
+}
+
 static PyObject *Pullback_repr(PullbackObject *self)
 {
-    static const char *const kept_names[] = {"Q[0]", "K[0]", "V[0]", "attn.weight",
-                                             "attn.bias", "attn_combine.weight",
-                                             "attn_combine.bias", "attn_weights", "applied"};
     PyObject *parts = PyList_New(0), *sep = NULL, *joined = NULL, *result = NULL;
     Py_ssize_t bytes = 0;
     if (parts == NULL)
         return NULL;
-    if (self->kind == VJP_MYATT) {
-        const myatt_kept *kp = &self->kept;
-        PyArrayObject *arrs[9] = {kp->q, kp->k, kp->v, kp->w_attn, kp->b_attn, kp->w_comb,
-                                  kp->b_comb, kp->aw, kp->applied};
-        for (int i = 0; i < 9; i++)
-            if (repr_part(parts, kept_names[i], (PyObject *)arrs[i], &bytes) < 0)
+    if (self->kind == VJP_MYATT || self->kind == VJP_SDPA) {
+        const char *const *names;
+        PyArrayObject *arrs[9];
+        const int n = held_arrays(self, &names, arrs);
+        for (int i = 0; i < n; i++)
+            if (repr_part(parts, names[i], (PyObject *)arrs[i], &bytes) < 0)
                 goto fail;
     } else {
         for (int i = 0; i < self->nsaved; i++)
@@ -285,11 +300,11 @@ fail:
 static PyObject *Pullback_get_nbytes(PullbackObject *self, void *Py_UNUSED(closure))
 {
     Py_ssize_t bytes = 0;
-    if (self->kind == VJP_MYATT) {
-        const myatt_kept *kp = &self->kept;
-        PyArrayObject *arrs[9] = {kp->q, kp->k, kp->v, kp->w_attn, kp->b_attn, kp->w_comb,
-                                  kp->b_comb, kp->aw, kp->applied};
-        for (int i = 0; i < 9; i++)
+    if (self->kind == VJP_MYATT || self->kind == VJP_SDPA) {
+        const char *const *names;
+        PyArrayObject *arrs[9];
+        const int n = held_arrays(self, &names, arrs);
+        for (int i = 0; i < n; i++)
             bytes += (Py_ssize_t)PyArray_NBYTES(arrs[i]);
     } else {
         for (int i = 0; i < self->nsaved; i++)
@@ -376,7 +391,7 @@ static int function_kind(PyObject *module, PyObject *fn)
     for (int i = VJP_LINEAR; i <= VJP_BMM; i++)
         if (strcmp(name, kind_names[i]) == 0)
             return i;
-    return -1;
+    return strcmp(name, kind_names[VJP_SDPA]) == 0 ? VJP_SDPA : -1;
 }
 
 /* What a function's pullback keeps (its result already computed). */
@@ -513,7 +528,8 @@ static PyObject *myatt_vjp(PyObject *module, PyObject *args, PyObject *kwds)
         kind = VJP_MYATT;
     if (kind < 0) {
         PyErr_Format(PyExc_TypeError, "vjp(): fn must be myatt.linear, myatt.softmax, "
-                     "myatt.bmm, or a Linear or MyAtt object, got %.200R", fn);
+                     "myatt.bmm, myatt.scaled_dot_product_attention, or a Linear or MyAtt "
+                     "object, got %.200R", fn);
         return NULL;
     }
     PyObject *rest = PyTuple_GetSlice(args, 1, PyTuple_GET_SIZE(args));
@@ -531,12 +547,17 @@ static PyObject *myatt_vjp(PyObject *module, PyObject *args, PyObject *kwds)
     pb->nsaved = 0;
     pb->dtype = NULL;
     memset(&pb->kept, 0, sizeof pb->kept);
+    memset(&pb->skept, 0, sizeof pb->skept);
 
     PyArrayObject *out;
     if (kind == VJP_MYATT) {
         if ((result = myatt_forward_keep(fn, rest, kwds, &pb->kept)) == NULL)
             goto fail;
         out = (PyArrayObject *)PyTuple_GET_ITEM(result, 0);
+    } else if (kind == VJP_SDPA) {
+        if ((result = sdpa_forward_keep(module, rest, kwds, &pb->skept)) == NULL)
+            goto fail;
+        out = (PyArrayObject *)result;
     } else {
         if ((result = PyObject_Call(fn, rest, kwds)) == NULL)
             goto fail;

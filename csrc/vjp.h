@@ -1,5 +1,6 @@
 /* myatt.vjp and its pullback type (vjp.c); the MyAtt forward that keeps what
- * the pullback reads (myatt_type.c). */
+ * the pullback reads (myatt_type.c), and scaled_dot_product_attention's
+ * (sdpa_function.c). */
 #ifndef MYATT_VJP_H
 #define MYATT_VJP_H
 
@@ -32,5 +33,28 @@ PyObject *myatt_grads_run(const myatt_dtype *dt, const npy_intp dims[3][3],
 
 /* The kernel inputs read from kept's copies (q, k, v and the parameters). */
 void myatt_kept_inputs(const myatt_kept *kept, myatt_inputs *in);
+
+/* scaled_dot_product_attention's arguments as its kernels read them, and what
+ * its pullback keeps: private copies (new references) that nothing else writes. */
+typedef struct {
+    PyArrayObject *q, *k, *v, *mask;   /* converted (mask NULL without one), any strides */
+    sdpa_problem *problem;             /* PyMem; its operands point into q, k, v, mask */
+    int typenum;                       /* the result's dtype */
+    PyArrayObject *out, *lse;          /* the forward's output [batch..., L, Ev] and
+                                          log-sum-exp [batch..., L] (C-contiguous) */
+} sdpa_kept;
+
+/* myatt.scaled_dot_product_attention(*args, **kwds) (a new result array),
+ * filling *kept (zero-filled by the caller, which releases it with
+ * sdpa_kept_clear, also when NULL is returned): the operands copied, the
+ * problem (its dropout seed drawn, as the call draws it), out and lse. */
+PyObject *sdpa_forward_keep(PyObject *module, PyObject *args, PyObject *kwds, sdpa_kept *kept);
+
+/* The pullback's (grad_query, grad_key, grad_value, None) from kept and
+ * grad_output (already of out's shape; converted to kept's dtype), with the
+ * forward's out, lse and dropout mask.  NULL on error. */
+PyObject *sdpa_grads_run(const sdpa_kept *kept, PyArrayObject *grad_output);
+
+void sdpa_kept_clear(sdpa_kept *kept);
 
 #endif
