@@ -167,14 +167,15 @@ PyDoc_STRVAR(Pullback_call_doc,
 "----------\n"
 "grad_output : array_like\n"
 "    Shaped like the result (for MyAtt: like its output, (1, S, output_size)).\n"
+"    scaled_dot_product_attention converts it to the forward's dtype.\n"
 "grad_attn_weights : array_like, shape (S, value_size1), optional\n"
 "    For MyAtt only: the cotangent of attn_weights, or None.\n"
 "\n"
 "Returns\n"
 "-------\n"
 "tuple or dict\n"
-"    What the stateless backward returns: a tuple for linear, softmax and\n"
-"    bmm, a dict for Linear and MyAtt (see `vjp`).\n"
+"    What the stateless backward returns: a tuple for linear, softmax, bmm and\n"
+"    scaled_dot_product_attention, a dict for Linear and MyAtt (see `vjp`).\n"
 "\n"
 "Raises\n"
 "------\n"
@@ -336,7 +337,8 @@ static PyMethodDef Pullback_methods[] = {
 static PyGetSetDef Pullback_getset[] = {
     {"nbytes", (getter)Pullback_get_nbytes, NULL, "The bytes of the saved arrays (int).", NULL},
     {"fn", (getter)Pullback_get_fn, NULL,
-     "What vjp differentiated (str): linear, softmax, bmm, Linear or MyAtt.", NULL},
+     "What vjp differentiated (str): linear, softmax, bmm, scaled_dot_product_attention, "
+     "Linear or MyAtt.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -348,7 +350,8 @@ PyDoc_STRVAR(Pullback_doc,
 "Attributes\n"
 "----------\n"
 "fn : str\n"
-"    What vjp differentiated: 'linear', 'softmax', 'bmm', 'Linear' or 'MyAtt'.\n"
+"    What vjp differentiated: 'linear', 'softmax', 'bmm',\n"
+"    'scaled_dot_product_attention', 'Linear' or 'MyAtt'.\n"
 "nbytes : int\n"
 "    The bytes of the saved arrays.\n\n"
 "See Also\n"
@@ -466,8 +469,8 @@ PyDoc_STRVAR(vjp_doc,
 "Parameters\n"
 "----------\n"
 "fn : callable\n"
-"    `linear`, `softmax`, `bmm`, or a `Linear` or `MyAtt` object (subclasses\n"
-"    included).\n"
+"    `linear`, `softmax`, `bmm`, `scaled_dot_product_attention`, or a `Linear`\n"
+"    or `MyAtt` object (subclasses included).\n"
 "*args, **kwargs\n"
 "    The arguments of ``fn``, as it takes them.\n"
 "\n"
@@ -479,7 +482,10 @@ PyDoc_STRVAR(vjp_doc,
 "    ``pullback(grad_output)`` (MyAtt: ``pullback(grad_output,\n"
 "    grad_attn_weights=None)``), with `grad_output` shaped like the result,\n"
 "    gives linear ``(grad_input, grad_weight, grad_bias or None)``, softmax\n"
-"    ``(grad_input,)``, bmm ``(grad_input, grad_mat2)``, Linear the dict\n"
+"    ``(grad_input,)``, bmm ``(grad_input, grad_mat2)``,\n"
+"    scaled_dot_product_attention ``(grad_query, grad_key, grad_value, None)``\n"
+"    (None for attn_mask; each gradient shaped as its input, summed over what\n"
+"    was broadcast or repeated by enable_gqa), Linear the dict\n"
 "    ``{'input', 'weight', 'bias'}``, MyAtt the dict of `MyAtt.backward`.\n"
 "\n"
 "Raises\n"
@@ -493,9 +499,11 @@ PyDoc_STRVAR(vjp_doc,
 "-----\n"
 "The pullback holds private copies of what it reads (inputs converted to the\n"
 "kernel dtype, the parameters, softmax's output, MyAtt's attn_weights and\n"
-"applied), never the caller's arrays nor the result: changing an input, a\n"
-"parameter or the result in place after vjp does not change the gradients,\n"
-"which stay those at the values the forward saw.\n"
+"applied, scaled_dot_product_attention's output and one log-sum-exp per\n"
+"query row, never the [L, S] weights), never the caller's arrays nor the\n"
+"result: changing an input, a parameter or the result in place after vjp does\n"
+"not change the gradients, which stay those at the values the forward saw.\n"
+"With dropout_p > 0 the pullback uses the forward's dropout mask.\n"
 "\n"
 "Examples\n"
 "--------\n"
@@ -511,7 +519,11 @@ PyDoc_STRVAR(vjp_doc,
 ">>> (output, attn_weights), pullback = myatt.vjp(\n"
 "...     m, np.ones((1, 7, 3)), np.ones((1, 7, 2)), np.ones((1, 4, 5)))\n"
 ">>> pullback(np.ones((1, 7, 6)))['attn.weight'].shape\n"
-"(4, 5)");
+"(4, 5)\n"
+">>> q, k, v = np.ones((2, 3, 4)), np.ones((2, 5, 4)), np.ones((1, 5, 6))\n"
+">>> out, pullback = myatt.vjp(myatt.scaled_dot_product_attention, q, k, v)\n"
+">>> [None if g is None else g.shape for g in pullback(np.ones(out.shape))]\n"
+"[(2, 3, 4), (2, 5, 4), (1, 5, 6), None]");
 
 static PyObject *myatt_vjp(PyObject *module, PyObject *args, PyObject *kwds)
 {

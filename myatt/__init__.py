@@ -12,7 +12,8 @@ original, computed by C kernels on NumPy arrays::
 - Kernels: ``linear``, ``softmax``, ``bmm``, and their gradients ``linear_backward``,
   ``softmax_backward``, ``bmm_backward``; ``vjp`` (forward once, then a ``Pullback``
   that reuses what the forward computed); ``scaled_dot_product_attention``
-  (torch's ``F.scaled_dot_product_attention``, flash-style).
+  (torch's ``F.scaled_dot_product_attention``, flash-style; its gradients through
+  ``vjp``).
 - Training: ``SGD``, ``Adam`` (torch.optim's rules, in NumPy, on the live parameters).
 - Validation against torch: ``compare``. Plots: ``plot_attention`` (needs matplotlib).
 - Generator: ``manual_seed``. Threads: ``set_num_threads``, ``get_num_threads``.

@@ -17,7 +17,8 @@ Each entry declares:
            is allowed (optional), whether leading dimensions are free (any number of
            batch dimensions) or the ndim is free altogether (softmax); a mask
            (scaled_dot_product_attention's attn_mask) broadcasts, does not take part in
-           the result dtype (promotes=False) and is bool or floating (floating=True)
+           the result dtype (promotes=False; also its pullback's grad_output, converted
+           to the forward's dtype) and is bool or floating (floating=True)
   call     call(obj, *arrays, **kw) -> result (obj is None for functions and
            constructors; kw: softmax's dim, from the sizes: see invoke())
   make     make(s, dtype) -> the Linear / MyAtt the method is called on (or None)
@@ -222,6 +223,12 @@ def _torch_sdpa(obj, q, k, v, mask):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
+def _torch_sdpa_backward(obj, q, k, v, mask, go):
+    import torch.nn.functional as F
+    f = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # noqa: E731
+    return tuple(_grads(f, (q, k, v), go)) + (None,)
+
+
 def _torch_module_call(obj, Q, K, V):
     import torch
     from oracle import torch_myatt
@@ -298,6 +305,9 @@ AV = Arg("value", lambda s: s.batch + (s.Skv, s.Ev), batch_free=True,
          also_named=("query", "key"))
 AM = Arg("attn_mask", lambda s: (s.L, s.Skv), optional=True, broadcasts=True, promotes=False,
          floating=True)
+# the pullback's cotangent: converted to the forward's dtype, taking no part in it
+AG = Arg("grad_output", lambda s: s.batch + (s.L, s.Ev), batch_free=True, promotes=False,
+         fan_in=lambda s: s.L)
 
 LINEAR_SIZES = ("batch", "in_f", "out_f")
 SDPA_SIZES = ("batch", "L", "Skv", "E", "Ev")
@@ -439,6 +449,20 @@ ENTRY_POINTS += [
                torch=lambda o, a, m2, g: _torch_bmm_backward(o, g, a, m2), sizes_of=BMM_SIZES,
                plain=lambda o, a, m2, g: reference.bmm_backward(g, a, m2),
                shapes=lambda s: ((s.b, s.n, s.m), (s.b, s.m, s.p)), keywords=False),
+    EntryPoint("vjp.scaled_dot_product_attention.result", "function", (AQ, AK, AV, AM),
+               lambda o, q, k, v, m: myatt.vjp(myatt.scaled_dot_product_attention, q, k, v,
+                                               attn_mask=m)[0],
+               "array", torch=_torch_sdpa, sizes_of=SDPA_SIZES,
+               plain=lambda o, q, k, v, m: reference.scaled_dot_product_attention(q, k, v, m),
+               shapes=lambda s: (s.batch + (s.L, s.Ev),), keywords=False),
+    EntryPoint("vjp.scaled_dot_product_attention.pullback", "function", (AQ, AK, AV, AM, AG),
+               lambda o, q, k, v, m, g: _vjp_pull(myatt.scaled_dot_product_attention, q, k, v,
+                                                  attn_mask=m)(g),
+               "arrays", torch=_torch_sdpa_backward, sizes_of=SDPA_SIZES,
+               plain=lambda o, q, k, v, m, g: reference.scaled_dot_product_attention_backward(
+                   g, q, k, v, m),
+               shapes=lambda s: (s.batch + (s.L, s.E), s.batch + (s.Skv, s.E),
+                                 s.batch + (s.Skv, s.Ev)), keywords=False),
     EntryPoint("Linear.vjp.pullback", "method", (X, GY),
                lambda lin, x, g: _vjp_pull(lin, x)(g), "grads", make=_layer,
                torch=_torch_layer_backward, sizes_of=LINEAR_SIZES, plain=_plain_layer_backward,

@@ -163,3 +163,37 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, scale=None):
     e = np.exp(scores - np.where(hidden, 0.0, mx))
     w = e / np.where(hidden, 1.0, np.sum(e, axis=-1, keepdims=True))
     return w @ v
+
+
+def _sum_to(x, shape):
+    """x summed over the dimensions along which an operand of `shape` was broadcast to it."""
+    x = x.sum(axis=tuple(range(x.ndim - len(shape)))) if x.ndim > len(shape) else x
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1)
+    return x.sum(axis=axes, keepdims=True) if axes else x
+
+
+def scaled_dot_product_attention_backward(grad_output, query, key, value, attn_mask=None,
+                                          scale=None):
+    """The gradients (grad_query, grad_key, grad_value, None) of
+    sum(scaled_dot_product_attention(query, key, value, attn_mask) * grad_output), the
+    weights materialised (w, then dS = w * (dO V^T - rowsum(dO V^T * w))), each summed
+    back to its input's shape over the batch dimensions it was broadcast along."""
+    q, k, v, g = _f64(query), _f64(key), _f64(value), _f64(grad_output)
+    E = q.shape[-1]
+    scale = 1.0 / np.sqrt(E) if scale is None and E > 0 else (0.0 if scale is None else scale)
+    scores = (q @ np.swapaxes(k, -1, -2)) * scale
+    if attn_mask is not None:
+        m = np.asarray(attn_mask)
+        scores = scores + (np.where(m, 0.0, -np.inf) if m.dtype == bool else _f64(m))
+    if scores.shape[-1] == 0:
+        w = scores
+    else:
+        mx = np.max(scores, axis=-1, keepdims=True)
+        hidden = mx == -np.inf
+        e = np.exp(scores - np.where(hidden, 0.0, mx))
+        w = e / np.where(hidden, 1.0, np.sum(e, axis=-1, keepdims=True))
+    g = np.broadcast_to(g, w.shape[:-1] + (v.shape[-1],))
+    dw = g @ np.swapaxes(v, -1, -2)
+    ds = w * (dw - np.sum(dw * w, axis=-1, keepdims=True))
+    return (_sum_to(ds @ k * scale, q.shape), _sum_to(np.swapaxes(ds, -1, -2) @ q * scale, k.shape),
+            _sum_to(np.swapaxes(w, -1, -2) @ g, v.shape), None)
