@@ -22,12 +22,14 @@ import datetime
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -44,6 +46,8 @@ except ImportError:   # run from a checkout built in place (setup.py build_ext -
 from numpy_myatt import NumpyMyAtt  # noqa: E402
 from numpy_myatt import bmm as np_bmm  # noqa: E402
 from numpy_myatt import linear as np_linear  # noqa: E402
+from numpy_myatt import sdpa as np_sdpa  # noqa: E402
+from numpy_myatt import sdpa_train as np_sdpa_train  # noqa: E402
 from numpy_myatt import softmax as np_softmax  # noqa: E402
 
 try:
@@ -287,6 +291,64 @@ def level_ops(level, dtype, rng):
     ]
 
 
+# scaled_dot_product_attention: (name, q shape, kv heads (GQA) or None, S, is_causal, train)
+def sdpa_cases(quick):
+    """The sdpa rows' shapes: [B, H, L, E] queries against S keys (E == Ev)."""
+    if quick:
+        return [("forward", (1, 8, 1024, 64), None, 1024, False, False),
+                ("causal", (1, 8, 1024, 64), None, 1024, True, False),
+                ("train causal", (1, 8, 512, 64), None, 512, True, True),
+                ("decode gqa", (1, 32, 1, 128), 8, 1024, False, False)]
+    return [("forward", (1, 8, 4096, 64), None, 4096, False, False),
+            ("causal", (1, 8, 4096, 64), None, 4096, True, False),
+            ("train causal", (1, 8, 2048, 64), None, 2048, True, True),
+            ("decode gqa", (1, 32, 1, 128), 8, 4096, False, False)]
+
+
+def sdpa_ops(dtype, rng, quick):
+    """[(case, flops, myatt_fn, torch_fn, numpy_fn)] of the sdpa rows: flops 4*L*S*E per
+    head (the two products), half of it causal, 3x that for forward + backward (autograd's
+    count: the backward's four products; myatt's recomputes the scores, the weights and
+    dP = dO V^T from the kept log-sum-exp, FlashAttention-2 style)."""
+    ops = []
+    sdpa = myatt.scaled_dot_product_attention
+    for name, qshape, kv_heads, S, causal, train in sdpa_cases(quick):
+        B, H, L, E = qshape
+        Hk = kv_heads or H
+        q = rng.standard_normal(qshape).astype(dtype)
+        k = rng.standard_normal((B, Hk, S, E)).astype(dtype)
+        v = rng.standard_normal((B, Hk, S, E)).astype(dtype)
+        g = rng.standard_normal(qshape).astype(dtype)
+        tq, tk, tv, tg = (torch.from_numpy(a) for a in (q, k, v, g))
+        kw = dict(is_causal=causal, enable_gqa=kv_heads is not None)
+        flops = 4 * B * H * L * S * E * (0.5 if causal else 1.0)
+        if train:
+            leaves = [t.clone().requires_grad_() for t in (tq, tk, tv)]
+
+            def myatt_fn(q=q, k=k, v=v, g=g, kw=kw):        # through vjp: out and lse kept
+                _, pullback = myatt.vjp(sdpa, q, k, v, **kw)
+                return pullback(g)
+
+            def torch_fn(leaves=leaves, tg=tg, kw=kw):
+                with torch.enable_grad():
+                    out = F.scaled_dot_product_attention(*leaves, **kw)
+                    return torch.autograd.grad(out, leaves, tg)
+
+            def numpy_fn(q=q, k=k, v=v, g=g, causal=causal):
+                return np_sdpa_train(q, k, v, g, causal)
+            ops.append((f"sdpa {name} {B}x{H}x{L}x{S}x{E}", 3 * flops, myatt_fn, torch_fn,
+                        numpy_fn))
+        else:
+            heads = f"{H}/{Hk}" if kv_heads else f"{H}"
+            ops.append((f"sdpa {name} {B}x{heads}x{L}x{S}x{E}", flops,
+                        lambda q=q, k=k, v=v, kw=kw: sdpa(q, k, v, **kw),
+                        lambda tq=tq, tk=tk, tv=tv, kw=kw: F.scaled_dot_product_attention(
+                            tq, tk, tv, **kw),
+                        lambda q=q, k=k, v=v, causal=causal, kw=kw: np_sdpa(
+                            q, k, v, causal, kw["enable_gqa"])))
+    return ops
+
+
 def first(result):
     """The array a row compares: the output (forward), the attn.weight gradient (train)."""
     if isinstance(result, dict):
@@ -324,20 +386,22 @@ def fmt_time(s):
     return f"{s:8.3f} s "
 
 
-HEADER = (f"{'case':<28}{'thr':>4} {'myatt':>11} {'torch':>11} {'numpy':>11} "
+HEADER = (f"{'case':<40}{'thr':>4} {'myatt':>11} {'torch':>11} {'numpy':>11} "
           f"{'/torch':>7} {'/numpy':>7} {'myatt rate':>16} {'%peak':>6} {'|myatt-torch|':>14} "
           f"{'=torch':>7}")
 
 
 def row_text(r):
+    numpy_t = fmt_time(r["numpy"]) if r["numpy"] is not None else f"{'-':>11}"
+    per_numpy = f"{r['myatt'] / r['numpy']:7.2f}" if r["numpy"] is not None else f"{'-':>7}"
     rate = "-"
     if r["gflops"] is not None:
         rate = f"{r['gflops']:.2f} GFLOP/s"
     elif r["gelems"] is not None:
         rate = f"{r['gelems']:.3f} Gelem/s"
     share = f"{100 * r['share']:.1f}" if r["share"] is not None else "-"
-    return (f"{r['case']:<28}{r['threads']:>4} {fmt_time(r['myatt'])} {fmt_time(r['torch'])} "
-            f"{fmt_time(r['numpy'])} {r['myatt'] / r['torch']:7.2f} {r['myatt'] / r['numpy']:7.2f} "
+    return (f"{r['case']:<40}{r['threads']:>4} {fmt_time(r['myatt'])} {fmt_time(r['torch'])} "
+            f"{numpy_t} {r['myatt'] / r['torch']:7.2f} {per_numpy} "
             f"{rate:>16} {share:>6} {r['diff']:14.2e} {100 * r['same']:6.1f}%")
 
 
@@ -347,6 +411,8 @@ def run(args):
     ncores = cores()
     thread_counts = sorted({1, ncores})
     levels = ["seed", "mid"] if quick else ["seed", "mid", "large"]
+    if args.only == "sdpa":
+        levels = []
     gemm_n = 1024 if quick else 2048
 
     # ---- header: machine, versions, BLAS ----
@@ -386,8 +452,8 @@ def run(args):
     rng = np.random.default_rng(0)
     myatt.manual_seed(0)
 
-    def add(case, threads, flops, elems, dtype, fns, results):
-        tm_, tt_, tn_ = (timing(f, quiet_first=threads > 1) for f in fns)
+    def add(case, threads, flops, elems, dtype, fns, results, timing=timing):
+        tm_, tt_, tn_ = (None if f is None else timing(f, quiet_first=threads > 1) for f in fns)
         share = None
         gflops = flops / tm_ / 1e9 if flops else None
         if gflops is not None and peak_core:
@@ -400,6 +466,8 @@ def run(args):
         print(row_text(r), flush=True)
 
     with torch.no_grad():
+        if not quick and args.only in (None, "sdpa"):   # first: the lowest maximum RSS yet
+            long_sequence(add, rng, max(thread_counts))
         for level in levels:
             S, sizes = LEVELS[level]
             print(f"[{level}] S={S}, MyAtt{sizes}; Q,K [1,{S},{sizes[0]}],[1,{S},{sizes[1]}], "
@@ -411,24 +479,66 @@ def run(args):
                         for op, flops, elems, fm, ft, fn in ops:
                             add(f"{level} {op} {np.dtype(dtype).name}", n, flops, elems, dtype,
                                 (fm, ft, fn), (fm(), ft(), fn()))
+        # ---- scaled_dot_product_attention ----
+        for dtype in ((np.float32, np.float64) if args.only in (None, "sdpa") else ()):
+            ops = sdpa_ops(dtype, rng, quick)
+            print(f"[sdpa] scaled_dot_product_attention {np.dtype(dtype).name}: case B x H x L x S "
+                  f"x E (decode: query heads / key-value heads), E == Ev")
+            for n in thread_counts:
+                with Threads(n):
+                    for case, flops, fm, ft, fn in ops:
+                        add(f"{case} {np.dtype(dtype).name}", n, flops, None, dtype,
+                            (fm, ft, fn), (fm(), ft()))
+            del ops
         # ---- GEMM alone ----
-        a = rng.standard_normal((1, gemm_n, gemm_n)).astype(np.float32)
-        b = rng.standard_normal((1, gemm_n, gemm_n)).astype(np.float32)
-        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-        print(f"[gemm] bmm [1,{gemm_n},{gemm_n}] @ [1,{gemm_n},{gemm_n}] float32")
-        with Threads(1):
-            fns = (lambda: myatt.bmm(a, b), lambda: torch.bmm(ta, tb), lambda: a @ b)
-            add(f"gemm {gemm_n}^3 float32", 1, 2 * gemm_n ** 3, None, np.float32, fns,
-                (fns[0](), fns[1]()))
+        if args.only != "sdpa":
+            a = rng.standard_normal((1, gemm_n, gemm_n)).astype(np.float32)
+            b = rng.standard_normal((1, gemm_n, gemm_n)).astype(np.float32)
+            ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+            print(f"[gemm] bmm [1,{gemm_n},{gemm_n}] @ [1,{gemm_n},{gemm_n}] float32")
+            with Threads(1):
+                fns = (lambda: myatt.bmm(a, b), lambda: torch.bmm(ta, tb), lambda: a @ b)
+                add(f"gemm {gemm_n}^3 float32", 1, 2 * gemm_n ** 3, None, np.float32, fns,
+                    (fns[0](), fns[1]()))
     print("-" * len(HEADER))
     print("|myatt-torch|: max abs difference of the outputs (a sanity check, not a test); "
           "=torch: share of output elements bit-identical to torch's (train: of the "
-          "attn.weight gradient); train: forward + backward through myatt.vjp, every "
+          "attn.weight gradient; sdpa train: of grad_query); sdpa: 4*L*S*E flops per head "
+          "(causal: half; train: 3x, forward + backward through myatt.vjp vs torch autograd "
+          "vs NumPy gradients by hand from the materialised weights); train: forward + "
+          "backward through myatt.vjp, every "
           "gradient, counted as 3x the forward's FLOPs (train-stateless: forward, then "
           "MyAtt.backward, which recomputes attn_weights and applied); rate: GFLOP/s (softmax: elements/s); %peak: of the "
           "measured FMA peak x threads")
     return dict(peak=peak, rows=rows, quick=quick, machine=cpu_model(), cores=ncores,
                 commit=git_commit(), date=datetime.datetime.now(datetime.timezone.utc).isoformat())
+
+
+def long_sequence(add, rng, threads, L=32768, E=64):
+    """A float32 forward at L = S = 32768 (one head; its [L, S] weights would be 4 GiB, so
+    no NumPy), timed over a few calls, with the memory it took: the peak traced by
+    tracemalloc (myatt's kernel workspaces go through PyMem_RawMalloc, so it sees them, and
+    NumPy's arrays; not torch's) and the growth of the process's maximum resident set
+    (resource.getrusage; 0 when an earlier row already reached more)."""
+    q, k, v = (rng.standard_normal((1, 1, L, E)).astype(np.float32) for _ in range(3))
+    tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
+    sdpa = myatt.scaled_dot_product_attention
+    myatt.empty_cache()
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tracemalloc.start()
+    with Threads(threads):
+        out = sdpa(q, k, v)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0   # KiB on Linux
+    print(f"[sdpa long] L = S = {L}, E = {E}, float32, {threads} threads: peak traced memory "
+          f"{peak / 2**20:.1f} MiB (the output alone {out.nbytes / 2**20:.1f} MiB), maximum RSS "
+          f"+{rss / 1024:.1f} MiB; the [L, S] weights would be {L * L * 4 / 2**30:.0f} GiB")
+    few = Timing(min_total=0.0, min_reps=1, min_sample=0.0)
+    with Threads(threads):
+        add(f"sdpa forward 1x1x{L}x{L}x{E} float32", threads, 4 * L * L * E, None, np.float32,
+            (lambda: sdpa(q, k, v), lambda: F.scaled_dot_product_attention(tq, tk, tv), None),
+            (out, F.scaled_dot_product_attention(tq, tk, tv)), timing=few)
 
 
 def plot(result, path):
@@ -444,7 +554,8 @@ def plot(result, path):
     y = np.arange(len(rows))
     fig, ax = plt.subplots(figsize=(9, 0.22 * len(rows) + 1.5))
     ax.barh(y - 0.2, [r["myatt"] / r["torch"] for r in rows], 0.4, label="myatt / torch")
-    ax.barh(y + 0.2, [r["myatt"] / r["numpy"] for r in rows], 0.4, label="myatt / numpy")
+    ax.barh(y + 0.2, [r["myatt"] / r["numpy"] if r["numpy"] else np.nan for r in rows], 0.4,
+            label="myatt / numpy")
     ax.axvline(1.0, color="k", lw=0.8)
     ax.set_xscale("log")
     ax.set_yticks(y, labels, fontsize=7)
@@ -459,6 +570,8 @@ def plot(result, path):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="a short run (seconds): seed and mid sizes")
+    p.add_argument("--only", choices=["sdpa"], help="only these rows (sdpa: the "
+                   "scaled_dot_product_attention rows)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--plot", metavar="PATH", help="also draw the ratios (needs matplotlib)")
     args = p.parse_args(argv)

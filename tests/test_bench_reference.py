@@ -47,3 +47,24 @@ def test_numpy_softmax_rows_and_columns(rng, dtype):
     x = (3 * rng.standard_normal((7, 33))).astype(dtype)
     for axis in (0, 1):
         assert_matches(numpy_myatt.softmax(x, axis), torch.softmax(torch.from_numpy(x), axis))
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_numpy_sdpa_matches_torch(rng, dtype, is_causal, monkeypatch):
+    """The benchmark's NumPy attention (forward, hand-written backward, GQA), computed in
+    chunks of leading items as for its largest shapes (a small chunk forced here)."""
+    import torch.nn.functional as F
+    monkeypatch.setattr(numpy_myatt, "SDPA_CHUNK_BYTES", 3 * 9 * 11 * np.dtype(dtype).itemsize)
+    q, k, v = (rng.standard_normal(s).astype(dtype) for s in [(2, 4, 9, 8), (2, 4, 11, 8),
+                                                               (2, 4, 11, 5)])
+    g = rng.standard_normal((2, 4, 9, 5)).astype(dtype)
+    t = [torch.from_numpy(a).requires_grad_() for a in (q, k, v)]
+    out = F.scaled_dot_product_attention(*t, is_causal=is_causal)
+    assert_matches(numpy_myatt.sdpa(q, k, v, is_causal), out)
+    for ours, theirs in zip(numpy_myatt.sdpa_train(q, k, v, g, is_causal),
+                            torch.autograd.grad(out, t, torch.from_numpy(g))):
+        assert_matches(ours, theirs)
+    tq = torch.from_numpy(q)
+    assert_matches(numpy_myatt.sdpa(q, k[:, :2], v[:, :2], enable_gqa=True),
+                   F.scaled_dot_product_attention(tq, t[1][:, :2].detach(), t[2][:, :2].detach(),
+                                                  enable_gqa=True))
