@@ -478,8 +478,9 @@ PyObject *sdpa_grads_run(const sdpa_kept *kept, PyArrayObject *grad_output)
                               DATA(kept->lse)};
 #undef DATA
     int rc;
-    /* the backward's products: the scores twice, dP, dV, dK, dQ (2.5x the forward's) */
-    MYATT_BEGIN_COMPUTE(2.5 * sdpa_work(p))
+    /* the backward's products: the scores and dP = dO V^T in both passes, dV, dK, dQ
+     * (3.5x the forward's two) */
+    MYATT_BEGIN_COMPUTE(3.5 * sdpa_work(p))
     rc = dtype_of_typenum(typenum)->k->sdpa_backward(&grads, p);
     MYATT_END_COMPUTE
     if (rc < 0) {
