@@ -556,8 +556,7 @@ def test_backward_dropout_uses_the_forward_mask(dtype, is_causal):
     eye = np.broadcast_to(np.eye(S, dtype=dtype), (2, 3, S, S))
     myatt.manual_seed(7)
     weights, pull_eye = vjp_sdpa(q, k, eye, dropout_p=p, is_causal=is_causal)
-    kept = weights != 0
-    assert 0.2 < 1 - kept[weights.sum(-1) > 0].mean() < 0.4 or is_causal
+    kept = weights != 0                              # (the dropped share: test_dropout_*)
     g_eye = make(rng, weights.shape, dtype)
     gv = pull_eye(g_eye)[2]
     assert_matches(gv, torch.from_numpy(weights).transpose(-2, -1) @ torch.from_numpy(g_eye))
