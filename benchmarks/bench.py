@@ -356,7 +356,8 @@ def sdpa_ops(dtype, rng, quick):
 
 
 def first(result):
-    """The array a row compares: the output (forward), the attn.weight gradient (train)."""
+    """The array a row compares: the output (forward), the attn.weight gradient (train),
+    grad_query (sdpa train)."""
     if isinstance(result, dict):
         return result["attn.weight"]
     return result[0] if isinstance(result, tuple) else result
@@ -458,7 +459,7 @@ def run(args):
     rng = np.random.default_rng(0)
     myatt.manual_seed(0)
 
-    def add(case, threads, flops, elems, dtype, fns, results, timing=timing):
+    def add(case, threads, flops, elems, dtype, fns, results):
         tm_, tt_, tn_ = (None if f is None else timing(f, quiet_first=threads > 1) for f in fns)
         share = None
         gflops = flops / tm_ / 1e9 if flops else None
@@ -472,7 +473,7 @@ def run(args):
         print(row_text(r), flush=True)
 
     with torch.no_grad():
-        if not quick and args.only in (None, "sdpa"):   # first: the lowest maximum RSS yet
+        if not quick:                                   # first: the lowest maximum RSS yet
             long_sequence(add, rng, max(thread_counts))
         for level in levels:
             S, sizes = LEVELS[level]
@@ -486,7 +487,7 @@ def run(args):
                             add(f"{level} {op} {np.dtype(dtype).name}", n, flops, elems, dtype,
                                 (fm, ft, fn), (fm(), ft(), fn()))
         # ---- scaled_dot_product_attention ----
-        for dtype in ((np.float32, np.float64) if args.only in (None, "sdpa") else ()):
+        for dtype in (np.float32, np.float64):
             ops = sdpa_ops(dtype, rng, quick)
             print(f"[sdpa] scaled_dot_product_attention {np.dtype(dtype).name}: case B x H x L x S "
                   f"x E (decode: query heads / key-value heads), E == Ev")
@@ -522,7 +523,7 @@ def run(args):
 
 def long_sequence(add, rng, threads, L=32768, E=64):
     """A float32 forward at L = S = 32768 (one head; its [L, S] weights would be 4 GiB, so
-    no NumPy), timed over a few calls, with the memory it took: the peak traced by
+    no NumPy), with the memory it took: the peak traced by
     tracemalloc (myatt's kernel workspaces go through PyMem_RawMalloc, so it sees them, and
     NumPy's arrays; not torch's) and the growth of the process's maximum resident set
     (resource.getrusage; 0 when an earlier row already reached more)."""
@@ -540,11 +541,10 @@ def long_sequence(add, rng, threads, L=32768, E=64):
     print(f"[sdpa long] L = S = {L}, E = {E}, float32, {threads} threads: peak traced memory "
           f"{peak / 2**20:.1f} MiB (the output alone {out.nbytes / 2**20:.1f} MiB), maximum RSS "
           f"+{rss / 1024:.1f} MiB; the [L, S] weights would be {L * L * 4 / 2**30:.0f} GiB")
-    few = Timing(min_total=0.0, min_reps=1, min_sample=0.0)
     with Threads(threads):
         add(f"sdpa forward 1x1x{L}x{L}x{E} float32", threads, 4 * L * L * E, None, np.float32,
             (lambda: sdpa(q, k, v), lambda: F.scaled_dot_product_attention(tq, tk, tv), None),
-            (out, F.scaled_dot_product_attention(tq, tk, tv)), timing=few)
+            (out, F.scaled_dot_product_attention(tq, tk, tv)))
 
 
 def plot(result, path):
