@@ -13,8 +13,25 @@
 #endif
 
 /* The vector exp of the CPU's path over an array (in place allowed), or NULL:
- * libm's.  (softmax_internal.h: Sleef's expf_u10 / exp_u10.) */
+ * libm's.  (sdpa_internal.h: the exp of the SIMD forward.) */
 typedef void (*SUF(sdpa_vexp_fn))(T *out, const T *inp, int64_t n);
+
+static SUF(sdpa_vexp_fn) SUF(sdpa_vexp)(void)
+{
+    const SUF(sdpa_kernels) *simd = SUF(sdpa_select)();
+    return simd != NULL ? simd->exp : NULL;
+}
+
+/* The path's SIMD forward when it takes the problem, else NULL (then the loops
+ * below): not for E == 0 or Ev == 0, nor causal with a negative scale (torch
+ * then scales the hidden keys' -inf to +inf, which the SIMD forward, skipping
+ * them, would not see).  The choice depends on the shape only. */
+static const SUF(sdpa_kernels) *SUF(sdpa_simd)(const sdpa_problem *p)
+{
+    if (p->E == 0 || p->Ev == 0 || (p->is_causal && !p->prescale && p->scale < 0))
+        return NULL;
+    return SUF(sdpa_select)();
+}
 
 /* Lanes of the exp-and-sum accumulator: an AVX-512 register of T, as torch's
  * vectorised _exp_reduce_sum_fusion_kernel sums (then a halving tree). */
@@ -92,6 +109,11 @@ typedef struct {
     T *q_scaled, *k_scaled;   /* prescale only: [q block, E], [kv block, E] */
     SUF(sdpa_vexp_fn) vexp;
     T *dp;                    /* backward only: [q block, kv block] */
+    /* forward, SIMD path: its table and workspace, the item's rows (sdpa_rows) */
+    const SUF(sdpa_kernels) *simd;
+    T *simd_ws;
+    int64_t *row_b, *row_i;
+    const void **row_q, **row_mask;
 } SUF(sdpa_ws);
 
 /* dst[rows, E] (contiguous) = src[rows, E] (strided) * factor */
@@ -184,9 +206,26 @@ static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
 {
     const int64_t S = p->S, Ev = p->Ev, kv_split = SDPA_KV_SPLIT;
     T *qk = ws->qk, *row_max = ws->row_max, *row_sum = ws->row_sum, *acc = ws->acc;
+    if (ws->simd != NULL) {
+        /* 1.-6. fused, on the path's SIMD kernels */
+        for (int64_t r = 0; r < qb; r++) {
+            ws->row_b[r] = b;
+            ws->row_i[r] = m0 + r;
+            ws->row_q[r] = q + (m0 + r) * p->q.rs;
+            ws->row_mask[r] = p->mask_kind == SDPA_MASK_FLOAT
+                                  ? (const void *)((const T *)mask + (m0 + r) * p->mask.rs)
+                              : p->mask_kind == SDPA_MASK_BOOL
+                                  ? (const void *)((const unsigned char *)mask
+                                                   + (m0 + r) * p->mask.rs)
+                                  : NULL;
+        }
+        const sdpa_rows rows = {qb, ws->row_b, ws->row_i, ws->row_q, ws->row_mask};
+        if (ws->simd->state(p, ws->simd_ws, &rows, k, v, k0, k1, acc, row_max, row_sum) != 0)
+            return -1;
+        goto finish;
+    }
     int64_t q_rs, q_cs;
     const T *qr = SUF(sdpa_query_rows)(p, ws, q, m0, qb, &q_rs, &q_cs);
-
     for (int64_t r = 0; r < qb; r++) {
         row_max[r] = -INFINITY;
         row_sum[r] = 0;
@@ -235,6 +274,7 @@ static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
                       (mk_cmat){v + n * p->v.rs, kb, Ev, p->v.rs, p->v.cs}, NULL, n > k0) != 0)
             return -1;
     }
+finish:
     if (partial != NULL) {
         /* one chunk of keys: its running max, sum and accumulator, merged later */
         for (int64_t r = 0; r < qb; r++) {
@@ -316,15 +356,31 @@ static void SUF(sdpa_task)(void *arg, int task)
     const sdpa_problem *p = j->p;
     const int64_t qs = j->q_split, ks = p->S < SDPA_KV_SPLIT ? p->S : SDPA_KV_SPLIT;
     const int64_t n_scaled = p->prescale ? (qs + ks) * p->E : 0;
-    const size_t n_ws = (size_t)(qs * ks + 2 * qs + qs * p->Ev + n_scaled);
-    T *buf = mk_alloc(mk_bytes(n_ws > 0 ? n_ws : 1, sizeof(T)));
+    const SUF(sdpa_kernels) *simd = SUF(sdpa_simd)(p);
+    /* the SIMD path needs no score tile here, but its own workspace and row lists */
+    const size_t n_tile = simd != NULL ? 0 : (size_t)(qs * ks + n_scaled);
+    const size_t n_simd = simd != NULL ? simd->ws_elems(p, qs) : 0;
+    const size_t n_rows = simd != NULL ? (size_t)qs * 4 * 8 / sizeof(T) + 1 : 0;
+    const size_t n_ws = n_tile + (size_t)(2 * qs + qs * p->Ev) + 16 + n_rows + n_simd + 64;
+    T *buf = mk_alloc(mk_bytes(n_ws, sizeof(T)));
     if (buf == NULL) {
         atomic_store(&j->failed, 1);
         return;
     }
-    T *scaled = buf + qs * ks + 2 * qs + qs * p->Ev;
-    const SUF(sdpa_ws) ws = {buf, buf + qs * ks, buf + qs * ks + qs, buf + qs * ks + 2 * qs,
-                             scaled, scaled + qs * p->E, SUF(sdpa_vexp)(), NULL};
+    T *scaled = buf + qs * ks;
+    T *stats = buf + n_tile;   /* row_max [qs], row_sum [qs], acc [qs, Ev] */
+    SUF(sdpa_ws) ws = {buf, stats, stats + qs, stats + 2 * qs,
+                       scaled, scaled + qs * p->E, SUF(sdpa_vexp)(), NULL};
+    if (simd != NULL) {
+        T *rows = buf + ((size_t)(stats - buf) + (size_t)(2 * qs + qs * p->Ev) + 15) / 16 * 16;
+        ws.simd = simd;
+        ws.row_b = (int64_t *)rows;
+        ws.row_i = ws.row_b + qs;
+        ws.row_q = (const void **)(ws.row_i + qs);
+        ws.row_mask = ws.row_q + qs;
+        const size_t off = (size_t)(rows - buf) + n_rows;   /* 64-byte aligned */
+        ws.simd_ws = buf + (off + 63) / 64 * 64;
+    }
     for (;;) {
         const int64_t item = atomic_fetch_add(&j->next, 1);
         if (item >= j->items || atomic_load(&j->failed))
@@ -413,6 +469,13 @@ static int SUF(sdpa_forward_impl)(void *out, void *lse, const sdpa_problem *p)
         j.chunks = key_blocks < SDPA_KEY_CHUNKS ? key_blocks : SDPA_KEY_CHUNKS;
         j.chunk = (key_blocks + j.chunks - 1) / j.chunks * SDPA_KV_SPLIT;
         j.chunks = (p->S + j.chunk - 1) / j.chunk;
+    }
+    if (j.chunks == 1 && SUF(sdpa_simd)(p) != NULL && nb * j.q_blocks >= 32) {
+        /* The SIMD forward packs each key block once per item: four times the
+         * rows per item when that still leaves 8 items or more.  (Rows are
+         * computed alone: the bits do not depend on the split.) */
+        j.q_split = 4 * j.q_split < p->L ? 4 * j.q_split : p->L;
+        j.q_blocks = (p->L + j.q_split - 1) / j.q_split;
     }
     j.items = nb * j.q_blocks * j.chunks;
     if (j.chunks > 1) {
