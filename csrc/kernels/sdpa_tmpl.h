@@ -197,6 +197,27 @@ static const T *SUF(sdpa_query_rows)(const sdpa_problem *p, const SUF(sdpa_ws) *
     return qr;
 }
 
+/* 7. out = acc / sum (/ (1 - dropout_p)), lse = max + log(sum); a row with
+ *    every key masked has sum 0: zeros */
+static void SUF(sdpa_finish_row)(const sdpa_problem *p, T *out, T *lse, const T *acc, T mx,
+                                 T sum)
+{
+    const T keep_scale = p->dropout_p >= 1 ? (T)0 : (T)(1.0 / (1.0 - p->dropout_p));
+    if (mx == -INFINITY)
+        mx = 0;
+    if (sum == 0)
+        sum = 1;
+    const T inv = (T)1 / sum;
+    if (p->dropout_p > 0)
+        for (int64_t c = 0; c < p->Ev; c++)
+            out[c] = acc[c] * inv * keep_scale;
+    else
+        for (int64_t c = 0; c < p->Ev; c++)
+            out[c] = acc[c] * inv;
+    if (lse != NULL)
+        *lse = mx + (T)log((double)sum);
+}
+
 /* One work item: query rows [m0, m0 + qb) of one batch index, q, k, v, mask,
  * out and lse already offset to that batch index (k and v at key 0). */
 static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
@@ -286,25 +307,9 @@ finish:
         return 0;
     }
 
-    /* 7. out = acc / sum (/ (1 - dropout_p)); a row with every key masked has
-     *    sum 0: zeros */
-    const T keep_scale = p->dropout_p >= 1 ? (T)0 : (T)(1.0 / (1.0 - p->dropout_p));
-    for (int64_t r = 0; r < qb; r++) {
-        if (row_max[r] == -INFINITY)
-            row_max[r] = 0;
-        if (row_sum[r] == 0)
-            row_sum[r] = 1;
-        const T inv = (T)1 / row_sum[r];
-        T *o = out + (m0 + r) * Ev;
-        if (p->dropout_p > 0)
-            for (int64_t c = 0; c < Ev; c++)
-                o[c] = acc[r * Ev + c] * inv * keep_scale;
-        else
-            for (int64_t c = 0; c < Ev; c++)
-                o[c] = acc[r * Ev + c] * inv;
-        if (lse != NULL)
-            lse[m0 + r] = row_max[r] + (T)log((double)row_sum[r]);
-    }
+    for (int64_t r = 0; r < qb; r++)
+        SUF(sdpa_finish_row)(p, out + (m0 + r) * Ev, lse != NULL ? lse + m0 + r : NULL,
+                             acc + r * Ev, row_max[r], row_sum[r]);
     return 0;
 }
 
@@ -347,7 +352,44 @@ typedef struct {
      * shape only. */
     int64_t chunks, chunk;
     T *partial;
+    /* > 1: an item is the query heads of one kv head (GQA, L in one query
+     * block, SIMD path: sdpa_heads); 1 otherwise */
+    int64_t heads;
 } SUF(sdpa_job);
+
+/* A GQA item (j->heads > 1, SIMD path): the L rows of each of the `heads`
+ * query heads from b0 on, which read one kv head, computed together (its keys
+ * and values read once for all of them). */
+static int SUF(sdpa_heads)(const SUF(sdpa_job) *j, const SUF(sdpa_ws) *ws, int64_t b0)
+{
+    const sdpa_problem *p = j->p;
+    const int64_t L = p->L, Ev = p->Ev;
+    const T *q, *k, *v;
+    const void *mask;
+    for (int64_t h = 0; h < j->heads; h++) {
+        SUF(sdpa_batch_operands)(p, b0 + h, &q, &k, &v, &mask);
+        for (int64_t r = 0; r < L; r++) {
+            const int64_t t = h * L + r;
+            ws->row_b[t] = b0 + h;
+            ws->row_i[t] = r;
+            ws->row_q[t] = q + r * p->q.rs;
+            ws->row_mask[t] = p->mask_kind == SDPA_MASK_FLOAT
+                                  ? (const void *)((const T *)mask + r * p->mask.rs)
+                              : p->mask_kind == SDPA_MASK_BOOL
+                                  ? (const void *)((const unsigned char *)mask + r * p->mask.rs)
+                                  : NULL;
+        }
+    }
+    const sdpa_rows rows = {j->heads * L, ws->row_b, ws->row_i, ws->row_q, ws->row_mask};
+    if (ws->simd->state(p, ws->simd_ws, &rows, k, v, 0, p->S, ws->acc, ws->row_max,
+                        ws->row_sum) != 0)
+        return -1;
+    for (int64_t t = 0; t < rows.n; t++)
+        SUF(sdpa_finish_row)(p, j->out + (b0 * L + t) * Ev,
+                             j->lse != NULL ? j->lse + b0 * L + t : NULL, ws->acc + t * Ev,
+                             ws->row_max[t], ws->row_sum[t]);
+    return 0;
+}
 
 /* One thread: its own workspace, then items taken one at a time. */
 static void SUF(sdpa_task)(void *arg, int task)
@@ -357,27 +399,28 @@ static void SUF(sdpa_task)(void *arg, int task)
     const int64_t qs = j->q_split, ks = p->S < SDPA_KV_SPLIT ? p->S : SDPA_KV_SPLIT;
     const int64_t n_scaled = p->prescale ? (qs + ks) * p->E : 0;
     const SUF(sdpa_kernels) *simd = SUF(sdpa_simd)(p);
+    const int64_t mrows = qs * j->heads;   /* rows of an item */
     /* the SIMD path needs no score tile here, but its own workspace and row lists */
     const size_t n_tile = simd != NULL ? 0 : (size_t)(qs * ks + n_scaled);
-    const size_t n_simd = simd != NULL ? simd->ws_elems(p, qs) : 0;
-    const size_t n_rows = simd != NULL ? (size_t)qs * 4 * 8 / sizeof(T) + 1 : 0;
-    const size_t n_ws = n_tile + (size_t)(2 * qs + qs * p->Ev) + 16 + n_rows + n_simd + 64;
+    const size_t n_simd = simd != NULL ? simd->ws_elems(p, mrows) : 0;
+    const size_t n_rows = simd != NULL ? (size_t)mrows * 4 * 8 / sizeof(T) + 1 : 0;
+    const size_t n_ws = n_tile + (size_t)(2 * mrows + mrows * p->Ev) + 16 + n_rows + n_simd + 64;
     T *buf = mk_alloc(mk_bytes(n_ws, sizeof(T)));
     if (buf == NULL) {
         atomic_store(&j->failed, 1);
         return;
     }
     T *scaled = buf + qs * ks;
-    T *stats = buf + n_tile;   /* row_max [qs], row_sum [qs], acc [qs, Ev] */
-    SUF(sdpa_ws) ws = {buf, stats, stats + qs, stats + 2 * qs,
+    T *stats = buf + n_tile;   /* row_max [mrows], row_sum [mrows], acc [mrows, Ev] */
+    SUF(sdpa_ws) ws = {buf, stats, stats + mrows, stats + 2 * mrows,
                        scaled, scaled + qs * p->E, SUF(sdpa_vexp)(), NULL};
     if (simd != NULL) {
-        T *rows = buf + ((size_t)(stats - buf) + (size_t)(2 * qs + qs * p->Ev) + 15) / 16 * 16;
+        T *rows = buf + ((size_t)(stats - buf) + (size_t)(2 * mrows + mrows * p->Ev) + 15) / 16 * 16;
         ws.simd = simd;
         ws.row_b = (int64_t *)rows;
-        ws.row_i = ws.row_b + qs;
-        ws.row_q = (const void **)(ws.row_i + qs);
-        ws.row_mask = ws.row_q + qs;
+        ws.row_i = ws.row_b + mrows;
+        ws.row_q = (const void **)(ws.row_i + mrows);
+        ws.row_mask = ws.row_q + mrows;
         const size_t off = (size_t)(rows - buf) + n_rows;   /* 64-byte aligned */
         ws.simd_ws = buf + (off + 63) / 64 * 64;
     }
@@ -385,6 +428,13 @@ static void SUF(sdpa_task)(void *arg, int task)
         const int64_t item = atomic_fetch_add(&j->next, 1);
         if (item >= j->items || atomic_load(&j->failed))
             break;
+        if (j->heads > 1) {
+            if (SUF(sdpa_heads)(j, &ws, item * j->heads) != 0) {
+                atomic_store(&j->failed, 1);
+                break;
+            }
+            continue;
+        }
         const int64_t c = item % j->chunks, qi = item / j->chunks;
         const int64_t b = qi / j->q_blocks, m0 = (qi % j->q_blocks) * qs;
         const int64_t qb = p->L - m0 < qs ? p->L - m0 : qs;
@@ -458,7 +508,7 @@ static int SUF(sdpa_forward_impl)(void *out, void *lse, const sdpa_problem *p)
         return 0;
     if (p->Ev == 0 && lse == NULL)
         return 0;
-    SUF(sdpa_job) j = {.p = p, .out = out, .lse = lse, .q_split = SDPA_Q_SPLIT(p->L)};
+    SUF(sdpa_job) j = {.p = p, .out = out, .lse = lse, .q_split = SDPA_Q_SPLIT(p->L), .heads = 1};
     if (j.q_split > p->L)
         j.q_split = p->L;
     j.q_blocks = (p->L + j.q_split - 1) / j.q_split;
@@ -477,7 +527,11 @@ static int SUF(sdpa_forward_impl)(void *out, void *lse, const sdpa_problem *p)
         j.q_split = 4 * j.q_split < p->L ? 4 * j.q_split : p->L;
         j.q_blocks = (p->L + j.q_split - 1) / j.q_split;
     }
-    j.items = nb * j.q_blocks * j.chunks;
+    j.heads = 1;
+    if (j.chunks == 1 && j.q_blocks == 1 && p->nbatch > 0 && p->k_group > 1
+            && p->k_group == p->v_group && SUF(sdpa_simd)(p) != NULL)
+        j.heads = p->k_group;   /* the heads (last batch dimension) are a multiple of it */
+    j.items = nb * j.q_blocks * j.chunks / j.heads;
     if (j.chunks > 1) {
         j.partial = mk_alloc(mk_bytes((size_t)(j.items * j.q_split * (p->Ev + 2)), sizeof(T)));
         if (j.partial == NULL)
