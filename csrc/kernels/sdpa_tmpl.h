@@ -677,10 +677,73 @@ static int SUF(sdpa_backward_q)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
     return 0;
 }
 
+/* Both passes in one (sdpa_backward_impl says when): batch index `own` of k
+ * and v, all of its dK and dV, and the dQ of every output batch index that
+ * reads it, accumulated in place in the gradients' arrays.  For each reader
+ * b (in order), key block n, query block m0: the scores once for dV, dK and
+ * dQ (five products per block instead of seven).  Per output the same sums
+ * in the same order as the two passes: dK, dV over (b, m0) in order, dQ over
+ * n in order, so the same bits (up to the sign of an exact zero). */
+static int SUF(sdpa_backward_all)(const sdpa_problem *p, const sdpa_grads *g,
+                                  const SUF(sdpa_ws) *ws, int64_t qs, int64_t ks, int64_t nb,
+                                  int64_t own)
+{
+    const int64_t L = p->L, S = p->S, E = p->E, Ev = p->Ev;
+    const T scale = (T)p->scale;
+    T *dk = (T *)g->dk + own * S * E, *dv = (T *)g->dv + own * S * Ev;
+    for (int64_t i = 0; i < S * E; i++)
+        dk[i] = 0;
+    for (int64_t i = 0; i < S * Ev; i++)
+        dv[i] = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        if (sdpa_operand_index(p, &p->k, p->k_group, b) != own)
+            continue;
+        const T *q, *k, *v;
+        const void *mask;
+        SUF(sdpa_batch_operands)(p, b, &q, &k, &v, &mask);
+        const T *dout = (const T *)g->dout + b * L * Ev;
+        const T *out = (const T *)g->out + b * L * Ev;
+        const T *lse = (const T *)g->lse + b * L;
+        T *dq = (T *)g->dq + b * L * E;   /* q is not broadcast: b's own */
+        for (int64_t i = 0; i < L * E; i++)
+            dq[i] = 0;
+        for (int64_t n = 0; n < S; n += ks) {
+            const int64_t kb = S - n < ks ? S - n : ks;
+            for (int64_t m0 = 0; m0 < L; m0 += qs) {
+                const int64_t qb = L - m0 < qs ? L - m0 : qs;
+                if (p->is_causal && m0 + qb - 1 < n)
+                    continue;   /* no row of this block sees these keys */
+                int64_t q_rs, q_cs;
+                const T *qr = SUF(sdpa_query_rows)(p, ws, q, m0, qb, &q_rs, &q_cs);
+                SUF(sdpa_dvec)(ws->row_sum, dout, out, m0, qb, Ev);
+                if (SUF(sdpa_block_ds)(p, ws, qr, q_rs, q_cs, k, v, mask, dout, lse,
+                                       ws->row_sum, b, m0, qb, n, kb) != 0)
+                    return -1;
+                /* dv[n:, Ev] += P^T @ dO;  dk[n:, E] += dS^T @ q;  dq[m0:, E] += dS @ k[n:] */
+                if (SUF(gemm)(mk_mat_c(dv + n * Ev, kb, Ev), mk_t(mk_cmat_c(ws->qk, qb, kb)),
+                              mk_cmat_c(dout + m0 * Ev, qb, Ev), NULL, 1) != 0
+                        || SUF(gemm)(mk_mat_c(dk + n * E, kb, E), mk_t(mk_cmat_c(ws->dp, qb, kb)),
+                                     (mk_cmat){q + m0 * p->q.rs, qb, E, p->q.rs, p->q.cs},
+                                     NULL, 1) != 0
+                        || SUF(gemm)(mk_mat_c(dq + m0 * E, qb, E), mk_cmat_c(ws->dp, qb, kb),
+                                     (mk_cmat){k + n * p->k.rs, kb, E, p->k.rs, p->k.cs},
+                                     NULL, 1) != 0)
+                    return -1;
+            }
+        }
+        for (int64_t i = 0; i < L * E; i++)
+            dq[i] *= scale;
+    }
+    for (int64_t i = 0; i < S * E; i++)
+        dk[i] *= scale;
+    return 0;
+}
+
 typedef struct {
     const sdpa_problem *p;
     const sdpa_grads *g;
-    int pass;                       /* 1: dK, dV by key blocks; 2: dQ by query blocks */
+    int pass;                       /* 1: dK, dV by key blocks; 2: dQ by query blocks;
+                                       0: both, by batch index of k (sdpa_backward_all) */
     int64_t nb;                     /* the output's batch indices */
     int64_t q_split, kv_split, blocks, items;
     atomic_llong next;
@@ -708,6 +771,13 @@ static void SUF(sdpa_bwd_task)(void *arg, int task)
         const int64_t item = atomic_fetch_add(&j->next, 1);
         if (item >= j->items || atomic_load(&j->failed))
             break;
+        if (j->pass == 0) {
+            if (SUF(sdpa_backward_all)(p, g, &ws, qs, ks, j->nb, item) != 0) {
+                atomic_store(&j->failed, 1);
+                break;
+            }
+            continue;
+        }
         /* the item's gradient block: index `own` of k's (pass 1) or q's (pass 2)
          * batch, summed over the output's batch indices b that read it */
         const int64_t own = item / j->blocks, blk = item % j->blocks;
@@ -766,6 +836,23 @@ static int SUF(sdpa_backward_impl)(const sdpa_grads *g, const sdpa_problem *p)
         return 0;
     const int64_t qs = p->L < SDPA_Q_SPLIT(p->L) ? p->L : SDPA_Q_SPLIT(p->L);
     const int64_t ks = p->S < SDPA_KV_SPLIT ? p->S : SDPA_KV_SPLIT;
+    /* One pass when every output batch index has its own q (its dQ then has
+     * one writer) and there are batch indices of k enough for the threads (4
+     * or more); else two, whose items are blocks.  A choice by shape. */
+    int64_t n_own_k = 1;
+    int q_own = 1;
+    for (int d = 0; d < p->nbatch; d++) {
+        n_own_k *= p->k.bd[d];
+        q_own = q_own && p->q.bd[d] == p->batch[d];
+    }
+    if (q_own && n_own_k >= 4 && p->L > 0 && p->S > 0) {
+        SUF(sdpa_bwd_job) j = {.p = p, .g = g, .pass = 0, .nb = nb, .q_split = qs,
+                               .kv_split = ks, .blocks = 1, .items = n_own_k};
+        atomic_init(&j.next, 0);
+        atomic_init(&j.failed, 0);
+        mk_parallel_run(sdpa_threads(p, j.items), SUF(sdpa_bwd_task), &j);
+        return atomic_load(&j.failed) ? -1 : 0;
+    }
     for (int pass = 1; pass <= 2; pass++) {
         const int64_t len = pass == 1 ? p->S : p->L, split = pass == 1 ? ks : qs;
         if (len == 0)
