@@ -109,6 +109,7 @@ typedef struct {
     T *q_scaled, *k_scaled;   /* prescale only: [q block, E], [kv block, E] */
     SUF(sdpa_vexp_fn) vexp;
     T *dp;                    /* backward only: [q block, kv block] */
+    T *tr;                    /* backward only: [kv block, q block] (sdpa_transpose) */
     /* forward, SIMD path: its table and workspace, the item's rows (sdpa_rows) */
     const SUF(sdpa_kernels) *simd;
     T *simd_ws;
@@ -218,6 +219,21 @@ static void SUF(sdpa_finish_row)(const sdpa_problem *p, T *out, T *lse, const T 
         *lse = mx + (T)log((double)sum);
 }
 
+/* Row t of the SIMD forward's item (sdpa_rows): query row i of batch index b,
+ * whose q and mask are at row 0 of it. */
+static void SUF(sdpa_set_row)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, int64_t t,
+                              int64_t b, int64_t i, const T *q, const void *mask)
+{
+    ws->row_b[t] = b;
+    ws->row_i[t] = i;
+    ws->row_q[t] = q + i * p->q.rs;
+    ws->row_mask[t] = p->mask_kind == SDPA_MASK_FLOAT
+                          ? (const void *)((const T *)mask + i * p->mask.rs)
+                      : p->mask_kind == SDPA_MASK_BOOL
+                          ? (const void *)((const unsigned char *)mask + i * p->mask.rs)
+                          : NULL;
+}
+
 /* One work item: query rows [m0, m0 + qb) of one batch index, q, k, v, mask,
  * out and lse already offset to that batch index (k and v at key 0). */
 static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
@@ -229,17 +245,8 @@ static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
     T *qk = ws->qk, *row_max = ws->row_max, *row_sum = ws->row_sum, *acc = ws->acc;
     if (ws->simd != NULL) {
         /* 1.-6. fused, on the path's SIMD kernels */
-        for (int64_t r = 0; r < qb; r++) {
-            ws->row_b[r] = b;
-            ws->row_i[r] = m0 + r;
-            ws->row_q[r] = q + (m0 + r) * p->q.rs;
-            ws->row_mask[r] = p->mask_kind == SDPA_MASK_FLOAT
-                                  ? (const void *)((const T *)mask + (m0 + r) * p->mask.rs)
-                              : p->mask_kind == SDPA_MASK_BOOL
-                                  ? (const void *)((const unsigned char *)mask
-                                                   + (m0 + r) * p->mask.rs)
-                                  : NULL;
-        }
+        for (int64_t r = 0; r < qb; r++)
+            SUF(sdpa_set_row)(p, ws, r, b, m0 + r, q, mask);
         const sdpa_rows rows = {qb, ws->row_b, ws->row_i, ws->row_q, ws->row_mask};
         if (ws->simd->state(p, ws->simd_ws, &rows, k, v, k0, k1, acc, row_max, row_sum) != 0)
             return -1;
@@ -368,17 +375,8 @@ static int SUF(sdpa_heads)(const SUF(sdpa_job) *j, const SUF(sdpa_ws) *ws, int64
     const void *mask;
     for (int64_t h = 0; h < j->heads; h++) {
         SUF(sdpa_batch_operands)(p, b0 + h, &q, &k, &v, &mask);
-        for (int64_t r = 0; r < L; r++) {
-            const int64_t t = h * L + r;
-            ws->row_b[t] = b0 + h;
-            ws->row_i[t] = r;
-            ws->row_q[t] = q + r * p->q.rs;
-            ws->row_mask[t] = p->mask_kind == SDPA_MASK_FLOAT
-                                  ? (const void *)((const T *)mask + r * p->mask.rs)
-                              : p->mask_kind == SDPA_MASK_BOOL
-                                  ? (const void *)((const unsigned char *)mask + r * p->mask.rs)
-                                  : NULL;
-        }
+        for (int64_t r = 0; r < L; r++)
+            SUF(sdpa_set_row)(p, ws, h * L + r, b0 + h, r, q, mask);
     }
     const sdpa_rows rows = {j->heads * L, ws->row_b, ws->row_i, ws->row_q, ws->row_mask};
     if (ws->simd->state(p, ws->simd_ws, &rows, k, v, 0, p->S, ws->acc, ws->row_max,
@@ -607,6 +605,36 @@ static int SUF(sdpa_block_ds)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, con
     return 0;
 }
 
+/* dst[cols, rows] = src[rows, cols]^T, both contiguous: the GEMM's transposing
+ * copy where the path has one.  (A copy: a product then reads P^T or dS^T
+ * in place instead of packing a transposed operand column by column.) */
+static void SUF(sdpa_transpose)(T *dst, const T *src, int64_t rows, int64_t cols)
+{
+    const SUF(gemm_microkernel) *uk = SUF(gemm_select)();
+    if (uk->copy_t != NULL) {
+        uk->copy_t(dst, (int)rows, src, cols, cols, rows);
+        return;
+    }
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            dst[j * rows + i] = src[i * cols + j];
+}
+
+/* dv[kb, Ev] (+)= P^T @ dO[qb, Ev];  dk[kb, E] (+)= dS^T @ q[qb, E] (strided),
+ * P and dS in ws->qk and ws->dp */
+static int SUF(sdpa_dkdv)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, T *dk, T *dv,
+                          const T *dout, const T *q, int64_t qb, int64_t kb, int accumulate)
+{
+    const int64_t E = p->E, Ev = p->Ev;
+    SUF(sdpa_transpose)(ws->tr, ws->qk, qb, kb);
+    if (SUF(gemm)(mk_mat_c(dv, kb, Ev), mk_cmat_c(ws->tr, kb, qb), mk_cmat_c(dout, qb, Ev),
+                  NULL, accumulate) != 0)
+        return -1;
+    SUF(sdpa_transpose)(ws->tr, ws->dp, qb, kb);
+    return SUF(gemm)(mk_mat_c(dk, kb, E), mk_cmat_c(ws->tr, kb, qb),
+                     (mk_cmat){q, qb, E, p->q.rs, p->q.cs}, NULL, accumulate);
+}
+
 /* D[r] = dO[m0 + r] . O[m0 + r] */
 static void SUF(sdpa_dvec)(T *dvec, const T *dout, const T *out, int64_t m0, int64_t qb,
                            int64_t Ev)
@@ -638,12 +666,8 @@ static int SUF(sdpa_backward_kv)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, 
         if (SUF(sdpa_block_ds)(p, ws, qr, q_rs, q_cs, k, v, mask, dout, lse, ws->row_sum,
                                b, m0, qb, n, kb) != 0)
             return -1;
-        /* dv[kb, Ev] (+)= P^T @ dO;  dk[kb, E] (+)= dS^T @ q */
-        if (SUF(gemm)(mk_mat_c(dv_acc, kb, Ev), mk_t(mk_cmat_c(ws->qk, qb, kb)),
-                      mk_cmat_c(dout + m0 * Ev, qb, Ev), NULL, !*first) != 0
-                || SUF(gemm)(mk_mat_c(dk_acc, kb, E), mk_t(mk_cmat_c(ws->dp, qb, kb)),
-                             (mk_cmat){q + m0 * p->q.rs, qb, E, p->q.rs, p->q.cs},
-                             NULL, !*first) != 0)
+        if (SUF(sdpa_dkdv)(p, ws, dk_acc, dv_acc, dout + m0 * Ev, q + m0 * p->q.rs, qb, kb,
+                           !*first) != 0)
             return -1;
         *first = 0;
     }
@@ -719,12 +743,9 @@ static int SUF(sdpa_backward_all)(const sdpa_problem *p, const sdpa_grads *g,
                 if (SUF(sdpa_block_ds)(p, ws, qr, q_rs, q_cs, k, v, mask, dout, lse,
                                        ws->row_sum, b, m0, qb, n, kb) != 0)
                     return -1;
-                /* dv[n:, Ev] += P^T @ dO;  dk[n:, E] += dS^T @ q;  dq[m0:, E] += dS @ k[n:] */
-                if (SUF(gemm)(mk_mat_c(dv + n * Ev, kb, Ev), mk_t(mk_cmat_c(ws->qk, qb, kb)),
-                              mk_cmat_c(dout + m0 * Ev, qb, Ev), NULL, 1) != 0
-                        || SUF(gemm)(mk_mat_c(dk + n * E, kb, E), mk_t(mk_cmat_c(ws->dp, qb, kb)),
-                                     (mk_cmat){q + m0 * p->q.rs, qb, E, p->q.rs, p->q.cs},
-                                     NULL, 1) != 0
+                /* dv[n:], dk[n:] += ...;  dq[m0:, E] += dS @ k[n:] */
+                if (SUF(sdpa_dkdv)(p, ws, dk + n * E, dv + n * Ev, dout + m0 * Ev,
+                                   q + m0 * p->q.rs, qb, kb, 1) != 0
                         || SUF(gemm)(mk_mat_c(dq + m0 * E, qb, E), mk_cmat_c(ws->dp, qb, kb),
                                      (mk_cmat){k + n * p->k.rs, kb, E, p->k.rs, p->k.cs},
                                      NULL, 1) != 0)
@@ -757,7 +778,7 @@ static void SUF(sdpa_bwd_task)(void *arg, int task)
     const sdpa_grads *g = j->g;
     const int64_t qs = j->q_split, ks = j->kv_split, E = p->E, Ev = p->Ev;
     const int64_t n_acc = ks * (E + Ev) > qs * E ? ks * (E + Ev) : qs * E;
-    const size_t n_ws = (size_t)(2 * qs * ks + qs + n_acc + (qs + ks) * E);
+    const size_t n_ws = (size_t)(3 * qs * ks + qs + n_acc + (qs + ks) * E);
     T *buf = mk_alloc(mk_bytes(n_ws > 0 ? n_ws : 1, sizeof(T)));
     if (buf == NULL) {
         atomic_store(&j->failed, 1);
@@ -767,6 +788,7 @@ static void SUF(sdpa_bwd_task)(void *arg, int task)
                        .acc = buf + 2 * qs * ks + qs, .vexp = SUF(sdpa_vexp)()};
     ws.q_scaled = ws.acc + n_acc;
     ws.k_scaled = ws.q_scaled + qs * E;
+    ws.tr = ws.k_scaled + ks * E;
     for (;;) {
         const int64_t item = atomic_fetch_add(&j->next, 1);
         if (item >= j->items || atomic_load(&j->failed))
