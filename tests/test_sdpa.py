@@ -186,6 +186,21 @@ def test_gqa_decode():
     check(q, k, v, enable_gqa=True)
 
 
+@pytest.mark.parametrize("L", [1, 5, 32])
+def test_gqa_heads_of_one_kv_head_together(L):
+    """Few query rows: the SIMD forward computes the query heads that share a kv head as
+    one item (their rows interleaved by head); per-head masks, causal and a strided query
+    still give torch's result, and the bits of the contiguous query."""
+    rng = np.random.default_rng(40 + L)
+    q, k, v = make(rng, (2, 8, L, 16)), make(rng, (2, 2, 700, 16)), make(rng, (2, 2, 700, 24))
+    want = check(q, k, v, enable_gqa=True)
+    check(q, k, v, enable_gqa=True, is_causal=True)
+    check(q, k, v, enable_gqa=True, attn_mask=rng.random((8, L, 700)) < 0.6)
+    check(q, k, v, enable_gqa=True, attn_mask=make(rng, (2, 8, L, 700)))
+    strided = np.repeat(q, 2, axis=-1)[..., ::2]
+    np.testing.assert_array_equal(sdpa(strided, k, v, enable_gqa=True), want, strict=True)
+
+
 # ---- special values -----------------------------------------------------------------
 
 @pytest.mark.parametrize("where", ["q", "k", "v", "mask"])

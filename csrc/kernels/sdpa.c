@@ -1,8 +1,9 @@
 /* Scaled dot-product attention, flash-style: the forward (sdpa_tmpl.h, once
  * per dtype).  Per block the two products are the project's GEMM (gemm.h,
  * strided operands: k^T is k with its strides swapped); the scores' scaling,
- * masking, online softmax and rescaling are plain loops here, the exp the
- * softmax's vector exp on AVX2 / AVX-512 (libm's on the portable path).
+ * masking, online softmax and rescaling are plain loops here: the portable
+ * path.  AVX2 and AVX-512 run the same steps fused (sdpa_simd_tmpl.h, through
+ * the path's table, sdpa_internal.h), with their vector exp (libm's here).
  * Contract: sdpa.h. */
 #include "sdpa.h"
 
@@ -14,7 +15,7 @@
 #include "cpu.h"
 #include "gemm.h"
 #include "gemm_internal.h"
-#include "softmax_internal.h"
+#include "sdpa_internal.h"
 #include "threads.h"
 
 /* Threads for `items` work items: one when the whole problem is below the
@@ -35,30 +36,26 @@ static int sdpa_threads(const sdpa_problem *p, int64_t items)
     return n < 1 ? 1 : n;
 }
 
-/* The exp of the path cpu.h chose: the softmax's vector exp (Sleef's, as torch's
- * Vectorized::exp, softmax_internal.h's tables) on AVX2 and AVX-512, NULL (libm's)
- * on the portable path. */
-typedef void (*sdpa_vexp_f32_fn)(float *, const float *, int64_t);
-typedef void (*sdpa_vexp_f64_fn)(double *, const double *, int64_t);
-
-static sdpa_vexp_f32_fn sdpa_vexp_f32(void)
+/* The SIMD forward of the path cpu.h chose (sdpa_internal.h), NULL on the
+ * portable path (sdpa_tmpl.h's loops over the GEMM, libm's exp). */
+static const sdpa_kernels_f32 *sdpa_select_f32(void)
 {
 #ifdef MYATT_X86
     switch (mk_cpu_isa()) {
-    case MK_ISA_AVX512: return softmax_kernels_f32_avx512.exp;
-    case MK_ISA_AVX2: return softmax_kernels_f32_avx2.exp;
+    case MK_ISA_AVX512: return &sdpa_kernels_f32_avx512;
+    case MK_ISA_AVX2: return &sdpa_kernels_f32_avx2;
     default: break;
     }
 #endif
     return NULL;
 }
 
-static sdpa_vexp_f64_fn sdpa_vexp_f64(void)
+static const sdpa_kernels_f64 *sdpa_select_f64(void)
 {
 #ifdef MYATT_X86
     switch (mk_cpu_isa()) {
-    case MK_ISA_AVX512: return softmax_kernels_f64_avx512.exp;
-    case MK_ISA_AVX2: return softmax_kernels_f64_avx2.exp;
+    case MK_ISA_AVX512: return &sdpa_kernels_f64_avx512;
+    case MK_ISA_AVX2: return &sdpa_kernels_f64_avx2;
     default: break;
     }
 #endif

@@ -18,9 +18,10 @@
  *
  * The workspace also holds the scaled q block and k block when p->prescale.
  *
- * Threads: one work item is one (batch index, query block); items are dealt
- * out to threads one at a time and each is computed alone, in a fixed order,
- * so the bits do not depend on the thread count. */
+ * Threads: one work item is one (batch index, query block) (on the SIMD
+ * paths, with GQA and L in one query block: the query heads of one kv head);
+ * items are dealt out to threads one at a time and each is computed alone, in
+ * a fixed order, so the bits do not depend on the thread count. */
 #ifndef MYATT_KERNELS_SDPA_H
 #define MYATT_KERNELS_SDPA_H
 

@@ -13,8 +13,25 @@
 #endif
 
 /* The vector exp of the CPU's path over an array (in place allowed), or NULL:
- * libm's.  (softmax_internal.h: Sleef's expf_u10 / exp_u10.) */
+ * libm's.  (sdpa_internal.h: the exp of the SIMD forward.) */
 typedef void (*SUF(sdpa_vexp_fn))(T *out, const T *inp, int64_t n);
+
+static SUF(sdpa_vexp_fn) SUF(sdpa_vexp)(void)
+{
+    const SUF(sdpa_kernels) *simd = SUF(sdpa_select)();
+    return simd != NULL ? simd->exp : NULL;
+}
+
+/* The path's SIMD forward when it takes the problem, else NULL (then the loops
+ * below): not for E == 0 or Ev == 0, nor causal with a negative scale (torch
+ * then scales the hidden keys' -inf to +inf, which the SIMD forward, skipping
+ * them, would not see).  The choice depends on the shape only. */
+static const SUF(sdpa_kernels) *SUF(sdpa_simd)(const sdpa_problem *p)
+{
+    if (p->E == 0 || p->Ev == 0 || (p->is_causal && !p->prescale && p->scale < 0))
+        return NULL;
+    return SUF(sdpa_select)();
+}
 
 /* Lanes of the exp-and-sum accumulator: an AVX-512 register of T, as torch's
  * vectorised _exp_reduce_sum_fusion_kernel sums (then a halving tree). */
@@ -92,6 +109,12 @@ typedef struct {
     T *q_scaled, *k_scaled;   /* prescale only: [q block, E], [kv block, E] */
     SUF(sdpa_vexp_fn) vexp;
     T *dp;                    /* backward only: [q block, kv block] */
+    T *tr;                    /* backward only: [kv block, q block] (sdpa_transpose) */
+    /* forward, SIMD path: its table and workspace, the item's rows (sdpa_rows) */
+    const SUF(sdpa_kernels) *simd;
+    T *simd_ws;
+    int64_t *row_b, *row_i;
+    const void **row_q, **row_mask;
 } SUF(sdpa_ws);
 
 /* dst[rows, E] (contiguous) = src[rows, E] (strided) * factor */
@@ -175,6 +198,42 @@ static const T *SUF(sdpa_query_rows)(const sdpa_problem *p, const SUF(sdpa_ws) *
     return qr;
 }
 
+/* 7. out = acc / sum (/ (1 - dropout_p)), lse = max + log(sum); a row with
+ *    every key masked has sum 0: zeros */
+static void SUF(sdpa_finish_row)(const sdpa_problem *p, T *out, T *lse, const T *acc, T mx,
+                                 T sum)
+{
+    const T keep_scale = p->dropout_p >= 1 ? (T)0 : (T)(1.0 / (1.0 - p->dropout_p));
+    if (mx == -INFINITY)
+        mx = 0;
+    if (sum == 0)
+        sum = 1;
+    const T inv = (T)1 / sum;
+    if (p->dropout_p > 0)
+        for (int64_t c = 0; c < p->Ev; c++)
+            out[c] = acc[c] * inv * keep_scale;
+    else
+        for (int64_t c = 0; c < p->Ev; c++)
+            out[c] = acc[c] * inv;
+    if (lse != NULL)
+        *lse = mx + (T)log((double)sum);
+}
+
+/* Row t of the SIMD forward's item (sdpa_rows): query row i of batch index b,
+ * whose q and mask are at row 0 of it. */
+static void SUF(sdpa_set_row)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, int64_t t,
+                              int64_t b, int64_t i, const T *q, const void *mask)
+{
+    ws->row_b[t] = b;
+    ws->row_i[t] = i;
+    ws->row_q[t] = q + i * p->q.rs;
+    ws->row_mask[t] = p->mask_kind == SDPA_MASK_FLOAT
+                          ? (const void *)((const T *)mask + i * p->mask.rs)
+                      : p->mask_kind == SDPA_MASK_BOOL
+                          ? (const void *)((const unsigned char *)mask + i * p->mask.rs)
+                          : NULL;
+}
+
 /* One work item: query rows [m0, m0 + qb) of one batch index, q, k, v, mask,
  * out and lse already offset to that batch index (k and v at key 0). */
 static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
@@ -184,9 +243,17 @@ static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
 {
     const int64_t S = p->S, Ev = p->Ev, kv_split = SDPA_KV_SPLIT;
     T *qk = ws->qk, *row_max = ws->row_max, *row_sum = ws->row_sum, *acc = ws->acc;
+    if (ws->simd != NULL) {
+        /* 1.-6. fused, on the path's SIMD kernels */
+        for (int64_t r = 0; r < qb; r++)
+            SUF(sdpa_set_row)(p, ws, r, b, m0 + r, q, mask);
+        const sdpa_rows rows = {qb, ws->row_b, ws->row_i, ws->row_q, ws->row_mask};
+        if (ws->simd->state(p, ws->simd_ws, &rows, k, v, k0, k1, acc, row_max, row_sum) != 0)
+            return -1;
+        goto finish;
+    }
     int64_t q_rs, q_cs;
     const T *qr = SUF(sdpa_query_rows)(p, ws, q, m0, qb, &q_rs, &q_cs);
-
     for (int64_t r = 0; r < qb; r++) {
         row_max[r] = -INFINITY;
         row_sum[r] = 0;
@@ -235,6 +302,7 @@ static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
                       (mk_cmat){v + n * p->v.rs, kb, Ev, p->v.rs, p->v.cs}, NULL, n > k0) != 0)
             return -1;
     }
+finish:
     if (partial != NULL) {
         /* one chunk of keys: its running max, sum and accumulator, merged later */
         for (int64_t r = 0; r < qb; r++) {
@@ -246,25 +314,9 @@ static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
         return 0;
     }
 
-    /* 7. out = acc / sum (/ (1 - dropout_p)); a row with every key masked has
-     *    sum 0: zeros */
-    const T keep_scale = p->dropout_p >= 1 ? (T)0 : (T)(1.0 / (1.0 - p->dropout_p));
-    for (int64_t r = 0; r < qb; r++) {
-        if (row_max[r] == -INFINITY)
-            row_max[r] = 0;
-        if (row_sum[r] == 0)
-            row_sum[r] = 1;
-        const T inv = (T)1 / row_sum[r];
-        T *o = out + (m0 + r) * Ev;
-        if (p->dropout_p > 0)
-            for (int64_t c = 0; c < Ev; c++)
-                o[c] = acc[r * Ev + c] * inv * keep_scale;
-        else
-            for (int64_t c = 0; c < Ev; c++)
-                o[c] = acc[r * Ev + c] * inv;
-        if (lse != NULL)
-            lse[m0 + r] = row_max[r] + (T)log((double)row_sum[r]);
-    }
+    for (int64_t r = 0; r < qb; r++)
+        SUF(sdpa_finish_row)(p, out + (m0 + r) * Ev, lse != NULL ? lse + m0 + r : NULL,
+                             acc + r * Ev, row_max[r], row_sum[r]);
     return 0;
 }
 
@@ -307,7 +359,35 @@ typedef struct {
      * shape only. */
     int64_t chunks, chunk;
     T *partial;
+    /* > 1: an item is the query heads of one kv head (GQA, L in one query
+     * block, SIMD path: sdpa_heads); 1 otherwise */
+    int64_t heads;
 } SUF(sdpa_job);
+
+/* A GQA item (j->heads > 1, SIMD path): the L rows of each of the `heads`
+ * query heads from b0 on, which read one kv head, computed together (its keys
+ * and values read once for all of them). */
+static int SUF(sdpa_heads)(const SUF(sdpa_job) *j, const SUF(sdpa_ws) *ws, int64_t b0)
+{
+    const sdpa_problem *p = j->p;
+    const int64_t L = p->L, Ev = p->Ev;
+    const T *q, *k, *v;
+    const void *mask;
+    for (int64_t h = 0; h < j->heads; h++) {
+        SUF(sdpa_batch_operands)(p, b0 + h, &q, &k, &v, &mask);
+        for (int64_t r = 0; r < L; r++)
+            SUF(sdpa_set_row)(p, ws, h * L + r, b0 + h, r, q, mask);
+    }
+    const sdpa_rows rows = {j->heads * L, ws->row_b, ws->row_i, ws->row_q, ws->row_mask};
+    if (ws->simd->state(p, ws->simd_ws, &rows, k, v, 0, p->S, ws->acc, ws->row_max,
+                        ws->row_sum) != 0)
+        return -1;
+    for (int64_t t = 0; t < rows.n; t++)
+        SUF(sdpa_finish_row)(p, j->out + (b0 * L + t) * Ev,
+                             j->lse != NULL ? j->lse + b0 * L + t : NULL, ws->acc + t * Ev,
+                             ws->row_max[t], ws->row_sum[t]);
+    return 0;
+}
 
 /* One thread: its own workspace, then items taken one at a time. */
 static void SUF(sdpa_task)(void *arg, int task)
@@ -316,19 +396,43 @@ static void SUF(sdpa_task)(void *arg, int task)
     const sdpa_problem *p = j->p;
     const int64_t qs = j->q_split, ks = p->S < SDPA_KV_SPLIT ? p->S : SDPA_KV_SPLIT;
     const int64_t n_scaled = p->prescale ? (qs + ks) * p->E : 0;
-    const size_t n_ws = (size_t)(qs * ks + 2 * qs + qs * p->Ev + n_scaled);
-    T *buf = mk_alloc(mk_bytes(n_ws > 0 ? n_ws : 1, sizeof(T)));
+    const SUF(sdpa_kernels) *simd = SUF(sdpa_simd)(p);
+    const int64_t mrows = qs * j->heads;   /* rows of an item */
+    /* the SIMD path needs no score tile here, but its own workspace and row lists */
+    const size_t n_tile = simd != NULL ? 0 : (size_t)(qs * ks + n_scaled);
+    const size_t n_simd = simd != NULL ? simd->ws_elems(p, mrows) : 0;
+    const size_t n_rows = simd != NULL ? (size_t)mrows * 4 * 8 / sizeof(T) + 1 : 0;
+    const size_t n_ws = n_tile + (size_t)(2 * mrows + mrows * p->Ev) + 16 + n_rows + n_simd + 64;
+    T *buf = mk_alloc(mk_bytes(n_ws, sizeof(T)));
     if (buf == NULL) {
         atomic_store(&j->failed, 1);
         return;
     }
-    T *scaled = buf + qs * ks + 2 * qs + qs * p->Ev;
-    const SUF(sdpa_ws) ws = {buf, buf + qs * ks, buf + qs * ks + qs, buf + qs * ks + 2 * qs,
-                             scaled, scaled + qs * p->E, SUF(sdpa_vexp)(), NULL};
+    T *scaled = buf + qs * ks;
+    T *stats = buf + n_tile;   /* row_max [mrows], row_sum [mrows], acc [mrows, Ev] */
+    SUF(sdpa_ws) ws = {buf, stats, stats + mrows, stats + 2 * mrows,
+                       scaled, scaled + qs * p->E, SUF(sdpa_vexp)(), NULL};
+    if (simd != NULL) {
+        T *rows = buf + ((size_t)(stats - buf) + (size_t)(2 * mrows + mrows * p->Ev) + 15) / 16 * 16;
+        ws.simd = simd;
+        ws.row_b = (int64_t *)rows;
+        ws.row_i = ws.row_b + mrows;
+        ws.row_q = (const void **)(ws.row_i + mrows);
+        ws.row_mask = ws.row_q + mrows;
+        const size_t off = (size_t)(rows - buf) + n_rows;   /* 64-byte aligned */
+        ws.simd_ws = buf + (off + 63) / 64 * 64;
+    }
     for (;;) {
         const int64_t item = atomic_fetch_add(&j->next, 1);
         if (item >= j->items || atomic_load(&j->failed))
             break;
+        if (j->heads > 1) {
+            if (SUF(sdpa_heads)(j, &ws, item * j->heads) != 0) {
+                atomic_store(&j->failed, 1);
+                break;
+            }
+            continue;
+        }
         const int64_t c = item % j->chunks, qi = item / j->chunks;
         const int64_t b = qi / j->q_blocks, m0 = (qi % j->q_blocks) * qs;
         const int64_t qb = p->L - m0 < qs ? p->L - m0 : qs;
@@ -402,7 +506,7 @@ static int SUF(sdpa_forward_impl)(void *out, void *lse, const sdpa_problem *p)
         return 0;
     if (p->Ev == 0 && lse == NULL)
         return 0;
-    SUF(sdpa_job) j = {.p = p, .out = out, .lse = lse, .q_split = SDPA_Q_SPLIT(p->L)};
+    SUF(sdpa_job) j = {.p = p, .out = out, .lse = lse, .q_split = SDPA_Q_SPLIT(p->L), .heads = 1};
     if (j.q_split > p->L)
         j.q_split = p->L;
     j.q_blocks = (p->L + j.q_split - 1) / j.q_split;
@@ -414,7 +518,18 @@ static int SUF(sdpa_forward_impl)(void *out, void *lse, const sdpa_problem *p)
         j.chunk = (key_blocks + j.chunks - 1) / j.chunks * SDPA_KV_SPLIT;
         j.chunks = (p->S + j.chunk - 1) / j.chunk;
     }
-    j.items = nb * j.q_blocks * j.chunks;
+    if (j.chunks == 1 && SUF(sdpa_simd)(p) != NULL && nb * j.q_blocks >= 32) {
+        /* The SIMD forward packs each key block once per item: four times the
+         * rows per item when that still leaves 8 items or more.  (Rows are
+         * computed alone: the bits do not depend on the split.) */
+        j.q_split = 4 * j.q_split < p->L ? 4 * j.q_split : p->L;
+        j.q_blocks = (p->L + j.q_split - 1) / j.q_split;
+    }
+    j.heads = 1;
+    if (j.chunks == 1 && j.q_blocks == 1 && p->nbatch > 0 && p->k_group > 1
+            && p->k_group == p->v_group && SUF(sdpa_simd)(p) != NULL)
+        j.heads = p->k_group;   /* the heads (last batch dimension) are a multiple of it */
+    j.items = nb * j.q_blocks * j.chunks / j.heads;
     if (j.chunks > 1) {
         j.partial = mk_alloc(mk_bytes((size_t)(j.items * j.q_split * (p->Ev + 2)), sizeof(T)));
         if (j.partial == NULL)
@@ -493,6 +608,41 @@ static int SUF(sdpa_block_ds)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, con
     return 0;
 }
 
+/* dst[cols, rows] = src[rows, cols]^T, both contiguous: the GEMM's transposing
+ * copy where the path has one.  (A copy: a product then reads P^T or dS^T
+ * in place instead of packing a transposed operand column by column.) */
+static void SUF(sdpa_transpose)(T *dst, const T *src, int64_t rows, int64_t cols)
+{
+    const SUF(gemm_microkernel) *uk = SUF(gemm_select)();
+    if (uk->copy_t != NULL) {
+        uk->copy_t(dst, (int)rows, src, cols, cols, rows);
+        return;
+    }
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            dst[j * rows + i] = src[i * cols + j];
+}
+
+/* dv[kb, Ev] (+)= P^T @ dO[qb, Ev];  dk[kb, E] (+)= dS^T @ q[qb, E] (strided),
+ * P and dS in ws->qk and ws->dp */
+static int SUF(sdpa_dkdv)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, int grads, T *dk,
+                          T *dv, const T *dout, const T *q, int64_t qb, int64_t kb,
+                          int accumulate)
+{
+    const int64_t E = p->E, Ev = p->Ev;
+    if (grads & SDPA_GRAD_V) {
+        SUF(sdpa_transpose)(ws->tr, ws->qk, qb, kb);
+        if (SUF(gemm)(mk_mat_c(dv, kb, Ev), mk_cmat_c(ws->tr, kb, qb),
+                      mk_cmat_c(dout, qb, Ev), NULL, accumulate) != 0)
+            return -1;
+    }
+    if (!(grads & SDPA_GRAD_K))
+        return 0;
+    SUF(sdpa_transpose)(ws->tr, ws->dp, qb, kb);
+    return SUF(gemm)(mk_mat_c(dk, kb, E), mk_cmat_c(ws->tr, kb, qb),
+                     (mk_cmat){q, qb, E, p->q.rs, p->q.cs}, NULL, accumulate);
+}
+
 /* D[r] = dO[m0 + r] . O[m0 + r] */
 static void SUF(sdpa_dvec)(T *dvec, const T *dout, const T *out, int64_t m0, int64_t qb,
                            int64_t Ev)
@@ -525,14 +675,8 @@ static int SUF(sdpa_backward_kv)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, 
         if (SUF(sdpa_block_ds)(p, ws, qr, q_rs, q_cs, k, v, mask, dout, lse, ws->row_sum,
                                b, m0, qb, n, kb) != 0)
             return -1;
-        /* dv[kb, Ev] (+)= P^T @ dO;  dk[kb, E] (+)= dS^T @ q */
-        if (((grads & SDPA_GRAD_V)
-                 && SUF(gemm)(mk_mat_c(dv_acc, kb, Ev), mk_t(mk_cmat_c(ws->qk, qb, kb)),
-                              mk_cmat_c(dout + m0 * Ev, qb, Ev), NULL, !*first) != 0)
-                || ((grads & SDPA_GRAD_K)
-                    && SUF(gemm)(mk_mat_c(dk_acc, kb, E), mk_t(mk_cmat_c(ws->dp, qb, kb)),
-                                 (mk_cmat){q + m0 * p->q.rs, qb, E, p->q.rs, p->q.cs},
-                                 NULL, !*first) != 0))
+        if (SUF(sdpa_dkdv)(p, ws, grads, dk_acc, dv_acc, dout + m0 * Ev, q + m0 * p->q.rs,
+                           qb, kb, !*first) != 0)
             return -1;
         *first = 0;
     }
@@ -566,11 +710,71 @@ static int SUF(sdpa_backward_q)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
     return 0;
 }
 
+/* Both passes in one (sdpa_backward_impl says when): batch index `own` of k
+ * and v, all of its dK and dV, and the dQ of every output batch index that
+ * reads it, accumulated in place in the gradients' arrays.  For each reader
+ * b (in order), key block n, query block m0: the scores once for dV, dK and
+ * dQ (five products per block instead of seven).  Per output the same sums
+ * in the same order as the two passes: dK, dV over (b, m0) in order, dQ over
+ * n in order, so the same bits (up to the sign of an exact zero). */
+static int SUF(sdpa_backward_all)(const sdpa_problem *p, const sdpa_grads *g,
+                                  const SUF(sdpa_ws) *ws, int64_t qs, int64_t ks, int64_t nb,
+                                  int64_t own)
+{
+    const int64_t L = p->L, S = p->S, E = p->E, Ev = p->Ev;
+    const T scale = (T)p->scale;
+    T *dk = (T *)g->dk + own * S * E, *dv = (T *)g->dv + own * S * Ev;
+    for (int64_t i = 0; i < S * E; i++)
+        dk[i] = 0;
+    for (int64_t i = 0; i < S * Ev; i++)
+        dv[i] = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        if (sdpa_operand_index(p, &p->k, p->k_group, b) != own)
+            continue;
+        const T *q, *k, *v;
+        const void *mask;
+        SUF(sdpa_batch_operands)(p, b, &q, &k, &v, &mask);
+        const T *dout = (const T *)g->dout + b * L * Ev;
+        const T *out = (const T *)g->out + b * L * Ev;
+        const T *lse = (const T *)g->lse + b * L;
+        T *dq = (T *)g->dq + b * L * E;   /* q is not broadcast: b's own */
+        for (int64_t i = 0; i < L * E; i++)
+            dq[i] = 0;
+        for (int64_t n = 0; n < S; n += ks) {
+            const int64_t kb = S - n < ks ? S - n : ks;
+            for (int64_t m0 = 0; m0 < L; m0 += qs) {
+                const int64_t qb = L - m0 < qs ? L - m0 : qs;
+                if (p->is_causal && m0 + qb - 1 < n)
+                    continue;   /* no row of this block sees these keys */
+                int64_t q_rs, q_cs;
+                const T *qr = SUF(sdpa_query_rows)(p, ws, q, m0, qb, &q_rs, &q_cs);
+                SUF(sdpa_dvec)(ws->row_sum, dout, out, m0, qb, Ev);
+                if (SUF(sdpa_block_ds)(p, ws, qr, q_rs, q_cs, k, v, mask, dout, lse,
+                                       ws->row_sum, b, m0, qb, n, kb) != 0)
+                    return -1;
+                /* dv[n:], dk[n:] += ...;  dq[m0:, E] += dS @ k[n:] */
+                if (SUF(sdpa_dkdv)(p, ws, SDPA_GRAD_K | SDPA_GRAD_V, dk + n * E, dv + n * Ev, dout + m0 * Ev,
+                                   q + m0 * p->q.rs, qb, kb, 1) != 0
+                        || SUF(gemm)(mk_mat_c(dq + m0 * E, qb, E), mk_cmat_c(ws->dp, qb, kb),
+                                     (mk_cmat){k + n * p->k.rs, kb, E, p->k.rs, p->k.cs},
+                                     NULL, 1) != 0)
+                    return -1;
+            }
+        }
+        for (int64_t i = 0; i < L * E; i++)
+            dq[i] *= scale;
+    }
+    for (int64_t i = 0; i < S * E; i++)
+        dk[i] *= scale;
+    return 0;
+}
+
 typedef struct {
     const sdpa_problem *p;
     const sdpa_grads *g;
     int grads;                      /* SDPA_GRAD_K and / or _V: by key blocks; _Q: by
-                                       query blocks */
+                                       query blocks; all three: one pass by batch index
+                                       of k (sdpa_backward_all) */
     const sdpa_operand *op;         /* whose batch `own` indexes: k, v or q */
     int64_t group;                  /* its GQA group */
     int64_t nb;                     /* the output's batch indices */
@@ -586,7 +790,7 @@ static void SUF(sdpa_bwd_task)(void *arg, int task)
     const sdpa_grads *g = j->g;
     const int64_t qs = j->q_split, ks = j->kv_split, E = p->E, Ev = p->Ev;
     const int64_t n_acc = ks * (E + Ev) > qs * E ? ks * (E + Ev) : qs * E;
-    const size_t n_ws = (size_t)(2 * qs * ks + qs + n_acc + (qs + ks) * E);
+    const size_t n_ws = (size_t)(3 * qs * ks + qs + n_acc + (qs + ks) * E);
     T *buf = mk_alloc(mk_bytes(n_ws > 0 ? n_ws : 1, sizeof(T)));
     if (buf == NULL) {
         atomic_store(&j->failed, 1);
@@ -596,10 +800,18 @@ static void SUF(sdpa_bwd_task)(void *arg, int task)
                        .acc = buf + 2 * qs * ks + qs, .vexp = SUF(sdpa_vexp)()};
     ws.q_scaled = ws.acc + n_acc;
     ws.k_scaled = ws.q_scaled + qs * E;
+    ws.tr = ws.k_scaled + ks * E;
     for (;;) {
         const int64_t item = atomic_fetch_add(&j->next, 1);
         if (item >= j->items || atomic_load(&j->failed))
             break;
+        if (j->grads == (SDPA_GRAD_K | SDPA_GRAD_V | SDPA_GRAD_Q)) {
+            if (SUF(sdpa_backward_all)(p, g, &ws, qs, ks, j->nb, item) != 0) {
+                atomic_store(&j->failed, 1);
+                break;
+            }
+            continue;
+        }
         /* the item's gradient block: index `own` of k's or v's (pass 1) or q's
          * (pass 2) batch, summed over the output's batch indices b that read it */
         const int64_t own = item / j->blocks, blk = item % j->blocks;
@@ -673,6 +885,22 @@ static int SUF(sdpa_backward_impl)(const sdpa_grads *g, const sdpa_problem *p)
         kv_same &= p->k.bd[d] == p->v.bd[d];
     const int64_t qs = L < SDPA_Q_SPLIT(L) ? L : SDPA_Q_SPLIT(L);
     const int64_t ks = S < SDPA_KV_SPLIT ? S : SDPA_KV_SPLIT;
+    /* One pass when k and v are read alike, every output batch index has its
+     * own q (its dQ then has one writer) and there are batch indices of k
+     * enough for the threads (4 or more); else two (three when k and v are
+     * read differently), whose items are blocks.  A choice by shape. */
+    int q_own = 1;
+    for (int d = 0; d < p->nbatch; d++)
+        q_own = q_own && p->q.bd[d] == p->batch[d];
+    if (kv_same && q_own && nk >= 4 && L > 0 && S > 0) {
+        SUF(sdpa_bwd_job) j = {.p = p, .g = g, .grads = SDPA_GRAD_K | SDPA_GRAD_V | SDPA_GRAD_Q,
+                               .op = &p->k, .group = p->k_group, .nb = nb, .q_split = qs,
+                               .kv_split = ks, .blocks = 1, .items = nk};
+        atomic_init(&j.next, 0);
+        atomic_init(&j.failed, 0);
+        mk_parallel_run(sdpa_threads(p, j.items), SUF(sdpa_bwd_task), &j);
+        return atomic_load(&j.failed) ? -1 : 0;
+    }
     /* the passes: dK and dV together by key blocks (or apart, by key's and by
      * value's batch), then dQ by query blocks; one with nothing to write is skipped */
     const struct {
