@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 import myatt
+from entry_points import _plain_mha
 from helpers import assert_same_bits, name_re, shape_re, torch_runs_our_softmax
 from mkl_order import torch_sums_in_our_order
 from oracle import (assert_matches, mask_to_torch, run_mha, state_dict_to_torch, to_torch,
@@ -587,6 +588,36 @@ def test_nonfinite_inputs_propagate_like_torch(rng, dtype, which, value):
     for need_weights in (True, False):
         check(m, args["query"], args["key"], args["value"], equal_nan=True,
               need_weights=need_weights)
+
+
+@pytest.mark.parametrize("opts", OPTIONS, ids=opts_id)
+@pytest.mark.parametrize("batched", [True, False])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_plain_reference_matches_torch(rng, opts, batched, need_weights):
+    """The registry's float64 NumPy reference (entry_points._plain_mha, what
+    test_entry_points.py holds myatt to) is torch's module, masks and every-key-masked rows
+    included."""
+    m = randomise(make(8, 2, np.float64, **opts), rng)
+    q, k, v = inputs(rng, m, 5, 6, 3, batched=batched)
+    kpm = bool_mask(rng, (3, 6) if batched else (6,))
+    am = float_mask(rng, (6 if batched else 2, 5, 6))
+    for kw in ({}, {"key_padding_mask": kpm}, {"attn_mask": am[0]},
+               {"key_padding_mask": kpm, "attn_mask": am}):
+        theirs = run_mha(torch_mha(m), q, k, v, dtype=np.float64, need_weights=need_weights,
+                         **kw)
+        ours = _plain_mha(m, q, k, v, need_weights=need_weights, **kw)
+        torch.testing.assert_close(torch.from_numpy(ours[0]), theirs[0])
+        if need_weights:
+            torch.testing.assert_close(torch.from_numpy(ours[1]), theirs[1])
+        else:
+            assert ours[1] is None
+    # every key of batch item 1 masked (unbatched: every key)
+    full = bool_mask(rng, kpm.shape)
+    full[1 if batched else slice(None)] = True
+    theirs = run_mha(torch_mha(m), q, k, v, dtype=np.float64, need_weights=need_weights,
+                     key_padding_mask=full)
+    ours = _plain_mha(m, q, k, v, need_weights=need_weights, key_padding_mask=full)
+    torch.testing.assert_close(torch.from_numpy(ours[0]), theirs[0], equal_nan=True)
 
 
 # ---- bits ---------------------------------------------------------------------------
