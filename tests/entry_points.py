@@ -36,6 +36,8 @@ Each entry declares:
            pullbacks), whose registry arguments are not one callable's keywords
            (test_call_paths.py); the names are "vjp" and "<fn>.vjp.pullback" / "vjp.<fn>.pullback"
            (two dots: declared beyond what test_entry_points.py finds on the module).
+           Likewise "MultiheadAttention.forward.need_weights=False", a call with one more
+           keyword than its registry arguments.
 """
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Tuple
