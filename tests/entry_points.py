@@ -36,8 +36,8 @@ Each entry declares:
            pullbacks), whose registry arguments are not one callable's keywords
            (test_call_paths.py); the names are "vjp" and "<fn>.vjp.pullback" / "vjp.<fn>.pullback"
            (two dots: declared beyond what test_entry_points.py finds on the module).
-           Likewise "MultiheadAttention.forward.need_weights=False", a call with one more
-           keyword than its registry arguments.
+           Likewise MultiheadAttention's calls with attn_mask, a keyword that follows
+           need_weights in the positional order.
 """
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Tuple
@@ -497,21 +497,21 @@ ENTRY_POINTS = [
                     "attn_combine.bias": cb}), "none", make=_module),
     EntryPoint("MyAtt.attn.weight=", "setter", (Arg("weight", lambda s: (s.v1, s.q + s.k)),),
                lambda m, w: setattr(m.attn, "weight", w), "none", make=_module),
-    # MultiheadAttention: the call with the weights (need_weights=True: the linear, bmm and
-    # softmax kernels) and without them (need_weights=False: the flash kernel; not the
-    # registry arguments' keywords alone, so keywords=False); the masks by keyword
-    # (need_weights sits between them in the positional order)
+    # MultiheadAttention: forward(query, key, value, key_padding_mask) (positional, so
+    # keywords=True holds), and with attn_mask too, given by keyword since need_weights
+    # sits before it (keywords=False): with the weights (need_weights=True: the linear, bmm
+    # and softmax kernels) and without them (need_weights=False: the flash kernel)
     EntryPoint("MultiheadAttention", "constructor", (),
                lambda o: myatt.MultiheadAttention(4, 2), "object"),
+    EntryPoint("MultiheadAttention.forward", "method", (HQ, HK, HV, HKPM),
+               lambda m, q, k, v, kpm: m.forward(q, k, v, kpm), "arrays", make=_mha,
+               torch=lambda o, q, k, v, kpm: _torch_mha(o, q, k, v, kpm, None),
+               sizes_of=MHA_SIZES, plain=lambda o, q, k, v, kpm: _plain_mha(o, q, k, v, kpm),
+               module_dtype=True, shapes=_mha_shapes),
     EntryPoint("MultiheadAttention.__call__", "method", (HQ, HK, HV, HKPM, HAM),
                lambda m, q, k, v, kpm, am: m(q, k, v, key_padding_mask=kpm, attn_mask=am),
                "arrays", make=_mha, torch=_torch_mha, sizes_of=MHA_SIZES, plain=_plain_mha,
-               module_dtype=True, shapes=_mha_shapes),
-    EntryPoint("MultiheadAttention.forward", "method", (HQ, HK, HV, HKPM, HAM),
-               lambda m, q, k, v, kpm, am: m.forward(q, k, v, key_padding_mask=kpm,
-                                                     attn_mask=am),
-               "arrays", make=_mha, torch=_torch_mha, sizes_of=MHA_SIZES, plain=_plain_mha,
-               module_dtype=True, shapes=_mha_shapes),
+               module_dtype=True, shapes=_mha_shapes, keywords=False),
     EntryPoint("MultiheadAttention.forward.need_weights=False", "method",
                (HQ, HK, HV, HKPM, HAM),
                lambda m, q, k, v, kpm, am: m.forward(q, k, v, key_padding_mask=kpm,
@@ -521,6 +521,12 @@ ENTRY_POINTS = [
                sizes_of=MHA_SIZES,
                plain=lambda o, q, k, v, kpm, am: _plain_mha(o, q, k, v, kpm, am, False),
                module_dtype=True, shapes=lambda s: _mha_shapes(s)[:1], keywords=False),
+    EntryPoint("MultiheadAttention.in_proj_weight=", "setter",
+               (Arg("in_proj_weight", lambda s: (3 * s.embed, s.embed)),),
+               lambda m, w: setattr(m, "in_proj_weight", w), "none", make=_mha),
+    EntryPoint("MultiheadAttention.in_proj_bias=", "setter",
+               (Arg("in_proj_bias", lambda s: (3 * s.embed,)),),
+               lambda m, b: setattr(m, "in_proj_bias", b), "none", make=_mha),
     EntryPoint("MultiheadAttention.load_state_dict", "setter",
                (Arg("in_proj_weight", lambda s: (3 * s.embed, s.embed)),
                 Arg("in_proj_bias", lambda s: (3 * s.embed,)),
