@@ -1166,7 +1166,7 @@ VJP_OPTIONS = [
     ("defaults", {}, {}),
     ("need_weights-False", {}, {"need_weights": False}),
     ("per-head", {}, {"average_attn_weights": False}),
-    ("masks", {}, {"key_padding_mask": "bool", "attn_mask": "float"}),
+    ("masks", {}, {"key_padding_mask": "bool", "attn_mask": "bool"}),
     ("bias_kv-zero_attn", {"add_bias_kv": True, "add_zero_attn": True}, {}),
     ("batch_first", {"batch_first": True}, {"attn_mask": "bool"}),
     ("kdim-vdim-no-bias", {"kdim": 5, "vdim": 3, "bias": False}, {}),
@@ -1177,6 +1177,11 @@ VJP_CASES = [pytest.param(o, kw, sa, id=f"{name}-{'self' if sa else 'qkv'}")
              if not (sa and ("kdim" in o or "vdim" in o))]
 
 
+# An expected gap (issue 15, "Gradients"): vjp does not take a MultiheadAttention yet and
+# raises TypeError.  strict: the marker fails the run as soon as vjp takes one (remove it
+# then); any other failure (wrong gradients, missing keys) fails as it is.
+@pytest.mark.xfail(raises=TypeError, strict=True,
+                   reason="issue 15: myatt.vjp(MultiheadAttention, ...) not implemented yet")
 @pytest.mark.parametrize("opts,kw,self_attention", VJP_CASES)
 def test_vjp_matches_autograd(rng, dtype, opts, kw, self_attention):
     """myatt.vjp(m, query, key, value, ...): the result is m's forward; the pullback of
