@@ -24,8 +24,7 @@ import myatt
 from entry_points import _plain_mha
 from helpers import assert_same_bits, name_re, shape_re, torch_runs_our_softmax
 from mkl_order import torch_sums_in_our_order
-from oracle import (assert_matches, mask_to_torch, run_mha, state_dict_to_torch, to_torch,
-                    torch_dtype, torch_mha)
+from oracle import assert_matches, mask_to_torch, run_mha, to_torch, torch_dtype, torch_mha
 
 MHA = myatt.MultiheadAttention
 
@@ -219,7 +218,7 @@ def test_dtype_spellings(spelling, expected):
 # (torch's DEFAULT CPU kernel, ATEN_CPU_CAPABILITY=default, draws uniform_ unfused, one bit
 # away from the fused kernel myatt reproduces: tests/test_init.py.  There the weights are
 # held to assert_close, everywhere else to the bit.)
-def assert_init_equal(ours, theirs, what):
+def assert_init_equal(ours, theirs):
     if torch.backends.cpu.get_cpu_capability() == "DEFAULT":
         assert_matches(np.ascontiguousarray(ours), theirs.detach())
     else:
@@ -245,10 +244,10 @@ def test_init_matches_torch(dtype, seed, E, H, opts):
     sd, tsd = m.state_dict(), t.state_dict()
     assert list(sd) == list(tsd)
     for k in tsd:
-        assert_init_equal(sd[k], tsd[k], k)
+        assert_init_equal(sd[k], tsd[k])
     nxt = myatt.Linear(5, 3, dtype=dtype)
     tnxt = torch.nn.Linear(5, 3, dtype=torch_dtype(dtype))
-    assert_init_equal(nxt.weight, tnxt.weight, "next Linear")
+    assert_init_equal(nxt.weight, tnxt.weight)
 
 
 @pytest.mark.parametrize("seed", [0, 7])
@@ -261,10 +260,10 @@ def test_two_modules_and_mixed_dtypes_share_one_stream(seed):
          make(20, 5, np.float32, add_bias_kv=True, kdim=3)]
     for a, b in zip(o, t):
         for k, v in b.state_dict().items():
-            assert_init_equal(a.state_dict()[k], v, k)
+            assert_init_equal(a.state_dict()[k], v)
 
 
-def test_init_without_seed_is_random():
+def test_successive_modules_draw_new_weights():
     a, b = MHA(8, 2), MHA(8, 2)
     assert not np.array_equal(a.in_proj_weight, b.in_proj_weight)
 
