@@ -612,9 +612,12 @@ static int MHA_set_param(MHAObject *self, PyObject *value, void *closure)
     PyArrayObject *a = self->param[p];
     char what[64];
     snprintf(what, sizeof what, OWNER ".%s", param_names[p]);
-    if (value == NULL || a == NULL) {
+    if (a == NULL && value == Py_None)   /* None stays None, as torch's None parameter */
+        return 0;
+    if (value == NULL || value == Py_None || a == NULL) {
         PyErr_Format(PyExc_TypeError, "%s cannot be %s", what,
-                     value == NULL ? "deleted" : "set: this configuration has none");
+                     value == NULL ? "deleted" : a == NULL ? "set: this configuration has none"
+                                                           : "set to None");
         return -1;
     }
     PyArrayObject *raw = as_real_array(value, what);
