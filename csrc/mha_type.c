@@ -806,13 +806,13 @@ PyDoc_STRVAR(MHA_repr_html_doc,
 "array([0.2, 0.2, 0.2, 0.2, 0.2])"
 
 PyDoc_STRVAR(MHA_call_doc,
-"__call__($self, query, key, value, key_padding_mask=None, need_weights=True,\n"
-"         attn_mask=None, average_attn_weights=True, is_causal=False)\n--\n\n"
+"__call__($self, query, key, value, key_padding_mask=None, need_weights=True, "
+"attn_mask=None, average_attn_weights=True, is_causal=False)\n--\n\n"
 FORWARD_DOC_BODY);
 
 PyDoc_STRVAR(MHA_forward_doc,
-"forward($self, query, key, value, key_padding_mask=None, need_weights=True,\n"
-"        attn_mask=None, average_attn_weights=True, is_causal=False)\n--\n\n"
+"forward($self, query, key, value, key_padding_mask=None, need_weights=True, "
+"attn_mask=None, average_attn_weights=True, is_causal=False)\n--\n\n"
 FORWARD_DOC_BODY);
 
 PyDoc_STRVAR(MHA_state_dict_doc,
@@ -875,9 +875,8 @@ PyDoc_STRVAR(MHA_load_state_dict_doc,
 /* ---- the type -------------------------------------------------------------- */
 
 PyDoc_STRVAR(MHA_doc,
-"MultiheadAttention(embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,\n"
-"                   add_zero_attn=False, kdim=None, vdim=None, batch_first=False, *,\n"
-"                   dtype='float32')\n--\n\n"
+"MultiheadAttention(embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, "
+"add_zero_attn=False, kdim=None, vdim=None, batch_first=False, *, dtype='float32')\n--\n\n"
 "Multi-head attention, exact to torch.nn.MultiheadAttention.\n"
 "\n"
 "The input projections (one product for self-attention), the heads\n"
@@ -923,8 +922,7 @@ PyDoc_STRVAR(MHA_doc,
 "batch_first, add_zero_attn : bool\n"
 "dropout : float\n"
 "dtype : numpy.dtype\n"
-"    Parameters share the module's memory (in-place updates change it);\n"
-"    assigning an array copies it in after checking its shape.\n"
+
 "\n"
 "Raises\n"
 "------\n"
@@ -941,6 +939,15 @@ PyDoc_STRVAR(MHA_doc,
 "--------\n"
 "scaled_dot_product_attention : the attention of one head.\n"
 "compare : check a MultiheadAttention against the torch module it came from.\n"
+"\n"
+"Notes\n"
+"-----\n"
+"The parameters share the module's memory (in-place updates change it);\n"
+"assigning an array copies it in after checking its shape.\n"
+"``MultiheadAttention.from_torch(module)`` copies a torch module and\n"
+"``myatt.compare(module, query, key, value)`` checks the two against each\n"
+"other; pickle, copy.copy and copy.deepcopy keep the configuration and the\n"
+"weights.\n"
 "\n"
 "Examples\n"
 "--------\n"
