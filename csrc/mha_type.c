@@ -7,7 +7,6 @@
 #include "state_dict.h"
 
 #include "kernels/mha.h"
-#include "kernels/sdpa.h"
 
 #include <math.h>
 #include <stddef.h>
