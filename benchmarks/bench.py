@@ -287,6 +287,41 @@ def level_ops(level, dtype, rng):
     ]
 
 
+def np_mha(x, sd, heads, need_weights):
+    """torch's MultiheadAttention (self-attention, seq-first [L, N, E], no masks) in NumPy."""
+    L, N, E = x.shape
+    hd = E // heads
+    qkv = x @ sd["in_proj_weight"].T + sd["in_proj_bias"]               # [L, N, 3E]
+    q, k, v = (qkv[..., i * E:(i + 1) * E].reshape(L, N, heads, hd).transpose(1, 2, 0, 3)
+               for i in range(3))                                       # [N, H, L, hd]
+    w = np_softmax((q * np.sqrt(1.0 / hd).astype(x.dtype)) @ k.transpose(0, 1, 3, 2), -1)
+    o = (w @ v).transpose(2, 0, 1, 3).reshape(L, N, E)
+    out = o @ sd["out_proj.weight"].T + sd["out_proj.bias"]
+    return out, (w.mean(axis=1) if need_weights else None)
+
+
+def mha_ops(dtype, rng, quick):
+    """MultiheadAttention rows: self-attention (N=8, L=512, E=512, 8 heads; quick: N=2,
+    L=128) with and without the weights, and one token (N=1, L=1, E=512)."""
+    ops = []
+    for N, L in ((2, 128) if quick else (8, 512), (1, 1)):
+        E, H = 512, 8
+        m = myatt.MultiheadAttention(E, H, dtype=dtype)
+        tm = nn.MultiheadAttention(E, H, dtype=torch.float64 if dtype == np.float64
+                                   else torch.float32)
+        tm.load_state_dict({key: torch.from_numpy(val) for key, val in m.state_dict().items()})
+        sd = m.state_dict()
+        x = rng.standard_normal((L, N, E)).astype(dtype)
+        tx = torch.from_numpy(x)
+        flops = 2 * N * L * E * 4 * E + 4 * N * L * L * E
+        for nw in (False, True):
+            ops.append((f"mha N={N} L={L} E={E} H={H} need_weights={nw}", flops, None,
+                        lambda m=m, x=x, nw=nw: m(x, x, x, need_weights=nw),
+                        lambda tm=tm, tx=tx, nw=nw: tm(tx, tx, tx, need_weights=nw),
+                        lambda sd=sd, x=x, nw=nw: np_mha(x, sd, H, nw)))
+    return ops
+
+
 def first(result):
     """The array a row compares: the output (forward), the attn.weight gradient (train)."""
     if isinstance(result, dict):
@@ -411,6 +446,15 @@ def run(args):
                         for op, flops, elems, fm, ft, fn in ops:
                             add(f"{level} {op} {np.dtype(dtype).name}", n, flops, elems, dtype,
                                 (fm, ft, fn), (fm(), ft(), fn()))
+        # ---- MultiheadAttention (torch's module in training mode, dropout 0) ----
+        print("[mha] MultiheadAttention self-attention, query = key = value [L, N, E]")
+        for dtype in (np.float32, np.float64):
+            ops = mha_ops(dtype, rng, quick)
+            for n in thread_counts:
+                with Threads(n):
+                    for op, flops, elems, fm, ft, fn in ops:
+                        add(f"{op} {np.dtype(dtype).name}", n, flops, elems, dtype,
+                            (fm, ft, fn), (fm(), ft(), fn()))
         # ---- GEMM alone ----
         a = rng.standard_normal((1, gemm_n, gemm_n)).astype(np.float32)
         b = rng.standard_normal((1, gemm_n, gemm_n)).astype(np.float32)

@@ -7,7 +7,6 @@
 #include "state_dict.h"
 
 #include "kernels/mha.h"
-#include "kernels/sdpa.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -612,9 +611,12 @@ static int MHA_set_param(MHAObject *self, PyObject *value, void *closure)
     PyArrayObject *a = self->param[p];
     char what[64];
     snprintf(what, sizeof what, OWNER ".%s", param_names[p]);
-    if (value == NULL || a == NULL) {
+    if (a == NULL && value == Py_None)   /* None stays None, as torch's None parameter */
+        return 0;
+    if (value == NULL || value == Py_None || a == NULL) {
         PyErr_Format(PyExc_TypeError, "%s cannot be %s", what,
-                     value == NULL ? "deleted" : "set: this configuration has none");
+                     value == NULL ? "deleted" : a == NULL ? "set: this configuration has none"
+                                                           : "set to None");
         return -1;
     }
     PyArrayObject *raw = as_real_array(value, what);
@@ -803,13 +805,13 @@ PyDoc_STRVAR(MHA_repr_html_doc,
 "array([0.2, 0.2, 0.2, 0.2, 0.2])"
 
 PyDoc_STRVAR(MHA_call_doc,
-"__call__($self, query, key, value, key_padding_mask=None, need_weights=True,\n"
-"         attn_mask=None, average_attn_weights=True, is_causal=False)\n--\n\n"
+"__call__($self, query, key, value, key_padding_mask=None, need_weights=True, "
+"attn_mask=None, average_attn_weights=True, is_causal=False)\n--\n\n"
 FORWARD_DOC_BODY);
 
 PyDoc_STRVAR(MHA_forward_doc,
-"forward($self, query, key, value, key_padding_mask=None, need_weights=True,\n"
-"        attn_mask=None, average_attn_weights=True, is_causal=False)\n--\n\n"
+"forward($self, query, key, value, key_padding_mask=None, need_weights=True, "
+"attn_mask=None, average_attn_weights=True, is_causal=False)\n--\n\n"
 FORWARD_DOC_BODY);
 
 PyDoc_STRVAR(MHA_state_dict_doc,
@@ -872,9 +874,8 @@ PyDoc_STRVAR(MHA_load_state_dict_doc,
 /* ---- the type -------------------------------------------------------------- */
 
 PyDoc_STRVAR(MHA_doc,
-"MultiheadAttention(embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,\n"
-"                   add_zero_attn=False, kdim=None, vdim=None, batch_first=False, *,\n"
-"                   dtype='float32')\n--\n\n"
+"MultiheadAttention(embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False, "
+"add_zero_attn=False, kdim=None, vdim=None, batch_first=False, *, dtype='float32')\n--\n\n"
 "Multi-head attention, exact to torch.nn.MultiheadAttention.\n"
 "\n"
 "The input projections (one product for self-attention), the heads\n"
@@ -920,8 +921,7 @@ PyDoc_STRVAR(MHA_doc,
 "batch_first, add_zero_attn : bool\n"
 "dropout : float\n"
 "dtype : numpy.dtype\n"
-"    Parameters share the module's memory (in-place updates change it);\n"
-"    assigning an array copies it in after checking its shape.\n"
+
 "\n"
 "Raises\n"
 "------\n"
@@ -938,6 +938,15 @@ PyDoc_STRVAR(MHA_doc,
 "--------\n"
 "scaled_dot_product_attention : the attention of one head.\n"
 "compare : check a MultiheadAttention against the torch module it came from.\n"
+"\n"
+"Notes\n"
+"-----\n"
+"The parameters share the module's memory (in-place updates change it);\n"
+"assigning an array copies it in after checking its shape.\n"
+"``MultiheadAttention.from_torch(module)`` copies a torch module and\n"
+"``myatt.compare(module, query, key, value)`` checks the two against each\n"
+"other; pickle, copy.copy and copy.deepcopy keep the configuration and the\n"
+"weights.\n"
 "\n"
 "Examples\n"
 "--------\n"

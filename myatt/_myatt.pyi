@@ -121,6 +121,7 @@ class MyAtt:
     def __reduce__(self) -> Tuple[Any, ...]: ...
     def _repr_html_(self) -> str: ...
 
+@disjoint_base
 class MultiheadAttention:
     def __new__(cls, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                 add_bias_kv: bool = False, add_zero_attn: bool = False,
