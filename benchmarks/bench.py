@@ -355,6 +355,41 @@ def sdpa_ops(dtype, rng, quick):
     return ops
 
 
+def np_mha(x, sd, heads, need_weights):
+    """torch's MultiheadAttention (self-attention, seq-first [L, N, E], no masks) in NumPy."""
+    L, N, E = x.shape
+    hd = E // heads
+    qkv = x @ sd["in_proj_weight"].T + sd["in_proj_bias"]               # [L, N, 3E]
+    q, k, v = (qkv[..., i * E:(i + 1) * E].reshape(L, N, heads, hd).transpose(1, 2, 0, 3)
+               for i in range(3))                                       # [N, H, L, hd]
+    w = np_softmax((q * np.sqrt(1.0 / hd).astype(x.dtype)) @ k.transpose(0, 1, 3, 2), -1)
+    o = (w @ v).transpose(2, 0, 1, 3).reshape(L, N, E)
+    out = o @ sd["out_proj.weight"].T + sd["out_proj.bias"]
+    return out, (w.mean(axis=1) if need_weights else None)
+
+
+def mha_ops(dtype, rng, quick):
+    """MultiheadAttention rows: self-attention (N=8, L=512, E=512, 8 heads; quick: N=2,
+    L=128) with and without the weights, and one token (N=1, L=1, E=512)."""
+    ops = []
+    for N, L in ((2, 128) if quick else (8, 512), (1, 1)):
+        E, H = 512, 8
+        m = myatt.MultiheadAttention(E, H, dtype=dtype)
+        tm = nn.MultiheadAttention(E, H, dtype=torch.float64 if dtype == np.float64
+                                   else torch.float32)
+        tm.load_state_dict({key: torch.from_numpy(val) for key, val in m.state_dict().items()})
+        sd = m.state_dict()
+        x = rng.standard_normal((L, N, E)).astype(dtype)
+        tx = torch.from_numpy(x)
+        flops = 2 * N * L * E * 4 * E + 4 * N * L * L * E
+        for nw in (False, True):
+            ops.append((f"mha N={N} L={L} E={E} H={H} need_weights={nw}", flops, None,
+                        lambda m=m, x=x, nw=nw: m(x, x, x, need_weights=nw),
+                        lambda tm=tm, tx=tx, nw=nw: tm(tx, tx, tx, need_weights=nw),
+                        lambda sd=sd, x=x, nw=nw: np_mha(x, sd, H, nw)))
+    return ops
+
+
 def first(result):
     """The array a row compares: the output (forward), the attn.weight gradient (train),
     grad_query (sdpa train)."""
@@ -418,7 +453,7 @@ def run(args):
     ncores = cores()
     thread_counts = sorted({1, ncores})
     levels = ["seed", "mid"] if quick else ["seed", "mid", "large"]
-    if args.only == "sdpa":
+    if args.only:
         levels = []
     gemm_n = 1024 if quick else 2048
 
@@ -473,7 +508,7 @@ def run(args):
         print(row_text(r), flush=True)
 
     with torch.no_grad():
-        if not quick:                                   # first: the lowest maximum RSS yet
+        if not quick and args.only in (None, "sdpa"):   # first: the lowest maximum RSS yet
             long_sequence(add, rng, max(thread_counts))
         for level in levels:
             S, sizes = LEVELS[level]
@@ -487,7 +522,7 @@ def run(args):
                             add(f"{level} {op} {np.dtype(dtype).name}", n, flops, elems, dtype,
                                 (fm, ft, fn), (fm(), ft(), fn()))
         # ---- scaled_dot_product_attention ----
-        for dtype in (np.float32, np.float64):
+        for dtype in (np.float32, np.float64) if args.only in (None, "sdpa") else ():
             ops = sdpa_ops(dtype, rng, quick)
             print(f"[sdpa] scaled_dot_product_attention {np.dtype(dtype).name}: case B x H x L x S "
                   f"x E (decode: query heads / key-value heads), E == Ev")
@@ -497,8 +532,18 @@ def run(args):
                         add(f"{case} {np.dtype(dtype).name}", n, flops, None, dtype,
                             (fm, ft, fn), (fm(), ft()))
             del ops
+        # ---- MultiheadAttention (torch's module in training mode, dropout 0) ----
+        for dtype in (np.float32, np.float64) if args.only in (None, "mha") else ():
+            print(f"[mha] MultiheadAttention {np.dtype(dtype).name}: self-attention, query = "
+                  f"key = value [L, N, E]")
+            ops = mha_ops(dtype, rng, quick)
+            for n in thread_counts:
+                with Threads(n):
+                    for op, flops, elems, fm, ft, fn in ops:
+                        add(f"{op} {np.dtype(dtype).name}", n, flops, elems, dtype,
+                            (fm, ft, fn), (fm(), ft(), fn()))
         # ---- GEMM alone ----
-        if args.only != "sdpa":
+        if not args.only:
             a = rng.standard_normal((1, gemm_n, gemm_n)).astype(np.float32)
             b = rng.standard_normal((1, gemm_n, gemm_n)).astype(np.float32)
             ta, tb = torch.from_numpy(a), torch.from_numpy(b)
@@ -576,8 +621,8 @@ def plot(result, path):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="a short run (seconds): seed and mid sizes")
-    p.add_argument("--only", choices=["sdpa"], help="only these rows (sdpa: the "
-                   "scaled_dot_product_attention rows)")
+    p.add_argument("--only", choices=["sdpa", "mha"], help="only these rows (sdpa: the "
+                   "scaled_dot_product_attention rows; mha: the MultiheadAttention rows)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--plot", metavar="PATH", help="also draw the ratios (needs matplotlib)")
     args = p.parse_args(argv)

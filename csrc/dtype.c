@@ -32,9 +32,31 @@ static void softmax_bwd_f64(void *grad_inp, const void *grad_out, const void *ou
     softmax_backward_f64(grad_inp, grad_out, out, outer, n, inner);
 }
 
+static void xavier_uniform_any_f32(mt19937 *g, void *w, int64_t rows, int64_t cols)
+{
+    xavier_uniform_f32(g, w, rows, cols);
+}
+
+static void xavier_normal_any_f32(mt19937 *g, void *t, int64_t rows, int64_t cols,
+                                   int64_t rest)
+{
+    xavier_normal_f32(g, t, rows, cols, rest);
+}
+
 static void linear_init_any_f32(mt19937 *g, void *weight, void *bias, int64_t out, int64_t in)
 {
     linear_init_f32(g, weight, bias, out, in);
+}
+
+static void xavier_uniform_any_f64(mt19937 *g, void *w, int64_t rows, int64_t cols)
+{
+    xavier_uniform_f64(g, w, rows, cols);
+}
+
+static void xavier_normal_any_f64(mt19937 *g, void *t, int64_t rows, int64_t cols,
+                                   int64_t rest)
+{
+    xavier_normal_f64(g, t, rows, cols, rest);
 }
 
 static void linear_init_any_f64(mt19937 *g, void *weight, void *bias, int64_t out, int64_t in)
@@ -55,7 +77,10 @@ static const myatt_kernels kernels_f32 = {
     .myatt_backward_kept = myatt_backward_kept_f32,
     .sdpa_forward = sdpa_forward_f32,
     .sdpa_backward = sdpa_backward_f32,
+    .mha_forward = mha_forward_f32,
     .linear_init = linear_init_any_f32,
+    .xavier_uniform = xavier_uniform_any_f32,
+    .xavier_normal = xavier_normal_any_f32,
 };
 
 static const myatt_kernels kernels_f64 = {
@@ -71,7 +96,10 @@ static const myatt_kernels kernels_f64 = {
     .myatt_backward_kept = myatt_backward_kept_f64,
     .sdpa_forward = sdpa_forward_f64,
     .sdpa_backward = sdpa_backward_f64,
+    .mha_forward = mha_forward_f64,
     .linear_init = linear_init_any_f64,
+    .xavier_uniform = xavier_uniform_any_f64,
+    .xavier_normal = xavier_normal_any_f64,
 };
 
 const myatt_dtype myatt_dtypes[MYATT_NDTYPES] = {

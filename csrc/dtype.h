@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "kernels/mha.h"
 #include "kernels/myatt.h"
 #include "kernels/rng.h"
 #include "kernels/sdpa.h"
@@ -39,8 +40,12 @@ typedef struct {
     /* scaled_dot_product_attention (sdpa.h): the forward (out, lse), the backward */
     int (*sdpa_forward)(void *out, void *lse, const sdpa_problem *p);
     int (*sdpa_backward)(const sdpa_grads *g, const sdpa_problem *p);
-    /* torch's nn.Linear initial weights (rng.h) */
+    /* MultiheadAttention's forward (mha.h) */
+    int (*mha_forward)(void *out, void *weights, const mha_problem *p);
+    /* torch's initial weights (rng.h): nn.Linear's, xavier_uniform_, xavier_normal_ */
     void (*linear_init)(mt19937 *g, void *weight, void *bias, int64_t out, int64_t in);
+    void (*xavier_uniform)(mt19937 *g, void *w, int64_t rows, int64_t cols);
+    void (*xavier_normal)(mt19937 *g, void *t, int64_t rows, int64_t cols, int64_t rest);
 } myatt_kernels;
 
 typedef struct {

@@ -24,6 +24,9 @@ static int myatt_exec(PyObject *module)
     st->myatt_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &myatt_type_spec, NULL);
     if (st->myatt_type == NULL || PyModule_AddType(module, st->myatt_type) < 0)
         return -1;
+    st->mha_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &mha_type_spec, NULL);
+    if (st->mha_type == NULL || PyModule_AddType(module, st->mha_type) < 0)
+        return -1;
     st->pullback_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &pullback_type_spec,
                                                                   NULL);
     if (st->pullback_type == NULL || PyModule_AddType(module, st->pullback_type) < 0)
@@ -36,6 +39,7 @@ static int myatt_traverse(PyObject *module, visitproc visit, void *arg)
     myatt_state *st = myatt_state_of_module(module);
     Py_VISIT(st->linear_type);
     Py_VISIT(st->myatt_type);
+    Py_VISIT(st->mha_type);
     Py_VISIT(st->pullback_type);
     Py_VISIT(st->axis_error);
     Py_VISIT(st->rebuild_key);
@@ -48,6 +52,7 @@ static int myatt_clear(PyObject *module)
     myatt_state *st = myatt_state_of_module(module);
     Py_CLEAR(st->linear_type);
     Py_CLEAR(st->myatt_type);
+    Py_CLEAR(st->mha_type);
     Py_CLEAR(st->pullback_type);
     Py_CLEAR(st->axis_error);
     Py_CLEAR(st->rebuild_key);

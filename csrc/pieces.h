@@ -13,6 +13,7 @@ extern PyMethodDef sdpa_methods[];       /* sdpa_function.c: scaled_dot_product_
 extern PyMethodDef runtime_methods[];     /* runtime.c: manual_seed, threads, ... */
 extern PyType_Spec linear_type_spec;      /* linear_type.c: myatt.Linear */
 extern PyType_Spec myatt_type_spec;       /* myatt_type.c: myatt.MyAtt */
+extern PyType_Spec mha_type_spec;         /* mha_type.c: myatt.MultiheadAttention */
 extern PyMethodDef vjp_methods[];         /* vjp.c: myatt.vjp */
 extern PyType_Spec pullback_type_spec;    /* vjp.c: myatt.Pullback, what vjp returns */
 

@@ -16,6 +16,7 @@
 typedef struct {
     PyTypeObject *linear_type;
     PyTypeObject *myatt_type;
+    PyTypeObject *mha_type;        /* myatt.MultiheadAttention (mha_type.c) */
     PyTypeObject *pullback_type;   /* myatt.Pullback (vjp.c) */
     PyObject *axis_error;     /* numpy.exceptions.AxisError */
     PyObject *rebuild_key;    /* interop.c's private constructor keyword ... */

@@ -71,7 +71,7 @@ static PyArrayObject *convert_value(PyObject *value, const char *key, PyArrayObj
 PyObject *state_dict_load(PyObject *d, int strict, const char *const *keys,
                           PyArrayObject *const *params, int n, const char *owner)
 {
-    PyArrayObject *values[8] = {NULL};   /* n <= 8: MyAtt has 4 parameters */
+    PyArrayObject *values[STATE_DICT_MAX_PARAMS] = {NULL};
     PyObject *missing = NULL, *unexpected = NULL, *key_list = NULL, *result = NULL;
 
     if (!PyDict_Check(d) && !PyObject_HasAttrString(d, "keys")) {

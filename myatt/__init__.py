@@ -24,6 +24,7 @@ PyTorch is never needed, and never imported by ``import myatt``. The documentati
 """
 from ._myatt import (
     Linear,
+    MultiheadAttention,
     MyAtt,
     Pullback,
     bmm,
@@ -50,6 +51,7 @@ __all__ = [
     "Adam",
     "Comparison",
     "Linear",
+    "MultiheadAttention",
     "MyAtt",
     "Pullback",
     "ResultComparison",

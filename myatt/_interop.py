@@ -73,3 +73,21 @@ def myatt_spec(module):
                         f"({dtypes['attn']} and {dtypes['attn_combine']})")
     args = tuple(int(getattr(module, a)) for a in MYATT_SIZES)
     return args, {"dtype": dtypes["attn"]}, _state_dict(module, caller)
+
+
+def mha_spec(module):
+    """(args, kwargs, state_dict) of a myatt.MultiheadAttention equal to the
+    torch.nn.MultiheadAttention `module`."""
+    caller = "MultiheadAttention.from_torch()"
+    attrs = ("embed_dim", "num_heads", "dropout", "kdim", "vdim", "batch_first",
+             "add_zero_attn", "in_proj_bias", "bias_k", "out_proj")
+    missing = [a for a in attrs if not hasattr(module, a)]
+    if missing:
+        raise TypeError(f"{caller}: expected a torch.nn.MultiheadAttention, got "
+                        f"{type(module).__name__} (it has no {', '.join(missing)})")
+    dtype = dtype_name(module.out_proj.weight, f"{caller}: the module's out_proj.weight")
+    args = (int(module.embed_dim), int(module.num_heads), float(module.dropout),
+            module.in_proj_bias is not None, module.bias_k is not None,
+            bool(module.add_zero_attn), int(module.kdim), int(module.vdim),
+            bool(module.batch_first))
+    return args, {"dtype": dtype}, _state_dict(module, caller)

@@ -143,7 +143,8 @@ class Comparison:
     module : str
         The myatt side, as its ``repr`` or name.
     inputs : list of (str, tuple of int)
-        The inputs' names (``Q``, ``K``, ``V``, or ``input[i]``) and shapes.
+        The inputs' names (``Q``, ``K``, ``V``; ``query``, ``key``, ``value``; or
+        ``input[i]``) and shapes.
     dtype : str
         The dtype both sides computed in.
     results : list of ResultComparison
@@ -278,9 +279,15 @@ class Comparison:
                 f"<div style='color: {colour}; font-weight: bold'>{verdict}</div></div>")
 
 
+def _is_mha(m):
+    return all(hasattr(m, a) for a in ("embed_dim", "num_heads", "out_proj"))
+
+
 def _result_names(torch_module, module, n):
-    """MyAtt's names when either side is a MyAtt (the torch callable may be a function
-    around one), else output / result[i]."""
+    """MyAtt's or MultiheadAttention's names when either side is one (the torch callable
+    may be a function around one), else output / result[i]."""
+    if n == 2 and any(_is_mha(m) for m in (torch_module, module)):
+        return ["attn_output", "attn_weights"]
     if n == 2 and any(all(hasattr(m, a) for a in _interop.MYATT_SIZES)
                       for m in (torch_module, module)):
         return ["output", "attn_weights"]
@@ -294,14 +301,17 @@ def _as_tuple(x):
 
 
 def _myatt_twin(torch_module):
-    from . import Linear, MyAtt
+    from . import Linear, MultiheadAttention, MyAtt
 
     if all(hasattr(torch_module, a) for a in _interop.MYATT_SIZES):
         return MyAtt.from_torch(torch_module)
+    if _is_mha(torch_module):
+        return MultiheadAttention.from_torch(torch_module)
     if hasattr(torch_module, "in_features") and hasattr(torch_module, "out_features"):
         return Linear.from_torch(torch_module)
     raise TypeError(f"compare(): no myatt twin for {type(torch_module).__name__} (the "
-                    f"tutorial's MyAtt and torch.nn.Linear have one); pass module=")
+                    f"tutorial's MyAtt, torch.nn.MultiheadAttention and torch.nn.Linear "
+                    f"have one); pass module=")
 
 
 def _describe(module):
@@ -386,15 +396,16 @@ def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[
     Parameters
     ----------
     torch_module : torch.nn.Module or callable
-        The tutorial's torch ``MyAtt``, a ``torch.nn.Linear``, or, with `module`, any torch
-        module or function (``torch.softmax``, ``torch.bmm``, ...).
+        The tutorial's torch ``MyAtt``, a ``torch.nn.MultiheadAttention``, a
+        ``torch.nn.Linear``, or, with `module`, any torch module or function
+        (``torch.softmax``, ``torch.bmm``, ...).
     *inputs : array_like or scalar
         The call's arguments (NumPy arrays, torch tensors, array-likes), e.g. ``Q, K, V``.
         Python scalars and None (a softmax's ``dim``, a missing bias) are passed to both
         sides as they are.
     module : callable, optional
         The myatt side. Default: ``MyAtt.from_torch(torch_module)`` (or
-        ``Linear.from_torch``), i.e. the same weights. Pass your own :class:`myatt.MyAtt`
+        ``MultiheadAttention.from_torch``, ``Linear.from_torch``), i.e. the same weights. Pass your own :class:`myatt.MyAtt`
         to check it against a torch model, or a function such as :func:`myatt.softmax`.
     rtol, atol : float, optional
         Tolerances, both or neither. Default: ``assert_close``'s for the dtype
@@ -434,7 +445,8 @@ def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[
 
     See Also
     --------
-    MyAtt.from_torch, Linear.from_torch : the twins `compare` builds.
+    MyAtt.from_torch, MultiheadAttention.from_torch, Linear.from_torch : the twins
+        `compare` builds.
 
     Examples
     --------
@@ -517,8 +529,12 @@ def _compare(torch_module, module, args, is_array, arrays, dtype, rtol, atol, eq
     if len(ours) != len(theirs):
         raise ValueError(f"compare(): myatt returned {len(ours)} result(s), torch {len(theirs)}")
     names = _result_names(torch_module, module, len(ours))
-    input_names = (["Q", "K", "V"] if names == ["output", "attn_weights"] and len(arrays) == 3
-                   else [f"input[{i}]" for i in range(len(arrays))])
+    if names == ["output", "attn_weights"] and len(arrays) == 3:
+        input_names = ["Q", "K", "V"]
+    elif names == ["attn_output", "attn_weights"] and len(arrays) >= 3:
+        input_names = ["query", "key", "value"] + [f"input[{i}]" for i in range(3, len(arrays))]
+    else:
+        input_names = [f"input[{i}]" for i in range(len(arrays))]
     torch_name = (type(torch_module).__name__ if hasattr(torch_module, "forward")
                   else getattr(torch_module, "__name__", type(torch_module).__name__))
     report = Comparison(torch_module=torch_name, module=_describe(module),

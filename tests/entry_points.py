@@ -37,6 +37,8 @@ Each entry declares:
            pullbacks), whose registry arguments are not one callable's keywords
            (test_call_paths.py); the names are "vjp" and "<fn>.vjp.pullback" / "vjp.<fn>.pullback"
            (two dots: declared beyond what test_entry_points.py finds on the module).
+           Likewise MultiheadAttention's calls with attn_mask, a keyword that follows
+           need_weights in the positional order.
 """
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Tuple
@@ -74,6 +76,9 @@ class Sizes:
     Skv: int = 5                   # key [batch..., Skv, E], value [batch..., Skv, Ev],
     E: int = 4                     # attn_mask [L, Skv] (broadcast over the batch)
     Ev: int = 3
+    N: int = 2                     # MultiheadAttention: query [L, N, embed], key and value
+    heads: int = 2                 # [Skv, N, embed], key_padding_mask [N, Skv], attn_mask
+    embed: int = 4                 # [L, Skv]; num_heads = heads, embed_dim = embed
 
 
 SMALL = Sizes()
@@ -252,6 +257,20 @@ def _torch_module_backward(obj, Q, K, V, go, ga):
     return dict(zip(["Q", "K", "V"] + list(params), got))
 
 
+def _torch_mha(obj, q, k, v, kpm, am, need_weights=True):
+    from oracle import run_mha, torch_mha
+    # torch's need_weights=False path cannot reshape an empty mask (a view(N, H, -1, S) of
+    # no elements is ambiguous: RuntimeError); there its need_weights=True path gives the
+    # same attn_output (no row has every key masked when a mask is empty)
+    empty = 0 in (q.shape[0], q.shape[1], k.shape[0])
+    if not need_weights and empty and (kpm is not None or am is not None):
+        out, _ = run_mha(torch_mha(obj), q, k, v, dtype=obj.dtype, key_padding_mask=kpm,
+                         attn_mask=am)
+        return out, None
+    return run_mha(torch_mha(obj), q, k, v, dtype=obj.dtype, key_padding_mask=kpm,
+                   attn_mask=am, need_weights=need_weights)
+
+
 # --------------------------------------------------------------------------- #
 # plain references (tests/reference.py) in the structure of each entry's result
 # --------------------------------------------------------------------------- #
@@ -268,6 +287,63 @@ def _plain_module_backward(m, Q, K, V, go, ga):
     return reference.myatt_backward(m.state_dict(), Q, K, V, go, ga)
 
 
+def _plain_mha(m, query, key, value, key_padding_mask=None, attn_mask=None,
+               need_weights=True):
+    """(attn_output, attn_weights averaged over heads, or None) of torch's
+    multi_head_attention_forward in float64, for a MultiheadAttention `m` (any options;
+    batch_first and unbatched inputs as torch takes them; a bool mask: True = ignored)."""
+    p = {k: np.asarray(v, np.float64) for k, v in m.state_dict().items()}
+    E, H = m.embed_dim, m.num_heads
+    hd = E // H
+    q, k, v = (np.asarray(x, np.float64) for x in (query, key, value))
+    batched = q.ndim == 3
+    if not batched:                                    # [L, E] -> [L, 1, E]
+        q, k, v = q[:, None], k[:, None], v[:, None]
+    elif m.batch_first:                                # [N, L, E] -> [L, N, E]
+        q, k, v = (x.swapaxes(0, 1) for x in (q, k, v))
+    L, N, S = q.shape[0], q.shape[1], k.shape[0]
+
+    def additive(mask, shape):
+        if mask is None:
+            return np.zeros(shape)
+        a = np.asarray(mask)
+        a = np.where(a, -np.inf, 0.0) if a.dtype == bool else a.astype(np.float64)
+        return a.reshape(shape)
+
+    kpm = additive(key_padding_mask, (N, 1, 1, S))
+    am = additive(attn_mask, (1, 1, L, S) if attn_mask is None or np.ndim(attn_mask) == 2
+                  else (N, H, L, S))
+    if "in_proj_weight" in p:
+        wq, wk, wv = np.split(p["in_proj_weight"], 3)
+    else:
+        wq, wk, wv = p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]
+    bq, bk, bv = np.split(p["in_proj_bias"], 3) if "in_proj_bias" in p else (None,) * 3
+    qp, kp, vp = (reference.linear(x, w_, b_) for x, w_, b_ in
+                  ((q, wq, bq), (k, wk, bk), (v, wv, bv)))
+    if "bias_k" in p:                                  # one more key, never masked
+        kp = np.concatenate([kp, np.broadcast_to(p["bias_k"], (1, N, E))])
+        vp = np.concatenate([vp, np.broadcast_to(p["bias_v"], (1, N, E))])
+    heads = [x.reshape(x.shape[0], N, H, hd).transpose(1, 2, 0, 3) for x in (qp, kp, vp)]
+    qh, kh, vh = heads                                 # [N, H, len, hd]
+    if m.add_zero_attn:
+        kh, vh = (np.concatenate([x, np.zeros((N, H, 1, hd))], axis=2) for x in (kh, vh))
+    pad = kh.shape[2] - S
+    mask = np.pad(kpm + am, [(0, 0)] * 3 + [(0, pad)])
+    scores = qh @ kh.swapaxes(-1, -2) / np.sqrt(hd) + mask
+    w = reference.softmax(scores, -1)                  # a row with every key -inf: NaN
+    if not need_weights:                               # (torch's SDPA: zeros there)
+        hidden = np.all(np.broadcast_to(mask, scores.shape) == -np.inf, axis=-1)
+        w = np.where(hidden[..., None], 0.0, w)
+    out = (w @ vh).transpose(2, 0, 1, 3).reshape(L, N, E)
+    out = reference.linear(out, p["out_proj.weight"], p.get("out_proj.bias"))
+    w = w.mean(axis=1)                                 # [N, L, S']
+    if not batched:
+        out, w = out[:, 0], w[0]
+    elif m.batch_first:
+        out = out.swapaxes(0, 1)
+    return out, (w if need_weights else None)
+
+
 # --------------------------------------------------------------------------- #
 # The entries
 # --------------------------------------------------------------------------- #
@@ -277,6 +353,10 @@ def _layer(s, dtype, bias=True):
 
 def _module(s, dtype):
     return myatt.MyAtt(s.q, s.k, s.v1, s.v2, s.o, dtype=dtype)
+
+
+def _mha(s, dtype):
+    return myatt.MultiheadAttention(s.embed, s.heads, dtype=dtype)
 
 
 # linear's operands
@@ -309,11 +389,24 @@ AM = Arg("attn_mask", lambda s: (s.L, s.Skv), optional=True, broadcasts=True, pr
 AG = Arg("grad_output", lambda s: s.batch + (s.L, s.Ev), batch_free=True, promotes=False,
          fan_in=lambda s: s.L)
 
+# MultiheadAttention's (float masks, added to the scores; of the module's dtype)
+HQ = Arg("query", lambda s: (s.L, s.N, s.embed))
+HK = Arg("key", lambda s: (s.Skv, s.N, s.embed), also_named=("query",))
+HV = Arg("value", lambda s: (s.Skv, s.N, s.embed), also_named=("query", "key"))
+HKPM = Arg("key_padding_mask", lambda s: (s.N, s.Skv), optional=True, promotes=False,
+           floating=True)
+HAM = Arg("attn_mask", lambda s: (s.L, s.Skv), optional=True, promotes=False, floating=True)
+
 LINEAR_SIZES = ("batch", "in_f", "out_f")
 SDPA_SIZES = ("batch", "L", "Skv", "E", "Ev")
 BMM_SIZES = ("b", "n", "m", "p")
 SOFTMAX_SIZES = ("shape", "dim")
 MYATT_SIZES = ("Bq", "Bk", "S", "q", "k", "v1", "v2", "o")
+MHA_SIZES = ("N", "L", "Skv")           # (embed and heads fixed: embed % heads == 0)
+
+
+def _mha_shapes(s):             # attn_output, attn_weights (averaged over the heads)
+    return ((s.L, s.N, s.embed), (s.N, s.L, s.Skv))
 
 
 def _linear_shapes(s):
@@ -414,6 +507,47 @@ ENTRY_POINTS = [
                     "attn_combine.bias": cb}), "none", make=_module),
     EntryPoint("MyAtt.attn.weight=", "setter", (Arg("weight", lambda s: (s.v1, s.q + s.k)),),
                lambda m, w: setattr(m.attn, "weight", w), "none", make=_module),
+    # MultiheadAttention: forward(query, key, value, key_padding_mask) (positional, so
+    # keywords=True holds), and with attn_mask too, given by keyword since need_weights
+    # sits before it (keywords=False): with the weights (need_weights=True: the linear, bmm
+    # and softmax kernels) and without them (need_weights=False: the flash kernel)
+    EntryPoint("MultiheadAttention", "constructor", (),
+               lambda o: myatt.MultiheadAttention(4, 2), "object"),
+    EntryPoint("MultiheadAttention.forward", "method", (HQ, HK, HV, HKPM),
+               lambda m, q, k, v, kpm: m.forward(q, k, v, kpm), "arrays", make=_mha,
+               torch=lambda o, q, k, v, kpm: _torch_mha(o, q, k, v, kpm, None),
+               sizes_of=MHA_SIZES, plain=lambda o, q, k, v, kpm: _plain_mha(o, q, k, v, kpm),
+               module_dtype=True, shapes=_mha_shapes),
+    EntryPoint("MultiheadAttention.__call__", "method", (HQ, HK, HV, HKPM, HAM),
+               lambda m, q, k, v, kpm, am: m(q, k, v, key_padding_mask=kpm, attn_mask=am),
+               "arrays", make=_mha, torch=_torch_mha, sizes_of=MHA_SIZES, plain=_plain_mha,
+               module_dtype=True, shapes=_mha_shapes, keywords=False),
+    EntryPoint("MultiheadAttention.forward.need_weights=False", "method",
+               (HQ, HK, HV, HKPM, HAM),
+               lambda m, q, k, v, kpm, am: m.forward(q, k, v, key_padding_mask=kpm,
+                                                     need_weights=False, attn_mask=am),
+               "arrays", make=_mha,
+               torch=lambda o, q, k, v, kpm, am: _torch_mha(o, q, k, v, kpm, am, False),
+               sizes_of=MHA_SIZES,
+               plain=lambda o, q, k, v, kpm, am: _plain_mha(o, q, k, v, kpm, am, False),
+               module_dtype=True, shapes=lambda s: _mha_shapes(s)[:1], keywords=False),
+    EntryPoint("MultiheadAttention.in_proj_weight=", "setter",
+               (Arg("in_proj_weight", lambda s: (3 * s.embed, s.embed)),),
+               lambda m, w: setattr(m, "in_proj_weight", w), "none", make=_mha),
+    EntryPoint("MultiheadAttention.in_proj_bias=", "setter",
+               (Arg("in_proj_bias", lambda s: (3 * s.embed,)),),
+               lambda m, b: setattr(m, "in_proj_bias", b), "none", make=_mha),
+    EntryPoint("MultiheadAttention.load_state_dict", "setter",
+               (Arg("in_proj_weight", lambda s: (3 * s.embed, s.embed)),
+                Arg("in_proj_bias", lambda s: (3 * s.embed,)),
+                Arg("out_proj.weight", lambda s: (s.embed, s.embed)),
+                Arg("out_proj.bias", lambda s: (s.embed,))),
+               lambda m, w, b, ow, ob: m.load_state_dict(
+                   {"in_proj_weight": w, "in_proj_bias": b, "out_proj.weight": ow,
+                    "out_proj.bias": ob}), "none", make=_mha),
+    EntryPoint("MultiheadAttention.out_proj.weight=", "setter",
+               (Arg("weight", lambda s: (s.embed, s.embed)),),
+               lambda m, w: setattr(m.out_proj, "weight", w), "none", make=_mha),
 ]
 
 # myatt.vjp: the forwards through it, and each pullback applied to a cotangent (the

@@ -124,3 +124,44 @@ def assert_matches(ours, theirs, *, equal_nan=False):
     theirs = theirs.detach()
     assert ours.shape == tuple(theirs.shape), f"shape {ours.shape} != torch's {tuple(theirs.shape)}"
     torch.testing.assert_close(torch.from_numpy(ours), theirs, equal_nan=equal_nan)
+
+
+def torch_mha(m):
+    """A torch nn.MultiheadAttention configured as the myatt.MultiheadAttention `m` and
+    holding exactly its weights, in m's dtype, in training mode with dropout 0 (torch's
+    module then takes multi_head_attention_forward, never its inference fast path)."""
+    sd = m.state_dict()
+    t = _quiet_init(lambda: nn.MultiheadAttention(
+        m.embed_dim, m.num_heads, dropout=0.0, bias="in_proj_bias" in sd,
+        add_bias_kv="bias_k" in sd, add_zero_attn=m.add_zero_attn, kdim=m.kdim, vdim=m.vdim,
+        batch_first=m.batch_first, dtype=torch_dtype(m.dtype)))
+    t.load_state_dict(state_dict_to_torch(sd))
+    return t.train()
+
+
+def mask_to_torch(mask, dtype):
+    """A mask as torch takes it: bool stays bool, anything else becomes `dtype`."""
+    if mask is None:
+        return None
+    a = mask.detach().numpy() if isinstance(mask, torch.Tensor) else np.asarray(mask)
+    if a.dtype == np.bool_:
+        return torch.from_numpy(np.ascontiguousarray(a))
+    return to_torch(a, dtype)
+
+
+def run_mha(module, query, key, value, *, dtype, **kwargs):
+    """module(query, key, value, **kwargs) under torch.no_grad(): the inputs converted to
+    `dtype` (one tensor per distinct input object, so that query is key is value stays
+    true and torch takes its self-attention path), the masks by mask_to_torch."""
+    tensors = {}
+
+    def conv(a):
+        if id(a) not in tensors:
+            tensors[id(a)] = to_torch(a, dtype)
+        return tensors[id(a)]
+
+    for name in ("key_padding_mask", "attn_mask"):
+        if name in kwargs:
+            kwargs[name] = mask_to_torch(kwargs[name], dtype)
+    with torch.no_grad():
+        return module(conv(query), conv(key), conv(value), **kwargs)

@@ -12,7 +12,9 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
+#define RNG_PI 3.14159265358979323846   /* c10::pi<double> */
 #define MT_N 624
 #define MT_M 397
 #define MT_MATRIX_A 0x9908b0dfu
@@ -31,6 +33,7 @@ void mt19937_seed(mt19937 *g, uint64_t seed)
         g->state[j] = 1812433253u * (prev ^ (prev >> 30)) + j;
     }
     g->index = MT_N;
+    g->has_next_normal = 0;   /* set_current_seed resets next_double_normal_sample */
 }
 
 static inline uint32_t mt_twist(uint32_t u, uint32_t v)
@@ -144,5 +147,205 @@ void linear_init_f64(mt19937 *g, double *weight, double *bias, int64_t out, int6
     if (bias != NULL) {
         double b = bias_bound(in);
         uniform_f64(g, bias, out, in > 0 ? -b : 0.0, b);
+    }
+}
+
+/* ---- xavier_uniform_, xavier_normal_ (torch/nn/init.py) -------------------- */
+
+/* std = gain * math.sqrt(2.0 / float(fan_in + fan_out)), gain 1 */
+static double xavier_std(int64_t fan_in, int64_t fan_out)
+{
+    return sqrt(2.0 / (double)(fan_in + fan_out));
+}
+
+void xavier_uniform_f32(mt19937 *g, float *w, int64_t rows, int64_t cols)
+{
+    const double a = sqrt(3.0) * xavier_std(cols, rows);
+    uniform_f32(g, w, rows * cols, -a, a);
+}
+
+void xavier_uniform_f64(mt19937 *g, double *w, int64_t rows, int64_t cols)
+{
+    const double a = sqrt(3.0) * xavier_std(cols, rows);
+    uniform_f64(g, w, rows * cols, -a, a);
+}
+
+/* at::normal_distribution<double>(0, std) (DistributionsHelper.h): Box-Muller
+ * on two uniform doubles, the sine half kept for the next call. */
+static double normal_scalar(mt19937 *g, double std)
+{
+    double ret;
+    if (g->has_next_normal) {
+        g->has_next_normal = 0;
+        ret = g->next_normal;
+    } else {
+        const double divisor = 1.0 / 9007199254740992.0;   /* uniform(0, 1): 53 bits */
+        const double u1 = (double)(mt19937_random64(g) & ((UINT64_C(1) << 53) - 1)) * divisor;
+        const double u2 = (double)(mt19937_random64(g) & ((UINT64_C(1) << 53) - 1)) * divisor;
+        const double r = sqrt(-2.0 * log1p(-u2));
+        const double theta = 2.0 * RNG_PI * u1;
+        g->next_normal = r * sin(theta);
+        g->has_next_normal = 1;
+        ret = r * cos(theta);
+    }
+    return ret * std + 0.0;   /* transformation::normal: ret * std + mean */
+}
+
+/* normal_fill_16 (torch's DEFAULT kernels; float64 on every path): eight
+ * Box-Muller pairs from d[0:8] and d[8:16]:
+ *   u1 = 1 - d[j]; radius = sqrt(-2 log u1); theta = (2.0f * pi<double>) * u2 */
+static void normal_fill_16_f64(double *d, double std)
+{
+    for (int j = 0; j < 8; j++) {
+        const double u1 = 1 - d[j];
+        const double u2 = d[j + 8];
+        const double radius = sqrt(-2 * log(u1));
+        const double theta = 2.0 * RNG_PI * u2;
+        d[j] = radius * cos(theta) * std + 0.0;
+        d[j + 8] = radius * sin(theta) * std + 0.0;
+    }
+}
+
+/* ---- normal_fill_16_AVX2 (torch's AVX2 and AVX-512 kernels) ----------------
+ *
+ * torch 2.13 fills 16 or more float32 values with avx_mathfun.h's log256_ps and
+ * sincos256_ps (Cephes polynomials, J. Pommier / G. Garberoglio) wherever its
+ * CPU capability is AVX2 or AVX-512.  Written out per lane, in the order of
+ * operations of that file; torch builds it with FMA and GCC's default
+ * contraction, which fuses each multiply whose only use is an add (the first
+ * such multiply, in statement order, where two feed one add). */
+#define MF_MADD(a, b, c) fmaf((a), (b), (c))
+
+static float mf_bits_to_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint32_t mf_float_to_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* log256_ps for x in (0, 1] (what normal_fill hands it) */
+static float mf_log(float x)
+{
+    const float min_norm = mf_bits_to_float(0x00800000u);
+    x = x > min_norm ? x : min_norm;
+    uint32_t bits = mf_float_to_bits(x);
+    int32_t imm0 = (int32_t)(bits >> 23) - 0x7f;
+    x = mf_bits_to_float((bits & ~0x7f800000u) | mf_float_to_bits(0.5f));
+    float e = (float)imm0 + 1.0f;
+    const int mask = x < 0.707106781186547524f;
+    const float tmp = mask ? x : 0.0f;
+    x = x - 1.0f;
+    e = e - (mask ? 1.0f : 0.0f);
+    x = x + tmp;
+    const float z = x * x;
+    float y = 7.0376836292E-2f;
+    y = MF_MADD(y, x, -1.1514610310E-1f);
+    y = MF_MADD(y, x, 1.1676998740E-1f);
+    y = MF_MADD(y, x, -1.2420140846E-1f);
+    y = MF_MADD(y, x, +1.4249322787E-1f);
+    y = MF_MADD(y, x, -1.6668057665E-1f);
+    y = MF_MADD(y, x, +2.0000714765E-1f);
+    y = MF_MADD(y, x, -2.4999993993E-1f);
+    y = MF_MADD(y, x, +3.3333331174E-1f);
+    y = y * x;
+    y = MF_MADD(y, z, e * -2.12194440e-4f);
+    y = MF_MADD(-z, 0.5f, y);
+    x = x + y;
+    x = MF_MADD(e, 0.693359375f, x);
+    return x;
+}
+
+/* sincos256_ps for x >= 0 */
+static void mf_sincos(float x, float *s, float *c)
+{
+    float y = x * 1.27323954473516f;   /* 4 / pi */
+    int32_t j = (int32_t)y;
+    j = (j + 1) & ~1;
+    y = (float)j;
+    const uint32_t sign_sin = ((uint32_t)j & 4u) << 29;
+    const int poly_mask = (j & 2) == 0;
+    x = MF_MADD(y, -0.78515625f, x);
+    x = MF_MADD(y, -2.4187564849853515625e-4f, x);
+    x = MF_MADD(y, -3.77489497744594108e-8f, x);
+    const uint32_t sign_cos = (~(uint32_t)(j - 2) & 4u) << 29;
+    const float z = x * x;
+    float yc = 2.443315711809948E-005f;
+    yc = MF_MADD(yc, z, -1.388731625493765E-003f);
+    yc = MF_MADD(yc, z, 4.166664568298827E-002f);
+    yc = yc * z;
+    yc = MF_MADD(yc, z, -(z * 0.5f));
+    yc = yc + 1.0f;
+    float ys = -1.9515295891E-4f;
+    ys = MF_MADD(ys, z, 8.3321608736E-3f);
+    ys = MF_MADD(ys, z, -1.6666654611E-1f);
+    ys = ys * z;
+    ys = MF_MADD(ys, x, x);
+    const float ysin2 = poly_mask ? ys : 0.0f, ysin1 = poly_mask ? 0.0f : yc;
+    ys = ys - ysin2;
+    yc = yc - ysin1;
+    *s = mf_bits_to_float(mf_float_to_bits(ysin1 + ysin2) ^ sign_sin);
+    *c = mf_bits_to_float(mf_float_to_bits(yc + ys) ^ sign_cos);
+}
+
+static void normal_fill_16_avx2_f32(float *d, float std)
+{
+    const float two_pi = (float)(2.0 * RNG_PI);
+    for (int j = 0; j < 8; j++) {
+        const float u1 = 1.0f - d[j];
+        const float u2 = d[j + 8];
+        const float radius = sqrtf(-2.0f * mf_log(u1));
+        float sn, cs;
+        mf_sincos(two_pi * u2, &sn, &cs);
+        d[j] = fmaf(radius * cs, std, 0.0f);
+        d[j + 8] = fmaf(radius * sn, std, 0.0f);
+    }
+}
+
+/* tensor.normal_(0, std) of n contiguous values: normal_fill for n >= 16
+ * (uniforms for all, 16 at a time transformed, a tail redone on the last 16
+ * with fresh uniforms), else one normal_distribution<double> per value. */
+void xavier_normal_f32(mt19937 *g, float *t, int64_t rows, int64_t cols, int64_t rest)
+{
+    const int64_t n = rows * cols * rest;
+    const double std_d = xavier_std(cols * rest, rows * rest);
+    if (n < 16) {
+        for (int64_t i = 0; i < n; i++)
+            t[i] = (float)normal_scalar(g, std_d);
+        return;
+    }
+    const float std = (float)std_d;
+    uniform_f32(g, t, n, 0.0, 1.0);
+    /* torch's AVX2 / AVX-512 kernels' fill (as uniform_f32 follows their fused
+     * uniform_; its DEFAULT kernel, libm's log and sincos, differs in the last bit) */
+    for (int64_t i = 0; i + 16 <= n; i += 16)
+        normal_fill_16_avx2_f32(t + i, std);
+    if (n % 16 != 0) {
+        uniform_f32(g, t + n - 16, 16, 0.0, 1.0);
+        normal_fill_16_avx2_f32(t + n - 16, std);
+    }
+}
+
+void xavier_normal_f64(mt19937 *g, double *t, int64_t rows, int64_t cols, int64_t rest)
+{
+    const int64_t n = rows * cols * rest;
+    const double std = xavier_std(cols * rest, rows * rest);
+    if (n < 16) {
+        for (int64_t i = 0; i < n; i++)
+            t[i] = normal_scalar(g, std);
+        return;
+    }
+    uniform_f64(g, t, n, 0.0, 1.0);
+    for (int64_t i = 0; i + 16 <= n; i += 16)
+        normal_fill_16_f64(t + i, std);
+    if (n % 16 != 0) {
+        uniform_f64(g, t + n - 16, 16, 0.0, 1.0);
+        normal_fill_16_f64(t + n - 16, std);
     }
 }
