@@ -23,12 +23,8 @@ typedef void (*SUF(sdpa_vexp_fn))(T *out, const T *inp, int64_t n);
 /* The largest of a[0:n], NaN if any is NaN (at::vec::maximum); -inf for n == 0.
  * The max itself skips NaN (so that it vectorises); only a row whose max is
  * -inf, which the caller would take for fully masked, is searched for a NaN:
- * any other NaN becomes NaN through exp(NaN - max) anyway.
- * tail_nan_ignored: torch's flash kernel without a mask
- * (_mul_reduce_max_fusion_kernel) takes the max of the last n % SDPA_LANES
- * scores with std::max, which skips a NaN there: a row whose other scores are
- * all -inf (a NaN query row of fewer keys than lanes) is then fully masked. */
-static T SUF(sdpa_row_max)(const T *a, int64_t n, int tail_nan_ignored)
+ * any other NaN becomes NaN through exp(NaN - max) anyway. */
+static T SUF(sdpa_row_max)(const T *a, int64_t n)
 {
     T lanes[SDPA_LANES];
     for (int l = 0; l < SDPA_LANES; l++)
@@ -43,7 +39,7 @@ static T SUF(sdpa_row_max)(const T *a, int64_t n, int tail_nan_ignored)
     for (int64_t j = body; j < n; j++)
         mx = a[j] > mx ? a[j] : mx;
     if (mx == -INFINITY)
-        for (int64_t j = 0; j < (tail_nan_ignored ? body : n); j++)
+        for (int64_t j = 0; j < n; j++)
             if (a[j] != a[j])
                 return a[j];
     return mx;
@@ -190,7 +186,6 @@ static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
     T *qk = ws->qk, *row_max = ws->row_max, *row_sum = ws->row_sum, *acc = ws->acc;
     int64_t q_rs, q_cs;
     const T *qr = SUF(sdpa_query_rows)(p, ws, q, m0, qb, &q_rs, &q_cs);
-    const int tail_nan_ignored = !p->prescale && p->mask_kind == SDPA_MASK_NONE;
 
     for (int64_t r = 0; r < qb; r++) {
         row_max[r] = -INFINITY;
@@ -212,7 +207,7 @@ static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
             return -1;
         for (int64_t r = 0; r < qb; r++) {
             T *s = qk + r * kb;
-            T mx = SUF(sdpa_row_max)(s, kb, tail_nan_ignored);
+            T mx = SUF(sdpa_row_max)(s, kb);
             mx = row_max[r] > mx ? row_max[r] : mx;
             if (mx == -INFINITY) {
                 /* every key so far masked: nothing to add (and no -inf - -inf) */
