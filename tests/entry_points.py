@@ -79,6 +79,8 @@ class Sizes:
     N: int = 2                     # MultiheadAttention: query [L, N, embed], key and value
     heads: int = 2                 # [Skv, N, embed], key_padding_mask [N, Skv], attn_mask
     embed: int = 4                 # [L, Skv]; num_heads = heads, embed_dim = embed
+    kdim: int = 3                  # (and a module with kdim, vdim and bias_k / bias_v
+    vdim: int = 5                  # for the setters of those parameters)
 
 
 SMALL = Sizes()
@@ -359,6 +361,11 @@ def _mha(s, dtype):
     return myatt.MultiheadAttention(s.embed, s.heads, dtype=dtype)
 
 
+def _mha_separate(s, dtype):
+    return myatt.MultiheadAttention(s.embed, s.heads, add_bias_kv=True, kdim=s.kdim,
+                                    vdim=s.vdim, dtype=dtype)
+
+
 # linear's operands
 X = Arg("input", lambda s: s.batch + (s.in_f,), batch_free=True)
 W = Arg("weight", lambda s: (s.out_f, s.in_f), fan_in=lambda s: s.in_f)
@@ -548,6 +555,18 @@ ENTRY_POINTS = [
     EntryPoint("MultiheadAttention.out_proj.weight=", "setter",
                (Arg("weight", lambda s: (s.embed, s.embed)),),
                lambda m, w: setattr(m.out_proj, "weight", w), "none", make=_mha),
+]
+
+# MultiheadAttention's other parameters, on a module that has them (kdim and vdim other
+# than embed_dim: separate q/k/v weights; add_bias_kv)
+ENTRY_POINTS += [
+    EntryPoint(f"MultiheadAttention.{name}=", "setter", (Arg(name, shape),),
+               lambda m, x, name=name: setattr(m, name, x), "none", make=_mha_separate)
+    for name, shape in (("q_proj_weight", lambda s: (s.embed, s.embed)),
+                        ("k_proj_weight", lambda s: (s.embed, s.kdim)),
+                        ("v_proj_weight", lambda s: (s.embed, s.vdim)),
+                        ("bias_k", lambda s: (1, 1, s.embed)),
+                        ("bias_v", lambda s: (1, 1, s.embed)))
 ]
 
 # myatt.vjp: the forwards through it, and each pullback applied to a cotangent (the
