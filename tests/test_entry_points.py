@@ -12,7 +12,8 @@ from helpers import result_dtype
 
 # The extension's entry points that take no arrays (sizes, seeds, settings, torch modules)
 NO_ARRAYS = {"manual_seed", "get_num_threads", "set_num_threads", "kernel_path", "empty_cache",
-             "Linear.state_dict", "Linear.from_torch", "MyAtt.state_dict", "MyAtt.from_torch"}
+             "Linear.state_dict", "Linear.from_torch", "MyAtt.state_dict", "MyAtt.from_torch",
+             "MultiheadAttention.state_dict", "MultiheadAttention.from_torch"}
 EXTENSION = "myatt._myatt"
 
 
