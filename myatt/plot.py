@@ -139,55 +139,137 @@ def _labels(labels, n, what):
     return labels
 
 
+def _draw(ax, w, xl, yl, cmap, x_rotation, **norm):
+    """One heatmap of `w` [rows, cols] on `ax`, labelled; returns the image."""
+    rows, cols = w.shape
+    image = ax.matshow(w.astype(np.float64), cmap=cmap, **norm)
+    ax.set_xticks(range(cols))
+    ax.set_yticks(range(rows))
+    if xl is not None:
+        # Along the top (matshow's side), slanted so that short words such as "I" stay
+        # legible (the tutorial's 90 degrees turns an "I" into a dash): x_rotation=90 for that.
+        ax.set_xticklabels(xl, rotation=x_rotation, rotation_mode="anchor",
+                           ha="left" if x_rotation else "center",
+                           va="center" if x_rotation else "bottom", **_font_kw(xl))
+    if yl is not None:
+        ax.set_yticklabels(yl, **_font_kw(yl))
+    return image
+
+
+def _select(weights, batch):
+    """`weights` as a real [rows, cols] or [heads, rows, cols] array: item `batch` of the
+    first axis when given, then leading axes of size 1 dropped, a 1-D vector as one row."""
+    w = np.asarray(_interop.to_numpy(weights))
+    if w.dtype.kind not in "biuf":
+        raise TypeError(f"plot_attention(): weights must be real numbers, got {w.dtype}")
+    if batch is not None:
+        if isinstance(batch, (bool, np.bool_)) or not isinstance(batch, (int, np.integer)):
+            raise TypeError(f"plot_attention(): batch must be an int, got "
+                            f"{type(batch).__name__}")
+        if w.ndim not in (3, 4):
+            raise ValueError(f"plot_attention(): batch needs weights with a batch axis, "
+                             f"[N, L, S] or [N, H, L, S], got shape {w.shape}")
+        if not -w.shape[0] <= batch < w.shape[0]:
+            raise ValueError(f"plot_attention(): batch {batch} is out of range for "
+                             f"{w.shape[0]} batch items (weights of shape {w.shape})")
+        w = w[batch]
+    while w.ndim > 2 and w.shape[0] == 1:
+        w = w[0]
+    if w.ndim == 1:
+        w = w[None, :]
+    if w.ndim == 4:
+        raise ValueError(f"plot_attention(): weights of shape {tuple(np.shape(weights))} "
+                         f"are [N, H, L, S] with N = {w.shape[0]}: pass batch= (the batch "
+                         f"item to draw)")
+    if w.ndim not in (2, 3):
+        raise ValueError(f"plot_attention(): weights must be [rows, cols], [heads, rows, "
+                         f"cols] or [N, heads, rows, cols] (leading axes of size 1 are "
+                         f"dropped), got shape {tuple(np.shape(weights))}")
+    return w
+
+
+def _head_axes(ax, heads, rows, cols, plt):
+    """The figure and a 1-D array of `heads` Axes: `ax` flattened, or a new grid."""
+    if ax is None:
+        ncols = min(heads, 4)
+        nrows = -(-heads // ncols)
+        fig, grid = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
+                                 figsize=(ncols * max(2.5, 0.4 * cols + 1.2) + 1.0,
+                                          nrows * max(2.2, 0.4 * rows + 1.2)))
+        grid = grid.ravel()
+        for extra in grid[heads:]:
+            extra.remove()
+        return fig, grid[:heads]
+    axes = np.asarray(ax, dtype=object).ravel()
+    if axes.size != heads:
+        raise ValueError(f"plot_attention(): ax has {axes.size} Axes for {heads} heads "
+                         f"(weights [heads, rows, cols] need one Axes per head)")
+    return axes[0].figure, axes
+
+
 def plot_attention(weights: Any, x_labels: Optional[Sequence[Any]] = None,
                    y_labels: Optional[Sequence[Any]] = None, ax: Any = None, *,
-                   cmap: str = "bone", colorbar: bool = True, title: Optional[str] = None,
-                   x_rotation: float = 45) -> Any:
-    """Draw attention weights as a heatmap and return the matplotlib Axes.
+                   batch: Optional[int] = None, cmap: str = "bone", colorbar: bool = True,
+                   title: Optional[str] = None, x_rotation: float = 45) -> Any:
+    """Draw attention weights as a heatmap, or one per head, and return the Axes.
 
     In the manner of the PyTorch seq2seq tutorial's ``showAttention``: one row per query,
-    one column per attended position, the column labels along the top. Characters the
-    default font lacks (Chinese labels, for instance) are drawn with an installed font
-    that has them. Needs matplotlib (``pip install "myatt[plot]"``), imported on the first
-    call.
+    one column per attended position, the column labels along the top. Per-head weights
+    (:class:`MultiheadAttention`'s with ``average_attn_weights=False``) are drawn as a
+    grid of heatmaps, one per head, titled "head 0", "head 1", ..., on one colour scale
+    with one colour bar. Characters the default font lacks (Chinese labels, for instance)
+    are drawn with an installed font that has them. Needs matplotlib
+    (``pip install "myatt[plot]"``), imported on the first call.
 
     Parameters
     ----------
-    weights : array_like, shape (rows, cols)
-        The weights, e.g. :class:`MyAtt`'s ``attn_weights`` ``[S, value_size1]``: a NumPy
-        array, a torch tensor or an array-like of real numbers. Leading axes of size 1 are
-        dropped; a 1-D vector is drawn as one row.
+    weights : array_like, shape (rows, cols), (heads, rows, cols) or (N, heads, rows, cols)
+        The weights: :class:`MyAtt`'s ``attn_weights`` ``[S, value_size1]``,
+        :class:`MultiheadAttention`'s ``[L, S]`` (unbatched, averaged) or ``[H, L, S]``
+        (unbatched, per head), or batched ones with `batch`; a NumPy array, a torch tensor
+        or an array-like of real numbers. Leading axes of size 1 are dropped (a batch of
+        one, a single head); a 1-D vector is drawn as one row.
     x_labels : sequence, optional
         One label per column (the attended words), along the top, slanted by `x_rotation`
-        degrees.
+        degrees; on every head's heatmap.
     y_labels : sequence, optional
         One label per row (the queries).
-    ax : matplotlib.axes.Axes, optional
-        The Axes to draw on; default a new figure sized to the weights.
+    ax : matplotlib.axes.Axes or array of them, optional
+        The Axes to draw on, one per head for per-head weights (any shape, taken in
+        row-major order); default a new figure sized to the weights (a grid of at most 4
+        columns for heads).
+    batch : int, optional
+        The batch item to draw, for batched weights: ``weights[batch]`` is drawn, so that
+        ``[N, L, S]`` (averaged) gives one heatmap and ``[N, H, L, S]`` a grid of heads.
+        Required for 4-D weights with N > 1; a 3-D array without it is ``[H, L, S]``.
     cmap : str, default "bone"
         The colour map (the tutorial's).
     colorbar : bool, default True
-        Draw a colour bar beside the heatmap.
+        Draw a colour bar beside the heatmap (one for the grid of heads).
     title : str, optional
-        The Axes' title.
+        The Axes' title; for a grid of heads, the figure's title above the heads'.
     x_rotation : float, default 45
         The slant of the column labels in degrees (the tutorial's 90 turns an "I" into a
         dash); 0 sets them upright and centred.
 
     Returns
     -------
-    matplotlib.axes.Axes
-        The Axes drawn on.
+    matplotlib.axes.Axes or numpy.ndarray of them
+        The Axes drawn on; for per-head weights a 1-D array of them, head ``h`` on
+        element ``h``.
 
     Raises
     ------
     ImportError
         When matplotlib is not installed.
     TypeError
-        When `weights` are not real numbers.
+        When `weights` are not real numbers, or `batch` is not an int.
     ValueError
-        When `weights` are not 2-D after dropping leading axes of size 1, or when a label
-        list does not have one label per column (`x_labels`) or row (`y_labels`).
+        When `weights` are not 2-D or 3-D after `batch` and dropping leading axes of size
+        1 (4-D ones with N > 1 and no `batch`), when `batch` is given for weights without
+        a batch axis or is out of range, when a label list does not have one label per
+        column (`x_labels`) or row (`y_labels`), or when `ax` does not hold one Axes per
+        head.
 
     Warns
     -----
@@ -205,40 +287,45 @@ def plot_attention(weights: Any, x_labels: Optional[Sequence[Any]] = None,
     ['I', 'am', 'here']
     >>> ax.images[0].get_array().shape
     (2, 3)
+
+    A :class:`MultiheadAttention`'s weights per head, batch item 1:
+
+    >>> mha = myatt.MultiheadAttention(8, 2, batch_first=True)
+    >>> x = np.ones((3, 4, 8), dtype=np.float32)
+    >>> _, heads = mha(x, x, x, average_attn_weights=False)
+    >>> heads.shape
+    (3, 2, 4, 4)
+    >>> axes = myatt.plot_attention(heads, batch=1)
+    >>> [a.get_title() for a in axes]
+    ['head 0', 'head 1']
     """
     plt = _import_pyplot()
-    w = np.asarray(_interop.to_numpy(weights))
-    if w.dtype.kind not in "biuf":
-        raise TypeError(f"plot_attention(): weights must be real numbers, got {w.dtype}")
-    while w.ndim > 2 and w.shape[0] == 1:
-        w = w[0]
-    if w.ndim == 1:
-        w = w[None, :]
-    if w.ndim != 2:
-        raise ValueError(f"plot_attention(): weights must be 2-D [rows, cols] (leading axes "
-                         f"of size 1 are dropped), got shape {tuple(np.shape(weights))}")
-    rows, cols = w.shape
+    w = _select(weights, batch)
+    rows, cols = w.shape[-2:]
     xl = _labels(x_labels, cols, "x_labels")
     yl = _labels(y_labels, rows, "y_labels")
 
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * cols + 2.5),
-                                        max(3.0, 0.45 * rows + 1.8)))
-    else:
-        fig = ax.figure
-    image = ax.matshow(w.astype(np.float64), cmap=cmap)
+    if w.ndim == 2:
+        if ax is None:
+            fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * cols + 2.5),
+                                            max(3.0, 0.45 * rows + 1.8)))
+        else:
+            fig = ax.figure
+        image = _draw(ax, w, xl, yl, cmap, x_rotation)
+        if colorbar:
+            fig.colorbar(image, ax=ax)
+        if title is not None:
+            ax.set_title(title, **_font_kw([title]))
+        return ax
+
+    fig, axes = _head_axes(ax, w.shape[0], rows, cols, plt)
+    finite = w[np.isfinite(w)]
+    norm = {"vmin": finite.min(), "vmax": finite.max()} if finite.size else {}
+    for h, (a, wh) in enumerate(zip(axes, w)):
+        image = _draw(a, wh, xl, yl, cmap, x_rotation, **norm)
+        a.set_title(f"head {h}")
     if colorbar:
-        fig.colorbar(image, ax=ax)
-    ax.set_xticks(range(cols))
-    ax.set_yticks(range(rows))
-    if xl is not None:
-        # Along the top (matshow's side), slanted so that short words such as "I" stay
-        # legible (the tutorial's 90 degrees turns an "I" into a dash): x_rotation=90 for that.
-        ax.set_xticklabels(xl, rotation=x_rotation, rotation_mode="anchor",
-                           ha="left" if x_rotation else "center",
-                           va="center" if x_rotation else "bottom", **_font_kw(xl))
-    if yl is not None:
-        ax.set_yticklabels(yl, **_font_kw(yl))
+        fig.colorbar(image, ax=list(axes))
     if title is not None:
-        ax.set_title(title, **_font_kw([title]))
-    return ax
+        fig.suptitle(title, **_font_kw([title]))
+    return axes

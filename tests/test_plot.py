@@ -65,15 +65,110 @@ def test_weights_as_a_torch_tensor(rng):
     np.testing.assert_array_equal(ax.images[0].get_array(), w)
 
 
+def mha_weights(torch, seed, **kw):
+    """torch.nn.MultiheadAttention(8, 4)'s weights for a batch of 2, L = 3, S = 5."""
+    torch.manual_seed(seed)
+    t = torch.nn.MultiheadAttention(8, 4, batch_first=True)
+    q, kv = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
+    with torch.no_grad():
+        return t(q, kv, kv, **kw)[1]
+
+
+def test_grid_of_heads(tmp_path):
+    """torch's per-head weights [N, H, L, S]: one Axes per head of batch item 1, titled,
+    on one colour scale with one colour bar (heads.png in tmp_path: look at it)."""
+    torch = pytest.importorskip("torch")
+    w = mha_weights(torch, 0, average_attn_weights=False)
+    assert w.shape == (2, 4, 3, 5)
+    axes = myatt.plot_attention(w, x_labels=list("abcde"), y_labels=["x", "y", "z"], batch=1,
+                                title="batch item 1")
+    assert isinstance(axes, np.ndarray) and axes.shape == (4,)
+    for h, ax in enumerate(axes):
+        np.testing.assert_array_equal(ax.images[0].get_array(), w[1, h].numpy())
+        assert ax.get_title() == f"head {h}"
+        assert ax.images[0].get_clim() == (w[1].min().item(), w[1].max().item())
+        assert tick_texts(ax.get_xticklabels()) == list("abcde")
+        assert tick_texts(ax.get_yticklabels()) == ["x", "y", "z"]
+    fig = axes[0].figure
+    assert len(fig.axes) == 5 and fig.get_suptitle() == "batch item 1"   # + the colour bar
+    assert all(a.figure is fig for a in axes)
+    fig.savefig(tmp_path / "heads.png", dpi=80)
+    # The same heads unbatched ([H, L, S]), and batch item -1 is item 1.
+    for given, kw in ((w[1], {}), (w, {"batch": -1})):
+        again = myatt.plot_attention(given, **kw)
+        assert [a.get_title() for a in again] == [f"head {h}" for h in range(4)]
+        np.testing.assert_array_equal(again[3].images[0].get_array(), w[1, 3].numpy())
+
+
+def test_grid_on_given_axes_and_layout(rng):
+    w = rng.random((5, 2, 3))
+    fig, grid = plt.subplots(2, 3)
+    axes = myatt.plot_attention(w, ax=grid.ravel()[:5], colorbar=False)
+    assert list(axes) == list(grid.ravel()[:5]) and len(grid.ravel()[5].images) == 0
+    assert len(fig.axes) == 6   # no colour bar
+    axes = myatt.plot_attention(w[:4], ax=grid.ravel()[2:].reshape(2, 2))   # any shape
+    assert [a.get_title() for a in axes] == [f"head {h}" for h in range(4)]
+    # A new figure: at most 4 columns, the unused cells removed.
+    axes = myatt.plot_attention(w)
+    assert len(axes) == 5 and len(axes[0].figure.axes) == 6   # 5 heads + the colour bar
+    assert [a.get_subplotspec().get_geometry()[:2] for a in axes] == [(2, 4)] * 5
+
+
+def test_averaged_weights_of_a_batch():
+    """[N, L, S] (torch's averaged weights) with batch: one heatmap; a batch of one
+    needs no batch."""
+    torch = pytest.importorskip("torch")
+    w = mha_weights(torch, 1)
+    assert w.shape == (2, 3, 5)
+    ax = myatt.plot_attention(w, batch=0)
+    assert isinstance(ax, matplotlib.axes.Axes)
+    np.testing.assert_array_equal(ax.images[0].get_array(), w[0].numpy())
+    ax = myatt.plot_attention(w[1:])
+    np.testing.assert_array_equal(ax.images[0].get_array(), w[1].numpy())
+
+
+def test_nan_rows_keep_the_scale(rng):
+    """A row with every key masked is NaN in the weights: the shared scale is that of
+    the finite weights."""
+    w = rng.random((2, 3, 4))
+    w[1, 0] = np.nan
+    axes = myatt.plot_attention(w)
+    assert axes[0].images[0].get_clim() == (np.nanmin(w), np.nanmax(w))
+
+
 def test_bad_arguments(rng):
     with pytest.raises(ValueError, match="x_labels has 2 labels for 3 columns"):
         myatt.plot_attention(rng.random((2, 3)), x_labels=["a", "b"])
     with pytest.raises(ValueError, match="y_labels"):
         myatt.plot_attention(rng.random((2, 3)), y_labels=["a"])
-    with pytest.raises(ValueError, match="2-D"):
-        myatt.plot_attention(rng.random((2, 2, 3)))
+    with pytest.raises(ValueError, match=r"\[rows, cols\]"):
+        myatt.plot_attention(rng.random((2, 2, 2, 2, 3)))
     with pytest.raises(TypeError):
         myatt.plot_attention(np.ones((2, 2), dtype=complex))
+
+
+def test_bad_head_arguments(rng):
+    w = rng.random((2, 3, 4, 5))
+    with pytest.raises(ValueError, match=r"N = 2: pass batch="):
+        myatt.plot_attention(w)
+    with pytest.raises(ValueError, match="batch 2 is out of range for 2 batch items"):
+        myatt.plot_attention(w, batch=2)
+    with pytest.raises(ValueError, match="batch -3 is out of range"):
+        myatt.plot_attention(w, batch=-3)
+    for bad in (1.0, True, "0"):
+        with pytest.raises(TypeError, match="batch must be an int"):
+            myatt.plot_attention(w, batch=bad)
+    with pytest.raises(ValueError, match=r"batch needs weights with a batch axis"):
+        myatt.plot_attention(w[0, 0], batch=0)
+    with pytest.raises(ValueError, match=r"\[N, heads, rows, cols\]"):
+        myatt.plot_attention(rng.random((2, 2, 3, 4, 5)))
+    _, axes = plt.subplots(1, 2)
+    with pytest.raises(ValueError, match="ax has 2 Axes for 3 heads"):
+        myatt.plot_attention(w[0], ax=axes)
+    with pytest.raises(ValueError, match="ax has 1 Axes for 3 heads"):
+        myatt.plot_attention(w[0], ax=axes[0])
+    with pytest.raises(ValueError, match="x_labels has 4 labels for 5 columns"):
+        myatt.plot_attention(w, batch=0, x_labels="abcd")
 
 
 def test_without_matplotlib(monkeypatch):
