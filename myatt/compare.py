@@ -300,6 +300,11 @@ def _as_tuple(x):
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
+def _input_dtype(x, dtype):
+    """The dtype an array input is passed in: bool stays bool, any other becomes `dtype`."""
+    return np.bool_ if np.asarray(x).dtype == np.bool_ else dtype
+
+
 def _myatt_twin(torch_module):
     from . import Linear, MultiheadAttention, MyAtt
 
@@ -387,8 +392,9 @@ def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[
             float64_reference: bool = True) -> Comparison:
     """Run `torch_module` and its myatt twin on the same inputs and report how they differ.
 
-    Both sides get the same values, converted to the myatt side's dtype, and run without
-    gradients; every result is compared as ``torch.testing.assert_close`` compares it.
+    Both sides get the same values, converted to the myatt side's dtype (bool arrays, such
+    as masks, stay bool), and run without gradients; every result is compared as
+    ``torch.testing.assert_close`` compares it.
     A torch module in training mode with a dropout of p > 0 would be compared against
     random masks: it runs in eval mode instead (its modes are restored afterwards), and
     the report's ``notes`` say so. Other modules run in the mode they are in.
@@ -491,7 +497,9 @@ def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[
     else:
         dtype = np.dtype(np.float64 if any(a and np.asarray(x).dtype == np.float64
                                            for x, a in zip(given, is_array)) else np.float32)
-    args = [np.array(x, dtype=dtype, order="C") if a else x for x, a in zip(given, is_array)]
+    # Bool arrays (masks) stay bool: as floats they would be added to the scores instead.
+    args = [np.array(x, dtype=_input_dtype(x, dtype), order="C") if a else x
+            for x, a in zip(given, is_array)]
     arrays = [x for x, a in zip(args, is_array) if a]
     if rtol is None:
         rtol, atol = DEFAULT_TOLERANCES[dtype]
@@ -506,7 +514,8 @@ def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[
 
     def run_torch(mod, dt):
         with torch.no_grad():
-            return _as_tuple(mod(*(torch.from_numpy(x.astype(dt)).to(device) if a else x
+            return _as_tuple(mod(*(torch.from_numpy(x.astype(_input_dtype(x, dt))).to(device)
+                                   if a else x
                                    for x, a in zip(args, is_array))))
 
     notes = []

@@ -1065,6 +1065,22 @@ def test_compare(rng, dtype, opts):
     assert not report.agree and report["attn_output"].mismatched > 0
 
 
+def test_compare_keeps_a_bool_mask_bool(rng):
+    """A bool key_padding_mask given to compare reaches both sides as bool (as a float
+    0/1 mask it would be added to the scores and ignore no key): compare against the
+    myatt module called with the bool mask itself."""
+    t = torch_twin_of_config(8, 2, np.float32)
+    m = MHA.from_torch(t)
+    q, k, v = inputs(rng, m, 3, 4, 2)
+    pad = np.zeros((2, 4), dtype=bool)
+    pad[1, 2:] = True
+    report = myatt.compare(t, q, k, v, pad, True, None, False,
+                           module=lambda *a: m(q, k, v, key_padding_mask=pad,
+                                               average_attn_weights=False))
+    report.assert_close()
+    assert (m(q, k, v, pad)[1][1, :, 2:] == 0).all()   # the mask does mask
+
+
 def test_repr():
     """As Linear's and MyAtt's: the class and its constructor arguments."""
     r = repr(MHA(8, 2))
