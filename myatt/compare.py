@@ -300,6 +300,10 @@ def _as_tuple(x):
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
+# MultiheadAttention.forward's arguments in order, naming its array inputs in a report.
+_MHA_ARGS = ["query", "key", "value", "key_padding_mask", "need_weights", "attn_mask"]
+
+
 def _input_dtype(x, dtype):
     """The dtype an array input is passed in: bool stays bool, any other becomes `dtype`."""
     return np.bool_ if np.asarray(x).dtype == np.bool_ else dtype
@@ -541,13 +545,15 @@ def _compare(torch_module, module, args, is_array, arrays, dtype, rtol, atol, eq
     if names == ["output", "attn_weights"] and len(arrays) == 3:
         input_names = ["Q", "K", "V"]
     elif names == ["attn_output", "attn_weights"] and len(arrays) >= 3:
-        input_names = ["query", "key", "value"] + [f"input[{i}]" for i in range(3, len(arrays))]
+        input_names = [_MHA_ARGS[i] if i < len(_MHA_ARGS) else f"input[{i}]"
+                       for i, a in enumerate(is_array) if a]
     else:
         input_names = [f"input[{i}]" for i in range(len(arrays))]
     torch_name = (type(torch_module).__name__ if hasattr(torch_module, "forward")
                   else getattr(torch_module, "__name__", type(torch_module).__name__))
     report = Comparison(torch_module=torch_name, module=_describe(module),
-                        inputs=[(n, tuple(a.shape)) for n, a in zip(input_names, arrays)],
+                        inputs=[(n + " bool" * (a.dtype == np.bool_), tuple(a.shape))
+                                for n, a in zip(input_names, arrays)],
                         dtype=dtype.name, notes=notes)
     report.results = [_compare_one(n, np.asarray(o), t, rtol, atol, equal_nan, torch)
                       for n, o, t in zip(names, ours, theirs)]

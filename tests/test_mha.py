@@ -1078,6 +1078,7 @@ def test_compare_keeps_a_bool_mask_bool(rng):
                            module=lambda *a: m(q, k, v, key_padding_mask=pad,
                                                average_attn_weights=False))
     report.assert_close()
+    assert report.inputs[3] == ("key_padding_mask bool", (2, 4))   # named as forward's
     assert (m(q, k, v, pad)[1][1, :, 2:] == 0).all()   # the mask does mask
 
 
