@@ -150,6 +150,15 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, scale=None):
     axes broadcast; a bool mask: False hides the key; a row with every key hidden gives
     zeros, as torch's CPU kernel)."""
     q, k, v = _f64(query), _f64(key), _f64(value)
+    w, _ = _sdpa_weights(q, k, attn_mask, scale)
+    if w.shape[-1] == 0:
+        return np.zeros(w.shape[:-1] + (v.shape[-1],))
+    return w @ v
+
+
+def _sdpa_weights(q, k, attn_mask, scale):
+    """(weights, scale) of scaled_dot_product_attention: softmax(q @ k^T * scale + mask),
+    a row with every key hidden all zeros (no keys: an empty last axis)."""
     E = q.shape[-1]
     scale = 1.0 / np.sqrt(E) if scale is None and E > 0 else (0.0 if scale is None else scale)
     scores = (q @ np.swapaxes(k, -1, -2)) * scale
@@ -157,12 +166,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, scale=None):
         m = np.asarray(attn_mask)
         scores = scores + (np.where(m, 0.0, -np.inf) if m.dtype == bool else _f64(m))
     if scores.shape[-1] == 0:
-        return np.zeros(scores.shape[:-1] + (v.shape[-1],))
+        return scores, scale
     mx = np.max(scores, axis=-1, keepdims=True)
     hidden = mx == -np.inf
     e = np.exp(scores - np.where(hidden, 0.0, mx))
-    w = e / np.where(hidden, 1.0, np.sum(e, axis=-1, keepdims=True))
-    return w @ v
+    return e / np.where(hidden, 1.0, np.sum(e, axis=-1, keepdims=True)), scale
 
 
 def _sum_to(x, shape):
@@ -179,19 +187,7 @@ def scaled_dot_product_attention_backward(grad_output, query, key, value, attn_m
     weights materialised (w, then dS = w * (dO V^T - rowsum(dO V^T * w))), each summed
     back to its input's shape over the batch dimensions it was broadcast along."""
     q, k, v, g = _f64(query), _f64(key), _f64(value), _f64(grad_output)
-    E = q.shape[-1]
-    scale = 1.0 / np.sqrt(E) if scale is None and E > 0 else (0.0 if scale is None else scale)
-    scores = (q @ np.swapaxes(k, -1, -2)) * scale
-    if attn_mask is not None:
-        m = np.asarray(attn_mask)
-        scores = scores + (np.where(m, 0.0, -np.inf) if m.dtype == bool else _f64(m))
-    if scores.shape[-1] == 0:
-        w = scores
-    else:
-        mx = np.max(scores, axis=-1, keepdims=True)
-        hidden = mx == -np.inf
-        e = np.exp(scores - np.where(hidden, 0.0, mx))
-        w = e / np.where(hidden, 1.0, np.sum(e, axis=-1, keepdims=True))
+    w, scale = _sdpa_weights(q, k, attn_mask, scale)
     g = np.broadcast_to(g, w.shape[:-1] + (v.shape[-1],))
     dw = g @ np.swapaxes(v, -1, -2)
     ds = w * (dw - np.sum(dw * w, axis=-1, keepdims=True))
