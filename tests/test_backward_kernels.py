@@ -422,12 +422,13 @@ def test_wrong_argument_count():
         myatt.bmm_backward(A(2, 3, 4), A(2, 3, 5))
 
 
-def test_bmm_empty_gradients_of_a_huge_broadcast_batch():
-    """m == 0: both gradients are empty whatever the batch count, so a batch of 2**40
-    broadcast items returns at once (it looped over every item before; found by
-    fuzz/fuzz_python.py)."""
+@pytest.mark.parametrize("n,m,p", [(4, 0, 3), (0, 1, 0)])
+def test_bmm_empty_gradients_of_a_huge_broadcast_batch(n, m, p):
+    """m == 0, or n == 0 and p == 0: both gradients are empty whatever the batch count,
+    so a batch of 2**40 broadcast items returns at once (it looped over every item
+    before; both found by fuzz/fuzz_python.py)."""
     a, b, g = (np.broadcast_to(np.float32(1), s)
-               for s in [(2 ** 40, 4, 0), (2 ** 40, 0, 3), (2 ** 40, 4, 3)])
+               for s in [(2 ** 40, n, m), (2 ** 40, m, p), (2 ** 40, n, p)])
     ga, gb = myatt.bmm_backward(g, a, b)
-    assert ga.shape == (2 ** 40, 4, 0) and gb.shape == (2 ** 40, 0, 3)
+    assert ga.shape == (2 ** 40, n, m) and gb.shape == (2 ** 40, m, p)
     assert ga.dtype == gb.dtype == np.float32

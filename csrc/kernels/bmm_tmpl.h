@@ -82,8 +82,9 @@ static int SUF(bmm_backward_body)(mk_batch grad_inp, mk_batch grad_mat2,
                                   mk_cbatch grad_out, mk_cbatch inp, mk_cbatch mat2)
 {
     const int64_t n = inp.rows, m = inp.cols, p = mat2.cols;
-    if (m == 0)   /* grad_inp [b, n, 0] and grad_mat2 [b, 0, p]: nothing to write (and
-                     b may be 2**40 items of a broadcast input, each a no-op) */
+    if (m == 0 || (n == 0 && p == 0))   /* grad_inp [b, n, m] and grad_mat2 [b, m, p]
+                                           both empty: nothing to write (and b may be 2**40
+                                           items of a broadcast input, each a no-op) */
         return 0;
     SUF(bmm_job) j = {
         .backward = 1, .out_or_grad_inp = grad_inp, .grad_mat2 = grad_mat2,
