@@ -304,14 +304,14 @@ PyObject *new_array(int ndim, const npy_intp *dims, int typenum, const char *wha
     char shape[SHAPE_STR_LEN];
     const myatt_dtype *dt = dtype_of_typenum(typenum);
     npy_intp itemsize = dt != NULL ? dt->itemsize : 8;
-    npy_intp count = 1;
-    for (int i = 0; i < ndim; i++) {
-        if (dims[i] != 0 && count > NPY_MAX_INTP / itemsize / dims[i]) {
-            PyErr_Format(PyExc_MemoryError, "%s of shape %s is too large to allocate",
-                         what, shape_str(shape, sizeof shape, ndim, dims));
-            return NULL;
-        }
-        count *= dims[i];
+    npy_intp count = 1, bytes;
+    int overflow = 0;
+    for (int i = 0; i < ndim; i++)   /* no division: this runs for every result */
+        overflow |= __builtin_mul_overflow(count, dims[i], &count);
+    if (overflow || __builtin_mul_overflow(count, itemsize, &bytes)) {
+        PyErr_Format(PyExc_MemoryError, "%s of shape %s is too large to allocate",
+                     what, shape_str(shape, sizeof shape, ndim, dims));
+        return NULL;
     }
     PyObject *a = PyArray_SimpleNew(ndim, (npy_intp *)dims, typenum);
     /* NumPy says ValueError ("array is too big") for some sizes it will not
@@ -321,7 +321,7 @@ PyObject *new_array(int ndim, const npy_intp *dims, int typenum, const char *wha
         PyErr_Clear();
         PyErr_Format(PyExc_MemoryError, "%s of shape %s (%zd bytes) cannot be allocated",
                      what, shape_str(shape, sizeof shape, ndim, dims),
-                     (Py_ssize_t)(count * itemsize));
+                     (Py_ssize_t)bytes);
     }
     return a;
 }

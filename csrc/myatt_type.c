@@ -381,20 +381,25 @@ PyObject *myatt_grads_run(const myatt_dtype *dt, const npy_intp dims[3][3],
 {
     static const char *const names[7] = {"Q", "K", "V", "attn.weight", "attn.bias",
                                          "attn_combine.weight", "attn_combine.bias"};
+    static const char *const grad_names[7] = {
+        "the gradient of Q", "the gradient of K", "the gradient of V",
+        "the gradient of attn.weight", "the gradient of attn.bias",
+        "the gradient of attn_combine.weight", "the gradient of attn_combine.bias"};
     const int typenum = dt->typenum;
     const npy_intp v1 = in->w_attn.rows, o = in->w_comb.rows;
     const npy_intp shapes[4][2] = {{v1, in->w_attn.cols}, {v1}, {o, in->w_comb.cols}, {o}};
     PyArrayObject *g[7] = {NULL};
     PyObject *result = NULL;
-    char msg[200];
     /* Q and K gradients are zero outside batch item 0, which the kernel writes. */
     for (int i = 0; i < 7; i++) {
-        snprintf(msg, sizeof msg, "%s: the gradient of %s", what, names[i]);
         g[i] = (PyArrayObject *)(i < 2 ? PyArray_ZEROS(3, (npy_intp *)dims[i], typenum, 0)
-                                 : i == 2 ? new_array(3, dims[2], typenum, msg)
-                                 : new_array(i % 2 ? 2 : 1, shapes[i - 3], typenum, msg));
-        if (g[i] == NULL)
+                                 : i == 2 ? new_array(3, dims[2], typenum, grad_names[i])
+                                 : new_array(i % 2 ? 2 : 1, shapes[i - 3], typenum,
+                                             grad_names[i]));
+        if (g[i] == NULL) {   /* "<what>: the gradient of V of shape ..." */
+            name_memory_error(what);
             goto fail;
+        }
     }
     const myatt_grads grads = {
         .q = PyArray_DATA(g[0]), .k = PyArray_DATA(g[1]), .v = PyArray_DATA(g[2]),
@@ -410,13 +415,8 @@ PyObject *myatt_grads_run(const myatt_dtype *dt, const npy_intp dims[3][3],
         PyErr_NoMemory();
         goto fail;
     }
-    if ((result = PyDict_New()) == NULL)
-        goto fail;
-    for (int i = 0; i < 7; i++)
-        if (PyDict_SetItemString(result, names[i], (PyObject *)g[i]) < 0) {
-            Py_CLEAR(result);
-            break;
-        }
+    result = Py_BuildValue("{sOsOsOsOsOsOsO}", names[0], g[0], names[1], g[1], names[2], g[2],
+                           names[3], g[3], names[4], g[4], names[5], g[5], names[6], g[6]);
 fail:
     for (int i = 0; i < 7; i++)
         Py_XDECREF(g[i]);
