@@ -40,8 +40,10 @@ typedef struct {
     /* scaled_dot_product_attention (sdpa.h): the forward (out, lse), the backward */
     int (*sdpa_forward)(void *out, void *lse, const sdpa_problem *p);
     int (*sdpa_backward)(const sdpa_grads *g, const sdpa_problem *p);
-    /* MultiheadAttention's forward (mha.h) */
-    int (*mha_forward)(void *out, void *weights, const mha_problem *p);
+    /* MultiheadAttention's forward (keeping what the backward reads, or not) and
+     * backward (mha.h) */
+    int (*mha_forward)(void *out, void *weights, const mha_problem *p, mha_saved *keep);
+    int (*mha_backward)(const mha_grads *g, const mha_problem *p, const mha_saved *s);
     /* torch's initial weights (rng.h): nn.Linear's, xavier_uniform_, xavier_normal_ */
     void (*linear_init)(mt19937 *g, void *weight, void *bias, int64_t out, int64_t in);
     void (*xavier_uniform)(mt19937 *g, void *w, int64_t rows, int64_t cols);

@@ -2,6 +2,7 @@
  * It owns its input-projection parameters and a Linear (out_proj), and runs
  * the composed kernel of kernels/mha.c on them. */
 #include "interop.h"
+#include "vjp.h"
 #include "linear_type.h"
 #include "pieces.h"
 #include "state_dict.h"
@@ -425,32 +426,70 @@ done:
     return rc;
 }
 
-/* The parameters' views in the problem. */
-static void problem_params(MHAObject *self, mha_problem *p)
+/* The parameters' views in the problem, from params in state_dict order
+ * (all_params). */
+static void problem_params(MHAObject *self, PyArrayObject *const *params, mha_problem *p)
 {
     const Py_ssize_t E = self->embed_dim;
-    if (self->param[P_IN] != NULL) {
-        const char *w = PyArray_DATA(self->param[P_IN]);
+    if (params[P_IN] != NULL) {
+        const char *w = PyArray_DATA(params[P_IN]);
         const size_t blk = (size_t)E * (size_t)E * (size_t)self->dtype->itemsize;
         p->w_q = mk_cmat_c(w, E, E);
         p->w_k = mk_cmat_c(w + blk, E, E);
         p->w_v = mk_cmat_c(w + 2 * blk, E, E);
     } else {
-        p->w_q = cmat_of(self->param[P_Q]);
-        p->w_k = cmat_of(self->param[P_K]);
-        p->w_v = cmat_of(self->param[P_V]);
+        p->w_q = cmat_of(params[P_Q]);
+        p->w_k = cmat_of(params[P_K]);
+        p->w_v = cmat_of(params[P_V]);
     }
-    p->b_in = self->param[P_IN_BIAS] != NULL ? PyArray_DATA(self->param[P_IN_BIAS]) : NULL;
-    p->bias_k = self->param[P_BIAS_K] != NULL ? PyArray_DATA(self->param[P_BIAS_K]) : NULL;
-    p->bias_v = self->param[P_BIAS_V] != NULL ? PyArray_DATA(self->param[P_BIAS_V]) : NULL;
+    p->b_in = params[P_IN_BIAS] != NULL ? PyArray_DATA(params[P_IN_BIAS]) : NULL;
+    p->bias_k = params[P_BIAS_K] != NULL ? PyArray_DATA(params[P_BIAS_K]) : NULL;
+    p->bias_v = params[P_BIAS_V] != NULL ? PyArray_DATA(params[P_BIAS_V]) : NULL;
     p->add_zero_attn = self->add_zero_attn;
-    p->w_out = cmat_of(self->out_proj->weight);
-    p->b_out = self->out_proj->bias != NULL ? PyArray_DATA(self->out_proj->bias) : NULL;
+    p->w_out = cmat_of(params[P_COUNT]);
+    p->b_out = params[P_COUNT + 1] != NULL ? PyArray_DATA(params[P_COUNT + 1]) : NULL;
 }
 
+static void all_params(MHAObject *self, PyArrayObject **params);
+
+/* myatt.vjp's private copies of the converted inputs (one copy of a shared
+ * array) and of the parameters, and the problem pointed at them. */
+static int keep_copies(MHAObject *self, const mha_args *a, mha_problem *p, mha_kept *keep)
+{
+    PyArrayObject *in[MHA_KEPT_INPUTS] = {a->q, a->k, a->v, a->kpm, a->am};
+    for (int i = 0; i < MHA_KEPT_INPUTS; i++) {
+        int j = 0;
+        while (j < i && in[j] != in[i])
+            j++;
+        keep->inputs[i] = in[i] == NULL ? NULL
+                          : j < i ? (PyArrayObject *)Py_NewRef(keep->inputs[j])
+                          : (PyArrayObject *)PyArray_NewCopy(in[i], NPY_CORDER);
+        if (in[i] != NULL && keep->inputs[i] == NULL)
+            return -1;
+    }
+    PyArrayObject *params[MHA_KEPT_PARAMS];
+    all_params(self, params);
+    for (int i = 0; i < MHA_KEPT_PARAMS; i++)
+        if (params[i] != NULL
+                && (keep->params[i] = (PyArrayObject *)PyArray_NewCopy(params[i], NPY_CORDER))
+                   == NULL)
+            return -1;
+    keep->dtype = self->dtype;
+    problem_params(self, keep->params, p);
+    p->query = PyArray_DATA(keep->inputs[0]);
+    p->key = PyArray_DATA(keep->inputs[1]);
+    p->value = PyArray_DATA(keep->inputs[2]);
+    if (p->key_padding_mask != NULL)
+        p->key_padding_mask = PyArray_DATA(keep->inputs[3]);
+    if (p->attn_mask != NULL)
+        p->attn_mask = PyArray_DATA(keep->inputs[4]);
+    return 0;
+}
+
+/* The forward; keep: NULL, or what myatt.vjp keeps (mha_kept). */
 static PyObject *mha_forward(MHAObject *self, PyObject *q_obj, PyObject *k_obj, PyObject *v_obj,
                              PyObject *kpm_obj, int need_weights, PyObject *am_obj, int average,
-                             int is_causal)
+                             int is_causal, mha_kept *keep)
 {
     mha_args a;
     mha_problem p;
@@ -458,7 +497,9 @@ static PyObject *mha_forward(MHAObject *self, PyObject *q_obj, PyObject *k_obj, 
     PyObject *out = NULL, *weights = NULL, *result = NULL;
     if (forward_args(self, q_obj, k_obj, v_obj, kpm_obj, am_obj, &a, &p, &batched) < 0)
         return NULL;
-    problem_params(self, &p);
+    PyArrayObject *params[MHA_KEPT_PARAMS];
+    all_params(self, params);
+    problem_params(self, params, &p);
     /* is_causal: torch's hint.  It needs attn_mask; on the flash path without a
      * key_padding_mask the causal triangle replaces attn_mask. */
     if (is_causal && a.am == NULL) {
@@ -506,6 +547,12 @@ static PyObject *mha_forward(MHAObject *self, PyObject *q_obj, PyObject *k_obj, 
     if (need_weights
             && (weights = new_array(wnd, wdims, self->dtype->typenum, FWD "attn_weights")) == NULL)
         goto done;
+    if (keep != NULL) {
+        if (keep_copies(self, &a, &p, keep) < 0)
+            goto done;
+        keep->wnd = need_weights ? wnd : 0;
+        memcpy(keep->wdims, wdims, sizeof wdims);
+    }
     const double hd = (double)self->head_dim, kv = (double)self->kdim + (double)self->vdim;
     const double work = (double)N * ((double)L * E * (2.0 * E) + (double)p.S * E * kv
                                      + (double)H * L * (double)S2 * 2.0 * hd);
@@ -513,7 +560,12 @@ static PyObject *mha_forward(MHAObject *self, PyObject *q_obj, PyObject *k_obj, 
     void *wd = weights != NULL ? PyArray_DATA((PyArrayObject *)weights) : NULL;
     int rc;
     MYATT_BEGIN_COMPUTE(work)
-    rc = self->dtype->k->mha_forward(od, wd, &p);
+    if (keep != NULL) {
+        keep->p = p;
+        rc = self->dtype->k->mha_forward(od, wd, &keep->p, &keep->s);
+    } else {
+        rc = self->dtype->k->mha_forward(od, wd, &p, NULL);
+    }
     MYATT_END_COMPUTE
     if (rc < 0) {
         PyErr_SetString(PyExc_MemoryError, FWD "could not allocate the kernel's workspace");
@@ -527,7 +579,7 @@ done:
     return result;
 }
 
-static PyObject *MHA_call(MHAObject *self, PyObject *args, PyObject *kwds)
+static PyObject *mha_call(MHAObject *self, PyObject *args, PyObject *kwds, mha_kept *keep)
 {
     static char *kwlist[] = {"query", "key", "value", "key_padding_mask", "need_weights",
                              "attn_mask", "average_attn_weights", "is_causal", NULL};
@@ -536,7 +588,122 @@ static PyObject *MHA_call(MHAObject *self, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OpOpp:" OWNER ".forward", kwlist, &q, &k,
                                      &v, &kpm, &need_weights, &am, &average, &is_causal))
         return NULL;
-    return mha_forward(self, q, k, v, kpm, need_weights, am, average, is_causal);
+    return mha_forward(self, q, k, v, kpm, need_weights, am, average, is_causal, keep);
+}
+
+static PyObject *MHA_call(MHAObject *self, PyObject *args, PyObject *kwds)
+{
+    return mha_call(self, args, kwds, NULL);
+}
+
+/* ---- myatt.vjp ------------------------------------------------------------- */
+
+PyObject *mha_forward_keep(PyObject *self, PyObject *args, PyObject *kwds, mha_kept *kept)
+{
+    return mha_call((MHAObject *)self, args, kwds, kept);
+}
+
+const char *const mha_kept_names[MHA_KEPT_INPUTS + MHA_KEPT_PARAMS] = {
+    "query", "key", "value", "key_padding_mask", "attn_mask",
+    "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
+    "bias_k", "bias_v", "out_proj.weight", "out_proj.bias",
+};
+
+void mha_kept_clear(mha_kept *kept)
+{
+    for (int i = 0; i < MHA_KEPT_INPUTS; i++)
+        Py_CLEAR(kept->inputs[i]);
+    for (int i = 0; i < MHA_KEPT_PARAMS; i++)
+        Py_CLEAR(kept->params[i]);
+    mha_saved_free(&kept->s);
+}
+
+PyObject *mha_grads_run(const mha_kept *kept, PyArrayObject *grad_output, PyObject *gw)
+{
+    const myatt_dtype *dt = kept->dtype;
+    const mha_problem *p = &kept->p;
+    PyArrayObject *go = NULL, *rgw = NULL, *gwc = NULL;
+    PyArrayObject *g[MHA_KEPT_INPUTS + MHA_KEPT_PARAMS] = {NULL};   /* as mha_kept_names */
+    PyObject *result = NULL;
+    if (gw != Py_None && kept->wnd == 0) {
+        PyErr_SetString(PyExc_TypeError, "pullback(): grad_attn_weights must be None: the "
+                        "forward had need_weights=False (its attn_weights was None)");
+        return NULL;
+    }
+    if (gw != Py_None) {
+        if ((rgw = as_real_array(gw, "pullback(): grad_attn_weights")) == NULL)
+            goto done;
+        if (PyArray_NDIM(rgw) != kept->wnd
+                || !PyArray_CompareLists(PyArray_DIMS(rgw), (npy_intp *)kept->wdims, kept->wnd)) {
+            char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN];
+            PyErr_Format(PyExc_ValueError, "pullback(): grad_attn_weights must have shape %s, "
+                         "got %s", shape_str(s1, sizeof s1, kept->wnd, kept->wdims),
+                         SHAPE_OF(s2, rgw));
+            goto done;
+        }
+        if ((gwc = cast_array(rgw, dt->typenum, 1)) == NULL)
+            goto done;
+    }
+    if ((go = cast_array(grad_output, dt->typenum, 1)) == NULL)
+        goto done;
+    /* every gradient shaped as what it differentiates; query, key and value apart */
+    for (int i = 0; i < MHA_KEPT_INPUTS + MHA_KEPT_PARAMS; i++) {
+        PyArrayObject *x = i < MHA_KEPT_INPUTS ? kept->inputs[i]
+                                               : kept->params[i - MHA_KEPT_INPUTS];
+        if (x == NULL || i == 3 || i == 4)   /* no gradient for the masks */
+            continue;
+        if ((g[i] = (PyArrayObject *)new_array(PyArray_NDIM(x), PyArray_DIMS(x), dt->typenum,
+                                               "pullback(): a gradient")) == NULL)
+            goto done;
+    }
+    enum { G_IN = MHA_KEPT_INPUTS };
+    void *d_w[3];
+    if (g[G_IN + P_IN] != NULL) {
+        char *w = PyArray_DATA(g[G_IN + P_IN]);
+        const size_t blk = (size_t)(p->E * p->E) * (size_t)dt->itemsize;
+        for (int t = 0; t < 3; t++)
+            d_w[t] = w + (size_t)t * blk;
+    } else {
+        for (int t = 0; t < 3; t++)
+            d_w[t] = PyArray_DATA(g[G_IN + P_Q + t]);
+    }
+#define DATA_OR_NULL(a) ((a) != NULL ? PyArray_DATA(a) : NULL)
+    const mha_grads grads = {
+        .d_query = PyArray_DATA(g[0]), .d_key = PyArray_DATA(g[1]),
+        .d_value = PyArray_DATA(g[2]),
+        .d_w = {d_w[0], d_w[1], d_w[2]},
+        .d_b_in = DATA_OR_NULL(g[G_IN + P_IN_BIAS]),
+        .d_bias_k = DATA_OR_NULL(g[G_IN + P_BIAS_K]),
+        .d_bias_v = DATA_OR_NULL(g[G_IN + P_BIAS_V]),
+        .d_w_out = PyArray_DATA(g[G_IN + P_COUNT]),
+        .d_b_out = DATA_OR_NULL(g[G_IN + P_COUNT + 1]),
+        .d_out = PyArray_DATA(go),
+        .d_weights = DATA_OR_NULL(gwc),
+    };
+#undef DATA_OR_NULL
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = dt->k->mha_backward(&grads, p, &kept->s);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        PyErr_SetString(PyExc_MemoryError, "pullback(): could not allocate the kernel's "
+                        "workspace");
+        goto done;
+    }
+    if ((result = PyDict_New()) == NULL)
+        goto done;
+    for (int i = 0; i < MHA_KEPT_INPUTS + MHA_KEPT_PARAMS; i++)
+        if (g[i] != NULL && PyDict_SetItemString(result, mha_kept_names[i], (PyObject *)g[i]) < 0) {
+            Py_CLEAR(result);
+            break;
+        }
+done:
+    for (int i = 0; i < MHA_KEPT_INPUTS + MHA_KEPT_PARAMS; i++)
+        Py_XDECREF(g[i]);
+    Py_XDECREF(go);
+    Py_XDECREF(rgw);
+    Py_XDECREF(gwc);
+    return result;
 }
 
 /* m(query, key, value) and m.forward(...) with three positional arguments go
@@ -547,7 +714,7 @@ static PyObject *MHA_vectorcall(PyObject *self, PyObject *const *args, size_t na
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (nargs == 3 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0))
         return mha_forward((MHAObject *)self, args[0], args[1], args[2], Py_None, 1, Py_None,
-                           1, 0);
+                           1, 0, NULL);
     return call_with_tuple(self, args, nargs, kwnames, (ternaryfunc)MHA_call);
 }
 

@@ -14,6 +14,10 @@
  *            result's dtype; a bool mask as it is), the output and one
  *            log-sum-exp per query row (never the [L, S] weights), the
  *            dropout seed (the forward's mask again)
+ *   MultiheadAttention: query, key, value (one copy of an array passed
+ *            twice), the masks, the parameters, and the kernel's buffers
+ *            (mha.h, mha_saved: projections, heads, weights or flash output
+ *            and log-sum-exp), the dropout seed
  * The saved arrays are only read: a pullback may be called more than once, and
  * from several threads at a time. */
 #include "vjp.h"
@@ -27,11 +31,11 @@
 
 #include <structmember.h>
 
-enum { VJP_LINEAR, VJP_SOFTMAX, VJP_BMM, VJP_LINEAR_OBJ, VJP_MYATT, VJP_SDPA };
+enum { VJP_LINEAR, VJP_SOFTMAX, VJP_BMM, VJP_LINEAR_OBJ, VJP_MYATT, VJP_SDPA, VJP_MHA };
 
 /* The names in reprs, and the stateless backward a function's pullback calls. */
 static const char *const kind_names[] = {"linear", "softmax", "bmm", "Linear", "MyAtt",
-                                         "scaled_dot_product_attention"};
+                                         "scaled_dot_product_attention", "MultiheadAttention"};
 static const char *const backward_names[] = {"linear_backward", "softmax_backward",
                                              "bmm_backward"};
 static const char *const saved_names[][3] = {
@@ -50,6 +54,7 @@ typedef struct {
     npy_intp out_dims[NPY_MAXDIMS];
     myatt_kept kept;               /* MyAtt */
     sdpa_kept skept;               /* scaled_dot_product_attention */
+    mha_kept mkept;                /* MultiheadAttention */
 } PullbackObject;
 
 void myatt_kept_inputs(const myatt_kept *kept, myatt_inputs *in)
@@ -81,6 +86,7 @@ static void Pullback_dealloc(PullbackObject *self)
         Py_XDECREF(self->saved[i]);
     kept_clear(&self->kept);
     sdpa_kept_clear(&self->skept);
+    mha_kept_clear(&self->mkept);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
@@ -168,20 +174,24 @@ PyDoc_STRVAR(Pullback_call_doc,
 "grad_output : array_like\n"
 "    Shaped like the result (for MyAtt: like its output, (1, S, output_size)).\n"
 "    scaled_dot_product_attention converts it to the forward's dtype.\n"
-"grad_attn_weights : array_like, shape (S, value_size1), optional\n"
-"    For MyAtt only: the cotangent of attn_weights, or None.\n"
+"grad_attn_weights : array_like, optional\n"
+"    For MyAtt (shape (S, value_size1)) and MultiheadAttention (the shape of\n"
+"    its attn_weights; None when the forward had need_weights=False): the\n"
+"    cotangent of attn_weights, or None.\n"
 "\n"
 "Returns\n"
 "-------\n"
 "tuple or dict\n"
 "    What the stateless backward returns: a tuple for linear, softmax, bmm and\n"
-"    scaled_dot_product_attention, a dict for Linear and MyAtt (see `vjp`).\n"
+"    scaled_dot_product_attention, a dict for Linear, MyAtt and\n"
+"    MultiheadAttention (see `vjp`).\n"
 "\n"
 "Raises\n"
 "------\n"
 "TypeError\n"
 "    If a cotangent is not an array of real numbers, or `grad_attn_weights`\n"
-"    is given to a pullback of anything but MyAtt.\n"
+"    is given to a pullback of anything but MyAtt and MultiheadAttention\n"
+"    (or of a MultiheadAttention forward with need_weights=False).\n"
 "ValueError\n"
 "    If a cotangent has the wrong shape.\n"
 "MemoryError\n"
@@ -198,7 +208,7 @@ static PyObject *Pullback_call(PullbackObject *self, PyObject *args, PyObject *k
     static char *kw_two[] = {"grad_output", "grad_attn_weights", NULL};
     static char *kw_one[] = {"grad_output", NULL};
     PyObject *GO, *GA = Py_None, *result = NULL;
-    if (self->kind == VJP_MYATT
+    if (self->kind == VJP_MYATT || self->kind == VJP_MHA
             ? !PyArg_ParseTupleAndKeywords(args, kwds, "O|O:pullback", kw_two, &GO, &GA)
             : !PyArg_ParseTupleAndKeywords(args, kwds, "O:pullback", kw_one, &GO))
         return NULL;
@@ -214,6 +224,9 @@ static PyObject *Pullback_call(PullbackObject *self, PyObject *args, PyObject *k
         break;
     case VJP_SDPA:
         result = sdpa_grads_run(&self->skept, g);
+        break;
+    case VJP_MHA:
+        result = mha_grads_run(&self->mkept, g, GA);
         break;
     default:
         result = pull_function(self, g);
@@ -244,27 +257,68 @@ static int repr_part(PyObject *parts, const char *name, PyObject *obj, Py_ssize_
     return rc;
 }
 
-/* The arrays a MyAtt or SDPA pullback holds, with their names in reprs: their count. */
-static int held_arrays(PullbackObject *self, const char *const **names, PyArrayObject **arrs)
+/* The arrays a MyAtt, SDPA or MultiheadAttention pullback holds (each once),
+ * with their names in reprs: their count (at most HELD_MAX). */
+enum { HELD_MAX = MHA_KEPT_INPUTS + MHA_KEPT_PARAMS };
+static int held_arrays(PullbackObject *self, const char **names, PyArrayObject **arrs)
 {
     static const char *const myatt_names[] = {"Q[0]", "K[0]", "V[0]", "attn.weight",
                                               "attn.bias", "attn_combine.weight",
                                               "attn_combine.bias", "attn_weights", "applied"};
     static const char *const sdpa_names[] = {"query", "key", "value", "output", "lse",
                                              "attn_mask"};
+    const myatt_kept *kp = &self->kept;
+    const sdpa_kept *sk = &self->skept;
+    const mha_kept *mk = &self->mkept;
+    PyArrayObject *all[HELD_MAX];
+    const char *const *all_names;
+    int n;
     if (self->kind == VJP_MYATT) {
-        const myatt_kept *kp = &self->kept;
         PyArrayObject *held[9] = {kp->q, kp->k, kp->v, kp->w_attn, kp->b_attn, kp->w_comb,
                                   kp->b_comb, kp->aw, kp->applied};
-        memcpy(arrs, held, sizeof held);
-        *names = myatt_names;
-        return 9;
+        memcpy(all, held, sizeof held);
+        all_names = myatt_names;
+        n = 9;
+    } else if (self->kind == VJP_SDPA) {
+        PyArrayObject *held[6] = {sk->q, sk->k, sk->v, sk->out, sk->lse, sk->mask};
+        memcpy(all, held, sizeof held);
+        all_names = sdpa_names;
+        n = 6;
+    } else {
+        memcpy(all, mk->inputs, sizeof mk->inputs);
+        memcpy(all + MHA_KEPT_INPUTS, mk->params, sizeof mk->params);
+        all_names = mha_kept_names;
+        n = HELD_MAX;
     }
-    const sdpa_kept *sk = &self->skept;
-    PyArrayObject *held[6] = {sk->q, sk->k, sk->v, sk->out, sk->lse, sk->mask};
-    memcpy(arrs, held, sizeof held);
-    *names = sdpa_names;
-    return sk->mask != NULL ? 6 : 5;
+    int count = 0;
+    for (int i = 0; i < n; i++) {
+        int seen = all[i] == NULL;
+        for (int j = 0; j < i && !seen; j++)
+            seen = all[j] == all[i];   /* one array passed as query, key and value */
+        if (!seen) {
+            names[count] = all_names[i];
+            arrs[count++] = all[i];
+        }
+    }
+    return count;
+}
+
+/* The bytes a pullback holds: its arrays and (MultiheadAttention) the kernel's buffers. */
+static Py_ssize_t held_bytes(PullbackObject *self)
+{
+    Py_ssize_t bytes = 0;
+    if (self->kind == VJP_MYATT || self->kind == VJP_SDPA || self->kind == VJP_MHA) {
+        const char *names[HELD_MAX];
+        PyArrayObject *arrs[HELD_MAX];
+        const int n = held_arrays(self, names, arrs);
+        for (int i = 0; i < n; i++)
+            bytes += (Py_ssize_t)PyArray_NBYTES(arrs[i]);
+    } else {
+        for (int i = 0; i < self->nsaved; i++)
+            if (PyArray_Check(self->saved[i]))
+                bytes += (Py_ssize_t)PyArray_NBYTES((PyArrayObject *)self->saved[i]);
+    }
+    return bytes + (self->kind == VJP_MHA ? (Py_ssize_t)self->mkept.s.nbytes : 0);
 }
 
 static PyObject *Pullback_repr(PullbackObject *self)
@@ -273,10 +327,10 @@ static PyObject *Pullback_repr(PullbackObject *self)
     Py_ssize_t bytes = 0;
     if (parts == NULL)
         return NULL;
-    if (self->kind == VJP_MYATT || self->kind == VJP_SDPA) {
-        const char *const *names;
-        PyArrayObject *arrs[9];
-        const int n = held_arrays(self, &names, arrs);
+    if (self->kind == VJP_MYATT || self->kind == VJP_SDPA || self->kind == VJP_MHA) {
+        const char *names[HELD_MAX];
+        PyArrayObject *arrs[HELD_MAX];
+        const int n = held_arrays(self, names, arrs);
         for (int i = 0; i < n; i++)
             if (repr_part(parts, names[i], (PyObject *)arrs[i], &bytes) < 0)
                 goto fail;
@@ -286,11 +340,20 @@ static PyObject *Pullback_repr(PullbackObject *self)
                     && repr_part(parts, saved_names[self->kind][i], self->saved[i], &bytes) < 0)
                 goto fail;
     }
+    if (self->kind == VJP_MHA) {   /* the projections, heads, weights or flash output */
+        PyObject *s = PyUnicode_FromFormat("intermediates %zd bytes",
+                                           (Py_ssize_t)self->mkept.s.nbytes);
+        if (s == NULL || PyList_Append(parts, s) < 0) {
+            Py_XDECREF(s);
+            goto fail;
+        }
+        Py_DECREF(s);
+    }
     if ((sep = PyUnicode_FromString(", ")) == NULL
             || (joined = PyUnicode_Join(sep, parts)) == NULL)
         goto fail;
     result = PyUnicode_FromFormat("Pullback(%s: %U; %zd bytes)", kind_names[self->kind],
-                                  joined, bytes);
+                                  joined, held_bytes(self));
 fail:
     Py_DECREF(parts);
     Py_XDECREF(sep);
@@ -300,19 +363,7 @@ fail:
 
 static PyObject *Pullback_get_nbytes(PullbackObject *self, void *Py_UNUSED(closure))
 {
-    Py_ssize_t bytes = 0;
-    if (self->kind == VJP_MYATT || self->kind == VJP_SDPA) {
-        const char *const *names;
-        PyArrayObject *arrs[9];
-        const int n = held_arrays(self, &names, arrs);
-        for (int i = 0; i < n; i++)
-            bytes += (Py_ssize_t)PyArray_NBYTES(arrs[i]);
-    } else {
-        for (int i = 0; i < self->nsaved; i++)
-            if (PyArray_Check(self->saved[i]))
-                bytes += (Py_ssize_t)PyArray_NBYTES((PyArrayObject *)self->saved[i]);
-    }
-    return PyLong_FromSsize_t(bytes);
+    return PyLong_FromSsize_t(held_bytes(self));
 }
 
 static PyObject *Pullback_get_fn(PullbackObject *self, void *Py_UNUSED(closure))
@@ -338,7 +389,7 @@ static PyGetSetDef Pullback_getset[] = {
     {"nbytes", (getter)Pullback_get_nbytes, NULL, "The bytes of the saved arrays (int).", NULL},
     {"fn", (getter)Pullback_get_fn, NULL,
      "What vjp differentiated (str): linear, softmax, bmm, scaled_dot_product_attention, "
-     "Linear or MyAtt.", NULL},
+     "Linear, MyAtt or MultiheadAttention.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -351,7 +402,8 @@ PyDoc_STRVAR(Pullback_doc,
 "----------\n"
 "fn : str\n"
 "    What vjp differentiated: 'linear', 'softmax', 'bmm',\n"
-"    'scaled_dot_product_attention', 'Linear' or 'MyAtt'.\n"
+"    'scaled_dot_product_attention', 'Linear', 'MyAtt' or\n"
+"    'MultiheadAttention'.\n"
 "nbytes : int\n"
 "    The bytes of the saved arrays.\n\n"
 "See Also\n"
@@ -469,8 +521,8 @@ PyDoc_STRVAR(vjp_doc,
 "Parameters\n"
 "----------\n"
 "fn : callable\n"
-"    `linear`, `softmax`, `bmm`, `scaled_dot_product_attention`, or a `Linear`\n"
-"    or `MyAtt` object (subclasses included).\n"
+"    `linear`, `softmax`, `bmm`, `scaled_dot_product_attention`, or a\n"
+"    `Linear`, `MyAtt` or `MultiheadAttention` object (subclasses included).\n"
 "*args, **kwargs\n"
 "    The arguments of ``fn``, as it takes them.\n"
 "\n"
@@ -479,14 +531,18 @@ PyDoc_STRVAR(vjp_doc,
 "result : ndarray or tuple of ndarray\n"
 "    Exactly ``fn(*args, **kwargs)``.\n"
 "pullback : Pullback\n"
-"    ``pullback(grad_output)`` (MyAtt: ``pullback(grad_output,\n"
-"    grad_attn_weights=None)``), with `grad_output` shaped like the result,\n"
+"    ``pullback(grad_output)`` (MyAtt and MultiheadAttention:\n"
+"    ``pullback(grad_output, grad_attn_weights=None)``), with `grad_output`\n"
+"    shaped like the result (its first item for those two),\n"
 "    gives linear ``(grad_input, grad_weight, grad_bias or None)``, softmax\n"
 "    ``(grad_input,)``, bmm ``(grad_input, grad_mat2)``,\n"
 "    scaled_dot_product_attention ``(grad_query, grad_key, grad_value, None)``\n"
 "    (None for attn_mask; each gradient shaped as its input, summed over what\n"
 "    was broadcast or repeated by enable_gqa), Linear the dict\n"
-"    ``{'input', 'weight', 'bias'}``, MyAtt the dict of `MyAtt.backward`.\n"
+"    ``{'input', 'weight', 'bias'}``, MyAtt the dict of `MyAtt.backward`,\n"
+"    MultiheadAttention a dict with 'query', 'key', 'value' and every\n"
+"    state_dict key (query, key and value each its own gradient, also when\n"
+"    one array is passed as all three: sum them for that array's).\n"
 "\n"
 "Raises\n"
 "------\n"
@@ -500,10 +556,13 @@ PyDoc_STRVAR(vjp_doc,
 "The pullback holds private copies of what it reads (inputs converted to the\n"
 "kernel dtype, the parameters, softmax's output, MyAtt's attn_weights and\n"
 "applied, scaled_dot_product_attention's output and one log-sum-exp per\n"
-"query row, never the [L, S] weights), never the caller's arrays nor the\n"
+"query row, never the [L, S] weights; MultiheadAttention's projections, heads\n"
+"and per-head weights, or with need_weights=False the flash kernel's output\n"
+"and log-sum-exp), never the caller's arrays nor the\n"
 "result: changing an input, a parameter or the result in place after vjp does\n"
 "not change the gradients, which stay those at the values the forward saw.\n"
-"With dropout_p > 0 the pullback uses the forward's dropout mask.\n"
+"With dropout (dropout_p > 0, MultiheadAttention's dropout) the pullback\n"
+"uses the forward's dropout mask.\n"
 "\n"
 "Examples\n"
 "--------\n"
@@ -538,10 +597,12 @@ static PyObject *myatt_vjp(PyObject *module, PyObject *args, PyObject *kwds)
         kind = VJP_LINEAR_OBJ;
     if (kind < 0 && PyObject_TypeCheck(fn, st->myatt_type))
         kind = VJP_MYATT;
+    if (kind < 0 && PyObject_TypeCheck(fn, st->mha_type))
+        kind = VJP_MHA;
     if (kind < 0) {
         PyErr_Format(PyExc_TypeError, "vjp(): fn must be myatt.linear, myatt.softmax, "
-                     "myatt.bmm, myatt.scaled_dot_product_attention, or a Linear or MyAtt "
-                     "object, got %.200R", fn);
+                     "myatt.bmm, myatt.scaled_dot_product_attention, or a Linear, MyAtt or "
+                     "MultiheadAttention object, got %.200R", fn);
         return NULL;
     }
     PyObject *rest = PyTuple_GetSlice(args, 1, PyTuple_GET_SIZE(args));
@@ -560,10 +621,13 @@ static PyObject *myatt_vjp(PyObject *module, PyObject *args, PyObject *kwds)
     pb->dtype = NULL;
     memset(&pb->kept, 0, sizeof pb->kept);
     memset(&pb->skept, 0, sizeof pb->skept);
+    memset(&pb->mkept, 0, sizeof pb->mkept);
 
     PyArrayObject *out;
-    if (kind == VJP_MYATT) {
-        if ((result = myatt_forward_keep(fn, rest, kwds, &pb->kept)) == NULL)
+    if (kind == VJP_MYATT || kind == VJP_MHA) {
+        result = kind == VJP_MYATT ? myatt_forward_keep(fn, rest, kwds, &pb->kept)
+                                   : mha_forward_keep(fn, rest, kwds, &pb->mkept);
+        if (result == NULL)
             goto fail;
         out = (PyArrayObject *)PyTuple_GET_ITEM(result, 0);
     } else if (kind == VJP_SDPA) {

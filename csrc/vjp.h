@@ -57,4 +57,36 @@ PyObject *sdpa_grads_run(const sdpa_kept *kept, PyArrayObject *grad_output);
 
 void sdpa_kept_clear(sdpa_kept *kept);
 
+/* What a MultiheadAttention forward keeps for its pullback: private copies
+ * (new references, C-contiguous, in the module's dtype) of query, key, value
+ * (shared where the call passed one array), the masks as the kernel read them,
+ * the parameters in state_dict order (NULL where the configuration has none),
+ * the problem pointing into them, and the kernel's kept buffers. */
+enum { MHA_KEPT_INPUTS = 5, MHA_KEPT_PARAMS = 9 };
+typedef struct {
+    const myatt_dtype *dtype;
+    PyArrayObject *inputs[MHA_KEPT_INPUTS];   /* query, key, value, key_padding_mask,
+                                                 attn_mask */
+    PyArrayObject *params[MHA_KEPT_PARAMS];
+    mha_problem p;
+    mha_saved s;
+    int wnd;                                  /* the weights' ndim (0: need_weights=False) */
+    npy_intp wdims[4];
+} mha_kept;
+
+/* m(*args, **kwds) of a MultiheadAttention `self` (args parsed as its
+ * __call__), filling *kept (zero-filled by the caller, which releases it with
+ * mha_kept_clear, also when NULL is returned). */
+PyObject *mha_forward_keep(PyObject *self, PyObject *args, PyObject *kwds, mha_kept *kept);
+
+/* The pullback's dict (query, key, value and every state_dict key) from kept,
+ * grad_output (a real array of the output's shape) and grad_attn_weights
+ * (Py_None, or array-like).  NULL on error. */
+PyObject *mha_grads_run(const mha_kept *kept, PyArrayObject *grad_output, PyObject *gw);
+
+/* The names of kept's arrays in reprs, state_dict order after the inputs. */
+extern const char *const mha_kept_names[MHA_KEPT_INPUTS + MHA_KEPT_PARAMS];
+
+void mha_kept_clear(mha_kept *kept);
+
 #endif

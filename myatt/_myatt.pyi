@@ -40,7 +40,8 @@ def empty_cache() -> None: ...
 def kernel_path() -> str: ...
 
 # vjp's gradients: a tuple (linear, softmax, bmm, scaled_dot_product_attention: None for
-# attn_mask) or a dict (Linear, MyAtt), as the stateless backward returns them
+# attn_mask) or a dict (Linear, MyAtt, MultiheadAttention), as the stateless backward or
+# the module's autograd returns them
 _Grads = Union[Tuple[Optional[_Array], ...], Dict[str, Optional[_Array]]]
 
 def vjp(fn: Any, /, *args: Any, **kwargs: Any) -> Tuple[Any, "Pullback"]: ...

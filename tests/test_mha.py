@@ -1188,18 +1188,38 @@ VJP_OPTIONS = [
     ("bias_kv-zero_attn", {"add_bias_kv": True, "add_zero_attn": True}, {}),
     ("batch_first", {"batch_first": True}, {"attn_mask": "bool"}),
     ("kdim-vdim-no-bias", {"kdim": 5, "vdim": 3, "bias": False}, {}),
+    # the flash kernel's backward (need_weights=False) with masks, float masks, 3-D masks
+    ("flash-masks", {}, {"need_weights": False, "key_padding_mask": "bool",
+                         "attn_mask": "bool"}),
+    ("flash-float-masks-bias_kv", {"add_bias_kv": True},
+     {"need_weights": False, "key_padding_mask": "float", "attn_mask": "float"}),
+    ("flash-zero_attn-batch_first", {"add_zero_attn": True, "batch_first": True},
+     {"need_weights": False, "attn_mask": "float3d"}),
+    ("float3d-mask-per-head", {}, {"attn_mask": "float3d", "average_attn_weights": False}),
+    ("causal", {}, {"attn_mask": "causal", "is_causal": True}),
+    ("flash-causal", {}, {"attn_mask": "causal", "is_causal": True, "need_weights": False}),
 ]
+def vjp_masks(kw, rng, m, L, S, N):
+    """kw with its mask kinds ("bool", "float", "float3d", "causal") replaced by masks."""
+    kw = dict(kw)
+    if "key_padding_mask" in kw:
+        kw["key_padding_mask"] = mask_of(kw["key_padding_mask"], rng, (N, S), m.dtype)
+    kind = kw.get("attn_mask")
+    if kind == "float3d":
+        kw["attn_mask"] = float_mask(rng, (N * m.num_heads, L, S)).astype(m.dtype)
+    elif kind == "causal":
+        kw["attn_mask"] = np.triu(np.ones((L, S), bool), 1)
+    elif kind is not None:
+        kw["attn_mask"] = mask_of(kind, rng, (L, S), m.dtype)
+    return kw
+
+
 # self-attention (query is key is value) where kdim = vdim = embed_dim
 VJP_CASES = [pytest.param(o, kw, sa, id=f"{name}-{'self' if sa else 'qkv'}")
              for name, o, kw in VJP_OPTIONS for sa in (False, True)
              if not (sa and ("kdim" in o or "vdim" in o))]
 
 
-# An expected gap (issue 15, "Gradients"): vjp does not take a MultiheadAttention yet and
-# raises TypeError.  strict: the marker fails the run as soon as vjp takes one (remove it
-# then); any other failure (wrong gradients, missing keys) fails as it is.
-@pytest.mark.xfail(raises=TypeError, strict=True,
-                   reason="issue 15: myatt.vjp(MultiheadAttention, ...) not implemented yet")
 @pytest.mark.parametrize("opts,kw,self_attention", VJP_CASES)
 def test_vjp_matches_autograd(rng, dtype, opts, kw, self_attention):
     """myatt.vjp(m, query, key, value, ...): the result is m's forward; the pullback of
@@ -1210,11 +1230,7 @@ def test_vjp_matches_autograd(rng, dtype, opts, kw, self_attention):
     if self_attention:
         k = v = q
     S = k.shape[1 if m.batch_first else 0]
-    kw = dict(kw)
-    if kw.get("key_padding_mask") == "bool":
-        kw["key_padding_mask"] = bool_mask(rng, (3, S))
-    if "attn_mask" in kw:
-        kw["attn_mask"] = mask_of(kw["attn_mask"], rng, (5, S), dtype)
+    kw = vjp_masks(kw, rng, m, 5, S, 3)
     result, pullback = myatt.vjp(m, q, k, v, **kw)
     want = m(q, k, v, **kw)
     for a, b in zip(result, want):
@@ -1230,3 +1246,126 @@ def test_vjp_matches_autograd(rng, dtype, opts, kw, self_attention):
         assert sorted(ours) == sorted(["query", "key", "value", *m.state_dict()])
         for name, t in theirs.items():
             assert_matches(ours[name], t)
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "unbatched"])
+def test_vjp_unbatched(rng, dtype, batched):
+    m = randomise(make(8, 2, dtype, add_bias_kv=True), rng)
+    q, k, v = inputs(rng, m, 4, 6, 2, batched=batched)
+    (out, w), pullback = myatt.vjp(m, q, k, v)
+    g_out = rng.standard_normal(out.shape).astype(dtype)
+    ours = pullback(g_out)
+    for name, t in torch_grads(m, q, k, v, g_out).items():
+        assert_matches(ours[name], t)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+@pytest.mark.parametrize("L,S,N", [(0, 4, 2), (3, 4, 0), (3, 0, 2)], ids=str)
+def test_vjp_empty(rng, dtype, need_weights, L, S, N):
+    """No output or no keys: the gradients are torch's (zeros where nothing flows; with no
+    keys torch's outputs are the bias_k row's and the zero row's: add_bias_kv covers S = 0)."""
+    m = randomise(make(4, 2, dtype, add_bias_kv=True, add_zero_attn=True), rng)
+    q, k, v = inputs(rng, m, L, S, N)
+    (out, w), pullback = myatt.vjp(m, q, k, v, need_weights=need_weights)
+    g_out = rng.standard_normal(out.shape).astype(dtype)
+    ours = pullback(g_out)
+    for name, t in torch_grads(m, q, k, v, g_out, need_weights=need_weights).items():
+        assert_matches(ours[name], t)
+
+
+def torch_dropped_mha(m, q, k, v, drop):
+    """torch's multi_head_attention_forward ([L, N, E], packed weights, no masks) with the
+    dropout mask `drop` ([N, H, L, S], True = kept) applied as F.dropout applies it:
+    attn_output's gradients by autograd, for query, key, value and the parameters."""
+    p = {n: torch.from_numpy(x).requires_grad_(True) for n, x in m.state_dict().items()}
+    leaves = {n: torch.from_numpy(x).requires_grad_(True)
+              for n, x in (("query", q), ("key", k), ("value", v))}
+    L, N, E = q.shape
+    S, H = k.shape[0], m.num_heads
+    hd = E // H
+    wq, wk, wv = p["in_proj_weight"].chunk(3)
+    bq, bk, bv = p["in_proj_bias"].chunk(3)
+    heads = [F.linear(leaves[n], w, b).reshape(-1, N * H, hd).transpose(0, 1)
+             for n, w, b in (("query", wq, bq), ("key", wk, bk), ("value", wv, bv))]
+    qh, kh, vh = heads
+    w = torch.softmax(torch.bmm(qh * (1.0 / hd) ** 0.5, kh.transpose(1, 2)), -1)
+    w = w * torch.from_numpy(drop.reshape(N * H, L, S)) * (1 / (1 - m.dropout))
+    out = torch.bmm(w, vh).transpose(0, 1).reshape(L * N, E)
+    out = F.linear(out, p["out_proj.weight"], p["out_proj.bias"]).reshape(L, N, E)
+    return out, dict(leaves, **p)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_vjp_dropout_uses_the_forwards_mask(rng, dtype, need_weights):
+    """With dropout the pullback differentiates the forward that ran, its dropout mask
+    included: the mask is read off the per-head weights of a forward with the same seed
+    (both paths draw weight (b*H + h, i, j) alike), and torch's autograd through that mask
+    gives the gradients."""
+    m = randomise(make(8, 2, dtype, dropout=0.4), rng)
+    q, k, v = inputs(rng, m, 5, 6, 3)
+    myatt.manual_seed(11)
+    (out, _), pullback = myatt.vjp(m, q, k, v, need_weights=need_weights)
+    myatt.manual_seed(11)
+    _, w = m(q, k, v, average_attn_weights=False)
+    drop = w != 0
+    assert 0.3 < 1 - drop.mean() < 0.5
+    t_out, leaves = torch_dropped_mha(m, q, k, v, drop)
+    assert_matches(out, t_out)
+    g_out = rng.standard_normal(out.shape).astype(dtype)
+    got = torch.autograd.grad((t_out * torch.from_numpy(g_out)).sum(), list(leaves.values()))
+    ours = pullback(g_out)
+    for name, t in zip(leaves, got):
+        assert_matches(ours[name], t)
+
+
+def test_vjp_pullback_twice_and_inplace_changes(rng, dtype):
+    """A pullback may be called again; changing the inputs, the parameters or the
+    result in place after vjp does not change its gradients (it holds its own copies)."""
+    m = randomise(make(8, 2, dtype, add_bias_kv=True), rng)
+    q, k, v = inputs(rng, m, 4, 5, 2)
+    (out, w), pullback = myatt.vjp(m, q, k, v, need_weights=True)
+    g_out = rng.standard_normal(out.shape).astype(dtype)
+    g_w = rng.standard_normal(w.shape).astype(dtype)
+    want = torch_grads(m, q, k, v, g_out, g_w)
+    first = pullback(g_out, g_w)
+    for x in (q, k, v, out, w):
+        x[...] = 7
+    m.in_proj_weight[...] = 0
+    m.out_proj.weight[...] = 0
+    m.bias_k[...] = 3
+    second = pullback(g_out, grad_attn_weights=g_w)
+    for name, t in want.items():
+        assert_matches(first[name], t)
+        np.testing.assert_array_equal(second[name], first[name], strict=True)
+        assert second[name] is not first[name]
+
+
+def test_vjp_self_attention_shares_one_copy(rng, dtype):
+    """query is key is value: the pullback keeps one copy of it (the repr names it once)."""
+    m = randomise(make(8, 2, dtype), rng)
+    x = inputs(rng, m, 4, 4, 2)[0]
+    _, pullback = myatt.vjp(m, x, x, x, need_weights=False)
+    r = repr(pullback)
+    assert r.startswith("Pullback(MultiheadAttention: query (4, 2, 8) ")
+    assert " key " not in r and " value " not in r and "intermediates " in r
+    held = x.nbytes + sum(p.nbytes for p in m.state_dict().values())
+    assert r.endswith(f"; {pullback.nbytes} bytes)") and pullback.nbytes > held
+    assert pullback.fn == "MultiheadAttention"
+
+
+def test_vjp_cotangent_errors(rng):
+    m = randomise(make(8, 2, np.float32), rng)
+    q, k, v = inputs(rng, m, 4, 5, 2)
+    (out, w), pullback = myatt.vjp(m, q, k, v)
+    with pytest.raises(ValueError, match=name_re("grad_output") + ".*" + shape_re((4, 2, 8))):
+        pullback(np.zeros((4, 2, 7)))
+    with pytest.raises(ValueError, match=name_re("grad_attn_weights") + ".*"
+                       + shape_re((2, 4, 5))):
+        pullback(np.zeros(out.shape), np.zeros((2, 4, 6)))
+    with pytest.raises(TypeError, match=name_re("grad_attn_weights")):
+        pullback(np.zeros(out.shape), "no")
+    _, pullback = myatt.vjp(m, q, k, v, need_weights=False)
+    with pytest.raises(TypeError, match="grad_attn_weights must be None.*need_weights=False"):
+        pullback(np.zeros(out.shape), np.zeros(w.shape))
+    with pytest.raises(TypeError, match=name_re("value")):
+        myatt.vjp(m, q, k)   # the forward's own errors

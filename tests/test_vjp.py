@@ -308,7 +308,7 @@ def test_repr_and_attributes(dtype):
 def test_vjp_refuses_other_callables(fn):
     with pytest.raises(TypeError, match=r"vjp\(\): fn must be myatt\.linear, myatt\.softmax, "
                                         r"myatt\.bmm, myatt\.scaled_dot_product_attention, "
-                                        r"or a Linear or MyAtt object"):
+                                        r"or a Linear, MyAtt or MultiheadAttention object"):
         myatt.vjp(fn, np.ones((2, 2)))
     with pytest.raises(TypeError, match="fn"):
         myatt.vjp()

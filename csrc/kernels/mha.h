@@ -55,9 +55,47 @@ typedef struct {
     uint64_t dropout_seed;
 } mha_problem;
 
+/* What a forward keeps for the backward: buffers of the kernel's dtype that
+ * the forward allocated (mk_alloc) and that mha_saved_free releases. */
+typedef struct {
+    void *proj;          /* the in-projections (q, k, v rows side by side, or apart) */
+    void *kx, *vx;       /* [N, S2, E]: k, v with the bias_k / zero rows, or NULL */
+    void *mask;          /* the merged mask (see mha_forward), or NULL */
+    int64_t mst[3];      /* its strides along N, H, L (0 where it does not vary) */
+    void *heads;         /* [L*N, E]: the heads side by side, out_proj's input */
+    void *w, *pw;        /* need_weights: [N, H, L, S2] per head, after dropout (w) and
+                            before it (pw; NULL without dropout) */
+    void *o, *lse;       /* !need_weights: the flash output [N, H, L, hd], lse [N, H, L] */
+    int64_t nbytes;      /* the bytes of these buffers */
+} mha_saved;
+
+void mha_saved_free(mha_saved *s);
+
 /* out [L*N, E] (the layout above); weights as above, or NULL when
- * !need_weights.  Returns 0, or -1 when a workspace could not be allocated. */
-int mha_forward_f32(void *out, void *weights, const mha_problem *p);
-int mha_forward_f64(void *out, void *weights, const mha_problem *p);
+ * !need_weights.  keep: NULL, or a zero-filled mha_saved that receives what the
+ * backward reads (also filled, to be freed, when -1 is returned).
+ * Returns 0, or -1 when a workspace could not be allocated. */
+int mha_forward_f32(void *out, void *weights, const mha_problem *p, mha_saved *keep);
+int mha_forward_f64(void *out, void *weights, const mha_problem *p, mha_saved *keep);
+
+/* The gradients of sum(out * d_out) + sum(weights * d_weights), all arrays
+ * C-contiguous of the kernel's dtype, written whole (zeros where nothing
+ * flows: L == 0 or N == 0).  query, key and value each get their own gradient,
+ * also when they are one array (qkv_same, kv_same). */
+typedef struct {
+    void *d_query, *d_key, *d_value;   /* [L*N, E], [S*N, kdim], [S*N, vdim] */
+    void *d_w[3];                      /* [E, E], [E, kdim], [E, vdim] (consecutive in
+                                          in_proj_weight's gradient when packed) */
+    void *d_b_in;                      /* [3E], or NULL (no b_in) */
+    void *d_bias_k, *d_bias_v;         /* [E] each, or NULL */
+    void *d_w_out, *d_b_out;           /* [E, E]; [E] or NULL */
+    const void *d_out;                 /* [L*N, E] */
+    const void *d_weights;             /* the weights' shape, or NULL (no cotangent) */
+} mha_grads;
+
+/* From the forward's problem and what it kept (dropout: the same mask).
+ * Returns 0, or -1 when a workspace could not be allocated. */
+int mha_backward_f32(const mha_grads *g, const mha_problem *p, const mha_saved *s);
+int mha_backward_f64(const mha_grads *g, const mha_problem *p, const mha_saved *s);
 
 #endif
