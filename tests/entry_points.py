@@ -346,6 +346,107 @@ def _plain_mha(m, query, key, value, key_padding_mask=None, attn_mask=None,
     return out, (w if need_weights else None)
 
 
+def _plain_mha_backward(m, query, key, value, key_padding_mask=None, attn_mask=None,
+                        grad_output=None, grad_attn_weights=None):
+    """The gradients of sum(attn_output * grad_output) (+ sum(attn_weights *
+    grad_attn_weights), the weights averaged) of _plain_mha's forward (need_weights=True;
+    float64, NumPy only) by the chain rule written out: a dict of query, key, value and
+    every state_dict key."""
+    p = {k: np.asarray(v, np.float64) for k, v in m.state_dict().items()}
+    E, H = m.embed_dim, m.num_heads
+    hd = E // H
+    x = [np.asarray(a, np.float64) for a in (query, key, value)]
+    g = np.asarray(grad_output, np.float64)
+    batched = x[0].ndim == 3
+
+    def to_lne(a):            # the layout of _plain_mha: [len, N, features]
+        return a[:, None] if not batched else a.swapaxes(0, 1) if m.batch_first else a
+
+    q, k, v = (to_lne(a) for a in x)
+    g = to_lne(g)
+    L, N, S = q.shape[0], q.shape[1], k.shape[0]
+
+    def additive(mask, shape):
+        if mask is None:
+            return np.zeros(shape)
+        a = np.asarray(mask)
+        a = np.where(a, -np.inf, 0.0) if a.dtype == bool else a.astype(np.float64)
+        return a.reshape(shape)
+
+    mask = additive(key_padding_mask, (N, 1, 1, S)) + additive(
+        attn_mask, (N, H, L, S) if np.ndim(attn_mask) == 3 else (1, 1, L, S))
+    if "in_proj_weight" in p:
+        ws = np.split(p["in_proj_weight"], 3)
+    else:
+        ws = [p["q_proj_weight"], p["k_proj_weight"], p["v_proj_weight"]]
+    bs = np.split(p["in_proj_bias"], 3) if "in_proj_bias" in p else [None] * 3
+    proj = [reference.linear(a, w_, b_) for a, w_, b_ in zip((q, k, v), ws, bs)]
+    if "bias_k" in p:
+        for t, name in ((1, "bias_k"), (2, "bias_v")):
+            proj[t] = np.concatenate([proj[t], np.broadcast_to(p[name], (1, N, E))])
+    qh, kh, vh = (a.reshape(a.shape[0], N, H, hd).transpose(1, 2, 0, 3) for a in proj)
+    if m.add_zero_attn:
+        kh, vh = (np.concatenate([a, np.zeros((N, H, 1, hd))], axis=2) for a in (kh, vh))
+    mask = np.pad(mask, [(0, 0)] * 3 + [(0, kh.shape[2] - S)])
+    w = reference.softmax(qh @ kh.swapaxes(-1, -2) / np.sqrt(hd) + mask, -1)
+    heads = (w @ vh).transpose(2, 0, 1, 3).reshape(L, N, E)
+    grads = {"out_proj.weight": g.reshape(-1, E).T @ heads.reshape(-1, E)}
+    if "out_proj.bias" in p:
+        grads["out_proj.bias"] = g.sum((0, 1))
+    d_o = (g @ p["out_proj.weight"]).reshape(L, N, H, hd).transpose(1, 2, 0, 3)
+    d_w = d_o @ vh.swapaxes(-1, -2)
+    if grad_attn_weights is not None:     # mean over the heads' backward
+        gw = np.asarray(grad_attn_weights, np.float64)
+        d_w = d_w + (gw if batched else gw[None])[:, None] / H
+    d_vh = w.swapaxes(-1, -2) @ d_o
+    d_s = w * (d_w - (d_w * w).sum(-1, keepdims=True)) / np.sqrt(hd)
+    d_h = [d_s @ kh, d_s.swapaxes(-1, -2) @ qh, d_vh]
+    S1 = S + ("bias_k" in p)              # the zero row's gradient goes nowhere
+    d_proj = [a[:, :, :(L if t == 0 else S1)].transpose(2, 0, 1, 3).reshape(-1, N, E)
+              for t, a in enumerate(d_h)]
+    if "bias_k" in p:
+        for t, name in ((1, "bias_k"), (2, "bias_v")):
+            grads[name] = d_proj[t][S].sum(0).reshape(1, 1, E)
+            d_proj[t] = d_proj[t][:S]
+    dws, dbs = [], []
+    for t, name in enumerate(("query", "key", "value")):
+        d_in = d_proj[t] @ ws[t]
+        grads[name] = d_in[:, 0] if not batched else (
+            d_in.swapaxes(0, 1) if m.batch_first else d_in)
+        dws.append(d_proj[t].reshape(-1, E).T @ [q, k, v][t].reshape(-1, ws[t].shape[1]))
+        dbs.append(d_proj[t].sum((0, 1)))
+    if "in_proj_weight" in p:
+        grads["in_proj_weight"] = np.concatenate(dws)
+    else:
+        grads.update(zip(("q_proj_weight", "k_proj_weight", "v_proj_weight"), dws))
+    if "in_proj_bias" in p:
+        grads["in_proj_bias"] = np.concatenate(dbs)
+    return grads
+
+
+def _torch_mha_backward(m, q, k, v, kpm, am, go, gw):
+    import torch
+    from oracle import mask_to_torch, torch_mha
+    t = torch_mha(m)
+    leaves = {n: x.detach().clone().requires_grad_(True)
+              for n, x in (("query", q), ("key", k), ("value", v))}
+    out, w = t(leaves["query"], leaves["key"], leaves["value"],
+               key_padding_mask=mask_to_torch(kpm, m.dtype), attn_mask=mask_to_torch(am, m.dtype))
+    loss = (out * go).sum() + ((w * gw).sum() if gw is not None else 0)
+    wanted = dict(leaves, **dict(t.named_parameters()))
+    got = torch.autograd.grad(loss, list(wanted.values()), allow_unused=True)
+    return {n: torch.zeros_like(x) if g_ is None else g_
+            for (n, x), g_ in zip(wanted.items(), got)}
+
+
+def _mha_grads(s):              # sorted keys: in_proj_bias, in_proj_weight, key, ...
+    shapes = {"query": (s.L, s.N, s.embed), "key": (s.Skv, s.N, s.embed),
+              "value": (s.Skv, s.N, s.embed), "in_proj_weight": (3 * s.embed, s.embed),
+              "in_proj_bias": (3 * s.embed,), "out_proj.weight": (s.embed, s.embed),
+              "out_proj.bias": (s.embed,)}
+    return tuple(shapes[k] for k in sorted(shapes))
+
+
 # --------------------------------------------------------------------------- #
 # The entries
 # --------------------------------------------------------------------------- #
@@ -629,6 +730,23 @@ ENTRY_POINTS += [
                lambda m, Q, K, V, g, ga: _vjp_pull(m, Q, K, V)(g, ga), "grads", make=_module,
                torch=_torch_module_backward, sizes_of=MYATT_SIZES, module_dtype=True,
                plain=_plain_module_backward, shapes=_myatt_grads, keywords=False),
+]
+
+# MultiheadAttention through vjp: the forward, and the pullback of both cotangents
+HG = Arg("grad_output", lambda s: (s.L, s.N, s.embed), fan_in=lambda s: s.L)
+HGW = Arg("grad_attn_weights", lambda s: (s.N, s.L, s.Skv), optional=True)
+ENTRY_POINTS += [
+    EntryPoint("MultiheadAttention.vjp.result", "method", (HQ, HK, HV, HKPM, HAM),
+               lambda m, q, k, v, kpm, am: myatt.vjp(m, q, k, v, key_padding_mask=kpm,
+                                                     attn_mask=am)[0],
+               "arrays", make=_mha, torch=_torch_mha, sizes_of=MHA_SIZES, plain=_plain_mha,
+               module_dtype=True, shapes=_mha_shapes, keywords=False),
+    EntryPoint("MultiheadAttention.vjp.pullback", "method", (HQ, HK, HV, HKPM, HAM, HG, HGW),
+               lambda m, q, k, v, kpm, am, g, gw: _vjp_pull(
+                   m, q, k, v, key_padding_mask=kpm, attn_mask=am)(g, gw),
+               "grads", make=_mha, torch=_torch_mha_backward, sizes_of=MHA_SIZES,
+               plain=_plain_mha_backward, module_dtype=True, shapes=_mha_grads,
+               keywords=False),
 ]
 
 BY_NAME = {ep.name: ep for ep in ENTRY_POINTS}
