@@ -452,8 +452,8 @@ PyObject *sdpa_forward_keep(PyObject *module, PyObject *args, PyObject *kwds, sd
     for (int d = 0; d < p->nbatch; d++)
         dims[d] = p->batch[d];
     dims[p->nbatch] = p->L;
-    if ((kept->lse = (PyArrayObject *)new_array(p->nbatch + 1, dims, kept->typenum,
-                                                "vjp(): the log-sum-exp")) == NULL
+    if ((kept->lse = (PyArrayObject *)new_array(p->nbatch + 1, dims, NPY_DOUBLE,
+                                                "vjp(): the log-sum-exp")) == NULL   /* sdpa.h */
             || (kept->out = (PyArrayObject *)sdpa_run(kept, kept->lse)) == NULL)
         return NULL;
     return PyArray_NewCopy(kept->out, NPY_CORDER);   /* the caller's; ours stays unchanged */

@@ -41,7 +41,8 @@ typedef struct {
     sdpa_problem *problem;             /* PyMem; its operands point into q, k, v, mask */
     int typenum;                       /* the result's dtype */
     PyArrayObject *out, *lse;          /* the forward's output [batch..., L, Ev] and
-                                          log-sum-exp [batch..., L] (C-contiguous) */
+                                          log-sum-exp [batch..., L] (C-contiguous;
+                                          float64 for both dtypes, sdpa.h) */
 } sdpa_kept;
 
 /* myatt.scaled_dot_product_attention(*args, **kwds) (a new result array),

@@ -65,7 +65,8 @@ typedef struct {
     void *heads;         /* [L*N, E]: the heads side by side, out_proj's input */
     void *w, *pw;        /* need_weights: [N, H, L, S2] per head, after dropout (w) and
                             before it (pw; NULL without dropout) */
-    void *o, *lse;       /* !need_weights: the flash output [N, H, L, hd], lse [N, H, L] */
+    void *o, *lse;       /* !need_weights: the flash output [N, H, L, hd], lse [N, H, L]
+                            (double, as sdpa.h writes it) */
     int64_t nbytes;      /* the bytes of these buffers */
 } mha_saved;
 

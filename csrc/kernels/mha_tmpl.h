@@ -181,11 +181,12 @@ static int SUF(mha_heads_flash)(SUF(mha_seq) heads, SUF(mha_seq) q, SUF(mha_seq)
 {
     const int64_t N = p->N, H = p->H, L = p->L, hd = p->E / p->H;
     sdpa_problem *sp = mk_alloc(sizeof *sp);
-    T *o = mha_alloc(N * H * L * hd, sizeof(T)), *lse = NULL;
+    T *o = mha_alloc(N * H * L * hd, sizeof(T));
+    double *lse = NULL;
     int rc = -1;
     if (keep != NULL) {
         keep->o = o;
-        keep->lse = lse = mha_alloc(N * H * L, sizeof(T));
+        keep->lse = lse = mha_alloc(N * H * L, sizeof(double));   /* sdpa.h */
     }
     if (sp == NULL || o == NULL || (keep != NULL && lse == NULL))
         goto done;
@@ -368,8 +369,8 @@ done:
                    * ((proj != NULL ? mha_layout_of(p).size : 0)
                       + (kx != NULL ? 2 * N * S2 * E : 0) + (mask != NULL ? Nm * Hm * Lm * S2 : 0)
                       + (heads != NULL ? L * N * E : 0) + (sv->w != NULL ? NHL * S2 : 0)
-                      + (pw != NULL ? NHL * S2 : 0) + (keep->o != NULL ? NHL * hd : 0)
-                      + (keep->lse != NULL ? NHL : 0));
+                      + (pw != NULL ? NHL * S2 : 0) + (keep->o != NULL ? NHL * hd : 0))
+                   + (keep->lse != NULL ? NHL * (int64_t)sizeof(double) : 0);
     return rc;
 }
 

@@ -101,16 +101,18 @@ static inline double sdpa_dropout_uniform(uint64_t seed, int64_t b, int64_t i, i
 
 /* out [batch..., L, Ev] (C-contiguous); lse [batch..., L] (C-contiguous, or
  * NULL): the log-sum-exp of each row's scaled, masked scores, for the backward
- * (0 for a row with every key masked).  A row with every key masked gives
+ * (0 for a row with every key masked), in double for both kernels: at scores
+ * of 1e4 and more a float32 lse's rounding (an ulp of 0.008 at 1e5) would move
+ * the backward's recomputed weights exp(s - lse) by up to ~0.4 %.  A row with every key masked gives
  * zeros, as torch's CPU kernel; S == 0 gives zeros.  NaN and inf propagate.
- * out, lse and the operands are of the kernel's dtype (type-erased, as view.h,
+ * out and the operands are of the kernel's dtype (type-erased, as view.h,
  * so that the glue takes the kernel from the dtype table, csrc/dtype.h).
  * Returns 0, or -1 when a workspace could not be allocated. */
 int sdpa_forward_f32(void *out, void *lse, const sdpa_problem *p);
 int sdpa_forward_f64(void *out, void *lse, const sdpa_problem *p);
 
-/* The backward's arrays, all C-contiguous and of the kernel's dtype:
- * dout, out [batch..., L, Ev] and lse [batch..., L] (the forward's);
+/* The backward's arrays, all C-contiguous and of the kernel's dtype but lse:
+ * dout, out [batch..., L, Ev] and lse [batch..., L] (the forward's, double);
  * dq [batch..., L, E], dk [batch..., S, E], dv [batch..., S, Ev] written. */
 typedef struct {
     void *dq, *dk, *dv;

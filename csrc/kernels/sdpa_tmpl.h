@@ -200,7 +200,7 @@ static const T *SUF(sdpa_query_rows)(const sdpa_problem *p, const SUF(sdpa_ws) *
 
 /* 7. out = acc / sum (/ (1 - dropout_p)), lse = max + log(sum); a row with
  *    every key masked has sum 0: zeros */
-static void SUF(sdpa_finish_row)(const sdpa_problem *p, T *out, T *lse, const T *acc, T mx,
+static void SUF(sdpa_finish_row)(const sdpa_problem *p, T *out, double *lse, const T *acc, T mx,
                                  T sum)
 {
     const T keep_scale = p->dropout_p >= 1 ? (T)0 : (T)(1.0 / (1.0 - p->dropout_p));
@@ -216,7 +216,7 @@ static void SUF(sdpa_finish_row)(const sdpa_problem *p, T *out, T *lse, const T 
         for (int64_t c = 0; c < p->Ev; c++)
             out[c] = acc[c] * inv;
     if (lse != NULL)
-        *lse = mx + (T)log((double)sum);
+        *lse = (double)mx + log((double)sum);   /* in double: see sdpa.h */
 }
 
 /* Row t of the SIMD forward's item (sdpa_rows): query row i of batch index b,
@@ -238,7 +238,7 @@ static void SUF(sdpa_set_row)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, int
  * out and lse already offset to that batch index (k and v at key 0). */
 static int SUF(sdpa_block)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
                            const T *q, const T *k, const T *v, const void *mask,
-                           T *out, T *lse, int64_t b, int64_t m0, int64_t qb,
+                           T *out, double *lse, int64_t b, int64_t m0, int64_t qb,
                            int64_t k0, int64_t k1, T *partial)
 {
     const int64_t S = p->S, Ev = p->Ev, kv_split = SDPA_KV_SPLIT;
@@ -348,7 +348,8 @@ static void SUF(sdpa_batch_operands)(const sdpa_problem *p, int64_t b, const T *
 
 typedef struct {
     const sdpa_problem *p;
-    T *out, *lse;
+    T *out;
+    double *lse;
     int64_t q_split, q_blocks, items;
     atomic_llong next;        /* the next item to take */
     atomic_int failed;
@@ -492,7 +493,7 @@ static void SUF(sdpa_merge_chunks)(const SUF(sdpa_job) *j, int64_t nb)
             for (int64_t e = 0; e < Ev; e++)
                 o[e] = p->dropout_p > 0 ? o[e] * inv * keep_scale : o[e] * inv;
             if (j->lse != NULL)
-                j->lse[b * p->L + m0 + r] = mx + (T)log((double)sum);
+                j->lse[b * p->L + m0 + r] = (double)mx + log((double)sum);
         }
     }
 }
@@ -559,10 +560,10 @@ static int SUF(sdpa_forward_impl)(void *out, void *lse, const sdpa_problem *p)
  * for dV (the scores computed once more). */
 
 /* a[j] <- exp(a[j] - shift) for j < n */
-static void SUF(sdpa_exp_shift)(T *a, int64_t n, T shift, SUF(sdpa_vexp_fn) vexp)
+static void SUF(sdpa_exp_shift)(T *a, int64_t n, double shift, SUF(sdpa_vexp_fn) vexp)
 {
-    for (int64_t j = 0; j < n; j++)
-        a[j] -= shift;
+    for (int64_t j = 0; j < n; j++)   /* in double: |shift| may be large (sdpa.h) */
+        a[j] = (T)((double)a[j] - shift);
     if (vexp != NULL) {
         vexp(a, a, n);
     }
@@ -575,7 +576,7 @@ static void SUF(sdpa_exp_shift)(T *a, int64_t n, T shift, SUF(sdpa_vexp_fn) vexp
 /* P and dS of the block (rows m0.., keys n..) into ws->qk and ws->dp. */
 static int SUF(sdpa_block_ds)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, const T *qr,
                               int64_t q_rs, int64_t q_cs, const T *k, const T *v,
-                              const void *mask, const T *dout, const T *lse, const T *dvec,
+                              const void *mask, const T *dout, const double *lse, const T *dvec,
                               int64_t b, int64_t m0, int64_t qb, int64_t n, int64_t kb)
 {
     const int64_t Ev = p->Ev;
@@ -660,7 +661,7 @@ static void SUF(sdpa_dvec)(T *dvec, const T *dout, const T *out, int64_t m0, int
  * (then set to 0). */
 static int SUF(sdpa_backward_kv)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, int64_t qs,
                                  const T *q, const T *k, const T *v, const void *mask,
-                                 const T *dout, const T *out, const T *lse, int *first,
+                                 const T *dout, const T *out, const double *lse, int *first,
                                  int grads, int64_t b, int64_t n, int64_t kb)
 {
     const int64_t L = p->L, E = p->E, Ev = p->Ev;
@@ -687,7 +688,7 @@ static int SUF(sdpa_backward_kv)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, 
  * ws->acc [qb, E]; *first as in pass 1. */
 static int SUF(sdpa_backward_q)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
                                 const T *q, const T *k, const T *v, const void *mask,
-                                const T *dout, const T *out, const T *lse, int *first,
+                                const T *dout, const T *out, const double *lse, int *first,
                                 int64_t b, int64_t m0, int64_t qb)
 {
     const int64_t S = p->S, E = p->E, Ev = p->Ev, kv_split = SDPA_KV_SPLIT;
@@ -736,7 +737,7 @@ static int SUF(sdpa_backward_all)(const sdpa_problem *p, const sdpa_grads *g,
         SUF(sdpa_batch_operands)(p, b, &q, &k, &v, &mask);
         const T *dout = (const T *)g->dout + b * L * Ev;
         const T *out = (const T *)g->out + b * L * Ev;
-        const T *lse = (const T *)g->lse + b * L;
+        const double *lse = (const double *)g->lse + b * L;
         T *dq = (T *)g->dq + b * L * E;   /* q is not broadcast: b's own */
         for (int64_t i = 0; i < L * E; i++)
             dq[i] = 0;
@@ -827,7 +828,7 @@ static void SUF(sdpa_bwd_task)(void *arg, int task)
             SUF(sdpa_batch_operands)(p, b, &q, &k, &v, &mask);
             const T *dout = (const T *)g->dout + b * p->L * Ev;
             const T *out = (const T *)g->out + b * p->L * Ev;
-            const T *lse = (const T *)g->lse + b * p->L;
+            const double *lse = (const double *)g->lse + b * p->L;
             if (kv_pass)
                 rc = SUF(sdpa_backward_kv)(p, &ws, qs, q, k, v, mask, dout, out, lse, &first,
                                            j->grads, b, n, kb);
