@@ -387,12 +387,32 @@ def mha_ops(dtype, rng, quick):
                         lambda m=m, x=x, nw=nw: m(x, x, x, need_weights=nw),
                         lambda tm=tm, tx=tx, nw=nw: tm(tx, tx, tx, need_weights=nw),
                         lambda sd=sd, x=x, nw=nw: np_mha(x, sd, H, nw)))
+        if L == 1:
+            continue
+        # forward + backward: myatt.vjp against torch's autograd (x one leaf), compared
+        # on the in_proj_weight gradient; 3x the forward's flops; no NumPy column
+        g = rng.standard_normal((L, N, E)).astype(dtype)
+        tg = torch.from_numpy(g)
+        for nw in (False, True):
+            def myatt_fn(m=m, x=x, g=g, nw=nw):
+                _, pullback = myatt.vjp(m, x, x, x, need_weights=nw)
+                return (pullback(g)["in_proj_weight"],)
+
+            def torch_fn(tm=tm, tx=tx, tg=tg, nw=nw):
+                with torch.enable_grad():
+                    leaf = tx.clone().requires_grad_()
+                    out, _ = tm(leaf, leaf, leaf, need_weights=nw)
+                    return torch.autograd.grad(out, [tm.in_proj_weight, leaf,
+                                                     *tm.out_proj.parameters(),
+                                                     tm.in_proj_bias], tg)
+            ops.append((f"mha train N={N} L={L} E={E} H={H} need_weights={nw}", 3 * flops,
+                        None, myatt_fn, torch_fn, None))
     return ops
 
 
 def first(result):
     """The array a row compares: the output (forward), the attn.weight gradient (train),
-    grad_query (sdpa train)."""
+    grad_query (sdpa train), the in_proj_weight gradient (mha train)."""
     if isinstance(result, dict):
         return result["attn.weight"]
     return result[0] if isinstance(result, tuple) else result
@@ -541,7 +561,7 @@ def run(args):
                 with Threads(n):
                     for op, flops, elems, fm, ft, fn in ops:
                         add(f"{op} {np.dtype(dtype).name}", n, flops, elems, dtype,
-                            (fm, ft, fn), (fm(), ft(), fn()))
+                            (fm, ft, fn), (fm(), ft()))
         # ---- GEMM alone ----
         if not args.only:
             a = rng.standard_normal((1, gemm_n, gemm_n)).astype(np.float32)
@@ -555,7 +575,8 @@ def run(args):
     print("-" * len(HEADER))
     print("|myatt-torch|: max abs difference of the outputs (a sanity check, not a test); "
           "=torch: share of output elements bit-identical to torch's (train: of the "
-          "attn.weight gradient; sdpa train: of grad_query); sdpa: 4*L*S*E flops per head "
+          "attn.weight gradient; sdpa train: of grad_query; mha train: of the in_proj_weight "
+          "gradient); sdpa: 4*L*S*E flops per head "
           "(causal: half; train: 3x, forward + backward through myatt.vjp vs torch autograd "
           "vs NumPy gradients by hand from the materialised weights); train: forward + "
           "backward through myatt.vjp, every "
