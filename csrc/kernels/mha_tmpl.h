@@ -48,13 +48,11 @@ static int SUF(mha_project)(T **proj, SUF(mha_seq) *q, SUF(mha_seq) *k, SUF(mha_
     if (buf == NULL)
         return -1;
     SUF(mha_views)(buf, q, k, v, p);
-    int rc;
     if (p->qkv_same) {   /* [L*N, 3E] = query @ in_proj_weight^T + in_proj_bias */
         const mk_cmat w = {p->w_q.data, 3 * E, E, p->w_q.rs, p->w_q.cs};
         return SUF(linear_forward)(mk_mat_c(buf, LN, 3 * E), mk_cmat_c(p->query, LN, E), w, bq);
     }
-    rc = SUF(linear_forward)(mk_mat_c(buf, LN, E), mk_cmat_c(p->query, LN, E), p->w_q, bq);
-    if (rc < 0)
+    if (SUF(linear_forward)(mk_mat_c(buf, LN, E), mk_cmat_c(p->query, LN, E), p->w_q, bq) < 0)
         return -1;
     if (p->kv_same) {    /* [S*N, 2E] = key @ in_proj_weight[E:]^T + bias[E:] */
         const mk_cmat w = {p->w_k.data, 2 * E, E, p->w_k.rs, p->w_k.cs};
@@ -168,7 +166,8 @@ static void SUF(mha_heads_copy)(T *c, SUF(mha_seq) x, int64_t len, const mha_pro
     for (int64_t b = 0; b < N; b++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t i = 0; i < len; i++) {
-                T *xr = x.data + b * x.sb + i * x.si + h * hd, *cr = c + ((b * H + h) * len + i) * hd;
+                T *xr = x.data + b * x.sb + i * x.si + h * hd;
+                T *cr = c + ((b * H + h) * len + i) * hd;
                 memcpy(to_x ? xr : cr, to_x ? cr : xr, (size_t)hd * sizeof(T));
             }
 }
@@ -250,10 +249,19 @@ static T *SUF(mha_scaled_q)(SUF(mha_seq) q, const mha_problem *p)
     return qs;
 }
 
-/* Whether weight (bh, i, j) is dropped, and the factor of the kept ones. */
-static T SUF(mha_keep_factor)(const mha_problem *p)
+/* Dropout on w [N*H, L, S2] (the weights, or their gradient in the backward):
+ * entry (bh, i, j) zeroed where sdpa_dropout_uniform draws below dropout_p, the
+ * others scaled by 1 / (1 - dropout_p) (zeros when dropout_p is 1). */
+static void SUF(mha_dropout)(T *w, const mha_problem *p, int64_t S2)
 {
-    return p->dropout_p >= 1 ? (T)0 : (T)(1.0 / (1.0 - p->dropout_p));
+    const T keep = p->dropout_p >= 1 ? (T)0 : (T)(1.0 / (1.0 - p->dropout_p));
+    for (int64_t bh = 0; bh < p->N * p->H; bh++)
+        for (int64_t i = 0; i < p->L; i++) {
+            T *row = w + (bh * p->L + i) * S2;
+            for (int64_t j = 0; j < S2; j++)
+                row[j] = sdpa_dropout_uniform(p->dropout_seed, bh, i, j) < p->dropout_p
+                         ? (T)0 : row[j] * keep;
+        }
 }
 
 /* 4b. need_weights == 1: torch's order.  w [N, H, L, S2] gets the weights;
@@ -288,14 +296,7 @@ static int SUF(mha_heads_weights)(SUF(mha_seq) heads, SUF(mha_seq) q, SUF(mha_se
     if (p->dropout_p > 0) {
         if (pw != NULL)
             memcpy(pw, w, (size_t)(N * H * L * S2) * sizeof(T));
-        const T keep = SUF(mha_keep_factor)(p);
-        for (int64_t bh = 0; bh < N * H; bh++)
-            for (int64_t i = 0; i < L; i++) {
-                T *row = w + (bh * L + i) * S2;
-                for (int64_t j = 0; j < S2; j++)
-                    row[j] = sdpa_dropout_uniform(p->dropout_seed, bh, i, j) < p->dropout_p
-                             ? (T)0 : row[j] * keep;
-            }
+        SUF(mha_dropout)(w, p, S2);
     }
     /* heads[b, :, h] = weights[b, h] @ v[b, :, h] */
     for (int64_t b = 0; b < N && rc == 0; b++)
@@ -404,16 +405,8 @@ static int SUF(mha_heads_weights_backward)(SUF(mha_seq) dq, SUF(mha_seq) dk, SUF
                 for (int64_t r = 0; r < LS; r++)
                     d[r] += p->average_weights ? g[r] / (T)H : g[r];
             }
-    if (p->dropout_p > 0) {
-        const T keep = SUF(mha_keep_factor)(p);
-        for (int64_t bh = 0; bh < N * H; bh++)
-            for (int64_t i = 0; i < L; i++) {
-                T *row = ds + (bh * L + i) * S2;
-                for (int64_t j = 0; j < S2; j++)
-                    row[j] = sdpa_dropout_uniform(p->dropout_seed, bh, i, j) < p->dropout_p
-                             ? (T)0 : row[j] * keep;
-            }
-    }
+    if (p->dropout_p > 0)   /* dropout's backward: the same mask and scale */
+        SUF(mha_dropout)(ds, p, S2);
     SUF(softmax_backward)(ds, ds, pw, N * H * L, S2, 1);
     const T sc = SUF(mha_scale)(p);
     for (int64_t b = 0; b < N; b++) {
