@@ -289,6 +289,16 @@ def _plain_module_backward(m, Q, K, V, go, ga):
     return reference.myatt_backward(m.state_dict(), Q, K, V, go, ga)
 
 
+def _additive_mask(mask, shape):
+    """A MultiheadAttention mask as the float64 array added to the scores (bool: True =
+    ignored, -inf), reshaped; zeros for None."""
+    if mask is None:
+        return np.zeros(shape)
+    a = np.asarray(mask)
+    a = np.where(a, -np.inf, 0.0) if a.dtype == bool else a.astype(np.float64)
+    return a.reshape(shape)
+
+
 def _plain_mha(m, query, key, value, key_padding_mask=None, attn_mask=None,
                need_weights=True):
     """(attn_output, attn_weights averaged over heads, or None) of torch's
@@ -305,16 +315,9 @@ def _plain_mha(m, query, key, value, key_padding_mask=None, attn_mask=None,
         q, k, v = (x.swapaxes(0, 1) for x in (q, k, v))
     L, N, S = q.shape[0], q.shape[1], k.shape[0]
 
-    def additive(mask, shape):
-        if mask is None:
-            return np.zeros(shape)
-        a = np.asarray(mask)
-        a = np.where(a, -np.inf, 0.0) if a.dtype == bool else a.astype(np.float64)
-        return a.reshape(shape)
-
-    kpm = additive(key_padding_mask, (N, 1, 1, S))
-    am = additive(attn_mask, (1, 1, L, S) if attn_mask is None or np.ndim(attn_mask) == 2
-                  else (N, H, L, S))
+    kpm = _additive_mask(key_padding_mask, (N, 1, 1, S))
+    am = _additive_mask(attn_mask, (1, 1, L, S) if attn_mask is None or np.ndim(attn_mask) == 2
+                        else (N, H, L, S))
     if "in_proj_weight" in p:
         wq, wk, wv = np.split(p["in_proj_weight"], 3)
     else:
@@ -366,14 +369,7 @@ def _plain_mha_backward(m, query, key, value, key_padding_mask=None, attn_mask=N
     g = to_lne(g)
     L, N, S = q.shape[0], q.shape[1], k.shape[0]
 
-    def additive(mask, shape):
-        if mask is None:
-            return np.zeros(shape)
-        a = np.asarray(mask)
-        a = np.where(a, -np.inf, 0.0) if a.dtype == bool else a.astype(np.float64)
-        return a.reshape(shape)
-
-    mask = additive(key_padding_mask, (N, 1, 1, S)) + additive(
+    mask = _additive_mask(key_padding_mask, (N, 1, 1, S)) + _additive_mask(
         attn_mask, (N, H, L, S) if np.ndim(attn_mask) == 3 else (1, 1, L, S))
     if "in_proj_weight" in p:
         ws = np.split(p["in_proj_weight"], 3)
