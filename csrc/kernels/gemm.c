@@ -169,24 +169,24 @@ const gemm_microkernel_f64 *gemm_select_f64(void)
 #define SUF(name) name##_f64
 #include "gemm_tmpl.h"
 
-int gemm_f32(mk_mat c, mk_cmat a, mk_cmat b, const void *bias, int accumulate)
+int gemm_strided_f32(void *c, int64_t rs_c, int64_t cs_c,
+                     const void *a1, int64_t rs_a1, int64_t cs_a1, int64_t k1,
+                     const void *a2, int64_t rs_a2, int64_t cs_a2,
+                     const void *b, int64_t rs_b, int64_t cs_b, const void *bias,
+                     int64_t m, int64_t n, int64_t k, int accumulate)
 {
-    return gemm_body_f32(c, a, b, bias, accumulate);
+    return gemm_strided_body_f32(c, rs_c, cs_c, a1, rs_a1, cs_a1, k1, a2, rs_a2, cs_a2,
+                                 b, rs_b, cs_b, bias, m, n, k, accumulate);
 }
 
-int gemm_f64(mk_mat c, mk_cmat a, mk_cmat b, const void *bias, int accumulate)
+int gemm_strided_f64(void *c, int64_t rs_c, int64_t cs_c,
+                     const void *a1, int64_t rs_a1, int64_t cs_a1, int64_t k1,
+                     const void *a2, int64_t rs_a2, int64_t cs_a2,
+                     const void *b, int64_t rs_b, int64_t cs_b, const void *bias,
+                     int64_t m, int64_t n, int64_t k, int accumulate)
 {
-    return gemm_body_f64(c, a, b, bias, accumulate);
-}
-
-int gemm_cat_f32(mk_mat c, mk_cmat a1, mk_cmat a2, mk_cmat b, const void *bias, int accumulate)
-{
-    return gemm_cat_body_f32(c, a1, a2, b, bias, accumulate);
-}
-
-int gemm_cat_f64(mk_mat c, mk_cmat a1, mk_cmat a2, mk_cmat b, const void *bias, int accumulate)
-{
-    return gemm_cat_body_f64(c, a1, a2, b, bias, accumulate);
+    return gemm_strided_body_f64(c, rs_c, cs_c, a1, rs_a1, cs_a1, k1, a2, rs_a2, cs_a2,
+                                 b, rs_b, cs_b, bias, m, n, k, accumulate);
 }
 
 int gemm_run_f32(const gemm_microkernel_f32 *uk,

@@ -2,7 +2,7 @@
  *   T          the element type (float or double)
  *   SUF(name)  name##_f32 or name##_f64
  * defined, and undefined again at the end of this file.  No include guard on
- * purpose.  It defines static bodies only (gemm_body, gemm_cat_body,
+ * purpose.  It defines static bodies only (gemm_strided_body,
  * gemm_run_body): gemm.c writes out the public symbols.  See gemm.h for the
  * contract and gemm_internal.h for the micro-kernel interface.
  *
@@ -481,20 +481,16 @@ static int SUF(gemm_run_body)(const SUF(gemm_microkernel) *uk,
     return SUF(gemm_run_src)(uk, c, rs_c, cs_c, &A, b, rs_b, cs_b, bias, m, n, k, accumulate);
 }
 
-/* gemm.h's gemm_cat: A = [a1 | a2], k1 = a1.cols, k = a1.cols + a2.cols */
-static int SUF(gemm_cat_body)(mk_mat c, mk_cmat a1, mk_cmat a2, mk_cmat b, const void *bias,
-                              int accumulate)
+/* gemm.h's gemm_strided: A = [a1 | a2], k1 >= k for a single source */
+static int SUF(gemm_strided_body)(T *c, int64_t rs_c, int64_t cs_c,
+                                  const T *a1, int64_t rs_a1, int64_t cs_a1, int64_t k1,
+                                  const T *a2, int64_t rs_a2, int64_t cs_a2,
+                                  const T *b, int64_t rs_b, int64_t cs_b, const T *bias,
+                                  int64_t m, int64_t n, int64_t k, int accumulate)
 {
-    const SUF(gemm_a) A = {a1.data, a1.rs, a1.cs, a1.cols, a2.data, a2.rs, a2.cs};
-    return SUF(gemm_run_src)(SUF(gemm_select)(), c.data, c.rs, c.cs, &A, b.data, b.rs, b.cs,
-                             bias, c.rows, c.cols, a1.cols + a2.cols, accumulate);
-}
-
-/* gemm.h's gemm: m = c.rows, n = c.cols, k = a.cols */
-static int SUF(gemm_body)(mk_mat c, mk_cmat a, mk_cmat b, const void *bias, int accumulate)
-{
-    return SUF(gemm_run_body)(SUF(gemm_select)(), c.data, c.rs, c.cs, a.data, a.rs, a.cs,
-                              b.data, b.rs, b.cs, bias, c.rows, c.cols, a.cols, accumulate);
+    const SUF(gemm_a) A = {a1, rs_a1, cs_a1, k1, a2, rs_a2, cs_a2};
+    return SUF(gemm_run_src)(SUF(gemm_select)(), c, rs_c, cs_c, &A, b, rs_b, cs_b, bias,
+                             m, n, k, accumulate);
 }
 
 #undef T
