@@ -170,6 +170,23 @@ def test_linear_rows_do_not_depend_on_their_neighbours(rng, dtype, n, k):
     check_linear(x[:1], w, bias)
 
 
+@pytest.mark.parametrize("n,k", [(33, 512), (40, 500), (56, 256), (100, 121), (9, 64)])
+def test_linear_row_against_weight_rows_1kib_apart(rng, dtype, n, k):
+    """Weight rows a multiple of 1 KiB apart, where the one-row direct loop takes a cache
+    line of each row per visit of a group (gemm_row_avx.h): the first k columns of an
+    [n, 512] weight (rows 2 KiB apart in float32, 4 KiB in float64), so that the blocks end
+    in steps of 4 (2) terms and single terms (k = 500, 121), with every tail of column
+    groups.  One row alone equals its row of the packed path, and torch."""
+    x = scaled(rng, (50, k), dtype, k)
+    w = scaled(rng, (n, 512), dtype, k)[:, :k]
+    bias = scaled(rng, (n,), dtype, k)
+    whole = myatt.linear(x, w, bias)
+    for i in [0, 7, 49]:
+        np.testing.assert_array_equal(myatt.linear(x[i], w, bias), whole[i])
+        np.testing.assert_array_equal(myatt.linear(x[i], w), myatt.linear(x[i:i + 1], w)[0])
+    check_linear(x[:1], w, bias)
+
+
 # --------------------------------------------------------------------------- #
 # Layouts: strides reach the GEMM as they are (packing absorbs them)
 # --------------------------------------------------------------------------- #

@@ -33,14 +33,14 @@ static inline int64_t gemm_ceil_div(int64_t x, int64_t d) { return (x + d - 1) /
 /* Whether gemm skips packing and runs the direct loop (see GEMM_SMALL_WORK).
  * A test build may define GEMM_FORCE_PATH as 1 (always packed) or 2 (always
  * direct) to compare the two paths bit for bit. */
-static int gemm_use_direct(int64_t m, int64_t n, int64_t k, int mr, int64_t cs_b)
+static int gemm_use_direct(int64_t m, int64_t n, int64_t k, int mr, int64_t rs_b, int64_t cs_b)
 {
 #ifdef GEMM_FORCE_PATH
-    (void)m, (void)n, (void)k, (void)mr, (void)cs_b;
+    (void)m, (void)n, (void)k, (void)mr, (void)rs_b, (void)cs_b;
     return GEMM_FORCE_PATH == 2;
 #else
     const double work = (double)m * (double)n * (double)k;
-    return work <= GEMM_SMALL_WORK
+    return work <= GEMM_SMALL_WORK || (m == 1 && rs_b == 1)
            || (m < mr && (cs_b == 1 || work <= GEMM_SMALL_ROWS_WORK));
 #endif
 }

@@ -77,7 +77,10 @@ static inline int64_t gemm_sum_block(int64_t k)
  * (cs_b != 1): packing B and A for one row then runs a full MR-row tile of
  * which one row is kept (the seed's 1 x 96 @ 96 x 32: the direct loop, with
  * its transposing strip copy or, on the SIMD paths, one row transposed in
- * registers, skips both allocations). */
+ * registers, skips both allocations).  One row against a transposed weight
+ * (m == 1, rs_b == 1) takes the direct loop at any size: packing would copy the
+ * whole weight to use each element once (MultiheadAttention's one token, 1 x 512
+ * @ 512 x 1536 float32 on a Zen 3: 395 us packed, 141 us direct). */
 #define GEMM_SMALL_ROWS_WORK 32768.0
 
 /* Most bytes one thread's packed B block may take (see gemm_packed in

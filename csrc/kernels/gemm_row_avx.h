@@ -6,6 +6,24 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+/* acc + the 4 terms a[0], a[cs_a], a[2 cs_a], a[3 cs_a] against W[0:8, 0:4] (w, rows
+ * cs_b apart), in order: rows j and j + 4 in the two 128-bit lanes, a 4 x 4 transpose
+ * in each. */
+static inline __attribute__((always_inline))
+__m256 gemm_row_wt_f32_step(__m256 acc, const float *a, int64_t cs_a, const float *w, int64_t cs_b)
+{
+    const __m256 r04 = _mm256_loadu2_m128(w + 4 * cs_b, w);   /* rows 0 | 4 */
+    const __m256 r15 = _mm256_loadu2_m128(w + 5 * cs_b, w + cs_b);
+    const __m256 r26 = _mm256_loadu2_m128(w + 6 * cs_b, w + 2 * cs_b);
+    const __m256 r37 = _mm256_loadu2_m128(w + 7 * cs_b, w + 3 * cs_b);
+    const __m256 t0 = _mm256_unpacklo_ps(r04, r15), t1 = _mm256_unpackhi_ps(r04, r15);
+    const __m256 t2 = _mm256_unpacklo_ps(r26, r37), t3 = _mm256_unpackhi_ps(r26, r37);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(a[0]), _mm256_shuffle_ps(t0, t2, 0x44), acc);  /* W[., 0] */
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(a[cs_a]), _mm256_shuffle_ps(t0, t2, 0xEE), acc);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(a[2 * cs_a]), _mm256_shuffle_ps(t1, t3, 0x44), acc);
+    return _mm256_fmadd_ps(_mm256_set1_ps(a[3 * cs_a]), _mm256_shuffle_ps(t1, t3, 0xEE), acc);
+}
+
 /* One row of c against B = weight^T (rs_b == 1), float32, the transpose done
  * in registers instead of through a strip: for j < n, each block of kc terms
  *   s = chain over p in the block of fma(a[p * cs_a], b[j * cs_b + p], .) from 0
@@ -19,6 +37,7 @@ void gemm_row_wt_f32_groups(float *c, int64_t cs_c, const float *a, int64_t cs_a
                             const float *b, int64_t cs_b, int64_t k, int64_t kc,
                             int c_holds_value, const int G)
 {
+    const int line_visits = (cs_b * (int64_t)sizeof(float)) % 1024 == 0;
     for (int64_t p0 = 0; p0 < k; p0 += kc) {
         const int64_t p1 = k - p0 < kc ? k : p0 + kc;   /* the block [p0, p1) */
         __m256 acc[4];
@@ -26,23 +45,25 @@ void gemm_row_wt_f32_groups(float *c, int64_t cs_c, const float *a, int64_t cs_a
         for (int g = 0; g < G; g++)
             acc[g] = _mm256_setzero_ps();
         int64_t p = p0;
+        /* The loop after this one takes 4 terms of all 32 rows a step, the G chains side
+         * by side.  Rows a multiple of 1 KiB apart (k = 256, 512, ...) fall in 4 or fewer
+         * sets of L1 (8-way, 4 KiB a way), so there every line was fetched again for each
+         * of its 4 steps (1 x 512 @ 512 x 1536 ran at 6 GFLOP/s).  For such rows each
+         * group takes 16 terms, a cache line of each of its rows, per visit instead:
+         * 10-11 GFLOP/s, though its 16 FMAs are one chain (k = 520: 17 the other way). */
+        for (; line_visits && p + 16 <= p1; p += 16) {
+#pragma GCC unroll 4
+            for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+                for (int q = 0; q < 16; q += 4)
+                    acc[g] = gemm_row_wt_f32_step(acc[g], a + (p + q) * cs_a, cs_a,
+                                                  b + 8 * g * cs_b + p + q, cs_b);
+        }
         for (; p + 4 <= p1; p += 4) {
-            const __m256 a0 = _mm256_set1_ps(a[p * cs_a]), a1 = _mm256_set1_ps(a[(p + 1) * cs_a]);
-            const __m256 a2 = _mm256_set1_ps(a[(p + 2) * cs_a]);
-            const __m256 a3 = _mm256_set1_ps(a[(p + 3) * cs_a]);
             const float *w = b + p;   /* W[8g:8g+8, p:p+4] */
 #pragma GCC unroll 4
             for (int g = 0; g < G; g++) {
-                const __m256 r04 = _mm256_loadu2_m128(w + 4 * cs_b, w);   /* rows 0 | 4 */
-                const __m256 r15 = _mm256_loadu2_m128(w + 5 * cs_b, w + cs_b);
-                const __m256 r26 = _mm256_loadu2_m128(w + 6 * cs_b, w + 2 * cs_b);
-                const __m256 r37 = _mm256_loadu2_m128(w + 7 * cs_b, w + 3 * cs_b);
-                const __m256 t0 = _mm256_unpacklo_ps(r04, r15), t1 = _mm256_unpackhi_ps(r04, r15);
-                const __m256 t2 = _mm256_unpacklo_ps(r26, r37), t3 = _mm256_unpackhi_ps(r26, r37);
-                acc[g] = _mm256_fmadd_ps(a0, _mm256_shuffle_ps(t0, t2, 0x44), acc[g]);  /* W[., p] */
-                acc[g] = _mm256_fmadd_ps(a1, _mm256_shuffle_ps(t0, t2, 0xEE), acc[g]);
-                acc[g] = _mm256_fmadd_ps(a2, _mm256_shuffle_ps(t1, t3, 0x44), acc[g]);
-                acc[g] = _mm256_fmadd_ps(a3, _mm256_shuffle_ps(t1, t3, 0xEE), acc[g]);
+                acc[g] = gemm_row_wt_f32_step(acc[g], a + p * cs_a, cs_a, w, cs_b);
                 w += 8 * cs_b;
                 __asm__("" : "+r"(w));   /* as in gemm_row_wt_f64_groups */
             }
@@ -108,6 +129,19 @@ static void gemm_row_wt_f32(float *c, int64_t cs_c, const float *a, int64_t cs_a
     }
 }
 
+/* acc + the 2 terms a[0], a[cs_a] against W[0:4, 0:2] (w, rows cs_b apart), in order */
+static inline __attribute__((always_inline))
+__m256d gemm_row_wt_f64_step(__m256d acc, const double *a, int64_t cs_a, const double *w,
+                             int64_t cs_b)
+{
+    const __m256d r02 = _mm256_blend_pd(_mm256_broadcast_pd((const __m128d *)w),
+                                        _mm256_broadcast_pd((const __m128d *)(w + 2 * cs_b)), 0xC);
+    const __m256d r13 = _mm256_blend_pd(_mm256_broadcast_pd((const __m128d *)(w + cs_b)),
+                                        _mm256_broadcast_pd((const __m128d *)(w + 3 * cs_b)), 0xC);
+    acc = _mm256_fmadd_pd(_mm256_set1_pd(a[0]), _mm256_unpacklo_pd(r02, r13), acc);   /* W[., 0] */
+    return _mm256_fmadd_pd(_mm256_set1_pd(a[cs_a]), _mm256_unpackhi_pd(r02, r13), acc);
+}
+
 /* One row of c against B = weight^T (rs_b == 1), float64, the transpose done
  * in registers instead of through a strip: for j < n,
  *   c[j * cs_c] = chain over p < k of fma(a[p * cs_a], b[j * cs_b + p], .)
@@ -131,19 +165,22 @@ void gemm_row_wt_f64_groups(double *c, int64_t cs_c, const double *a, int64_t cs
                  : _mm256_set_pd(c_g[3 * cs_c], c_g[2 * cs_c], c_g[cs_c], c_g[0]);
     }
     int64_t p = 0;
+    /* 8 terms (a cache line of each row) per visit of a group where the rows are a
+     * multiple of 1 KiB apart: see gemm_row_wt_f32_groups (4 KiB rows put all 32 in one
+     * set: 1 x 512 @ 512 x 1536 ran at 1.7 GFLOP/s, 4.5 this way). */
+    for (; (cs_b * (int64_t)sizeof(double)) % 1024 == 0 && p + 8 <= k; p += 8) {
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++)
+#pragma GCC unroll 4
+            for (int q = 0; q < 8; q += 2)
+                acc[g] = gemm_row_wt_f64_step(acc[g], a + (p + q) * cs_a, cs_a,
+                                              b + 4 * g * cs_b + p + q, cs_b);
+    }
     for (; p + 2 <= k; p += 2) {
-        const __m256d a0 = _mm256_set1_pd(a[p * cs_a]), a1 = _mm256_set1_pd(a[(p + 1) * cs_a]);
         const double *w = b + p;   /* W[4g:4g+4, p:p+2] */
 #pragma GCC unroll 8
         for (int g = 0; g < G; g++) {
-            const __m256d r02 = _mm256_blend_pd(_mm256_broadcast_pd((const __m128d *)w),
-                                                _mm256_broadcast_pd((const __m128d *)(w + 2 * cs_b)),
-                                                0xC);
-            const __m256d r13 = _mm256_blend_pd(_mm256_broadcast_pd((const __m128d *)(w + cs_b)),
-                                                _mm256_broadcast_pd((const __m128d *)(w + 3 * cs_b)),
-                                                0xC);
-            acc[g] = _mm256_fmadd_pd(a0, _mm256_unpacklo_pd(r02, r13), acc[g]);   /* W[., p] */
-            acc[g] = _mm256_fmadd_pd(a1, _mm256_unpackhi_pd(r02, r13), acc[g]);   /* W[., p+1] */
+            acc[g] = gemm_row_wt_f64_step(acc[g], a + p * cs_a, cs_a, w, cs_b);
             w += 4 * cs_b;
             /* an opaque step: else GCC keeps all 4G row offsets, spilled to the
              * stack and reloaded before every load: 1.4x slower) */

@@ -416,7 +416,7 @@ static int SUF(gemm_run_src)(const SUF(gemm_microkernel) *uk,
      *    and full tiles would mostly multiply zero padding.  (Every column of
      *    the direct loop is computed alone, so bands of columns of any width
      *    give the same bits.) */
-    int direct = gemm_use_direct(m, n, k, uk->mr, cs_b);
+    int direct = gemm_use_direct(m, n, k, uk->mr, rs_b, cs_b);
     /* A two-source A (gemm_cat) small enough is concatenated on the stack, so
      * the direct loop sees one source: the same arithmetic as a gemm on the
      * concatenated copy (the path depends on m, n, k and cs_b only). */
