@@ -456,7 +456,7 @@ static void all_params(MHAObject *self, PyArrayObject **params);
  * array) and of the parameters, and the problem pointed at them. */
 static int keep_copies(MHAObject *self, const mha_args *a, mha_problem *p, mha_kept *keep)
 {
-    PyArrayObject *in[MHA_KEPT_INPUTS] = {a->q, a->k, a->v, a->kpm, a->am};
+    PyArrayObject *in[MHA_KEPT_INPUTS] = {a->q, a->k, a->v, a->kpm, a->am};   /* MHA_IN_* */
     for (int i = 0; i < MHA_KEPT_INPUTS; i++) {
         int j = 0;
         while (j < i && in[j] != in[i])
@@ -476,13 +476,13 @@ static int keep_copies(MHAObject *self, const mha_args *a, mha_problem *p, mha_k
             return -1;
     keep->dtype = self->dtype;
     problem_params(self, keep->params, p);
-    p->query = PyArray_DATA(keep->inputs[0]);
-    p->key = PyArray_DATA(keep->inputs[1]);
-    p->value = PyArray_DATA(keep->inputs[2]);
+    p->query = PyArray_DATA(keep->inputs[MHA_IN_QUERY]);
+    p->key = PyArray_DATA(keep->inputs[MHA_IN_KEY]);
+    p->value = PyArray_DATA(keep->inputs[MHA_IN_VALUE]);
     if (p->key_padding_mask != NULL)
-        p->key_padding_mask = PyArray_DATA(keep->inputs[3]);
+        p->key_padding_mask = PyArray_DATA(keep->inputs[MHA_IN_KEY_PADDING_MASK]);
     if (p->attn_mask != NULL)
-        p->attn_mask = PyArray_DATA(keep->inputs[4]);
+        p->attn_mask = PyArray_DATA(keep->inputs[MHA_IN_ATTN_MASK]);
     return 0;
 }
 
@@ -618,39 +618,22 @@ void mha_kept_clear(mha_kept *kept)
     mha_saved_free(&kept->s);
 }
 
-PyObject *mha_grads_run(const mha_kept *kept, PyArrayObject *grad_output, PyObject *gw)
+PyObject *mha_grads_run(const mha_kept *kept, PyArrayObject *grad_output, PyArrayObject *gw)
 {
     const myatt_dtype *dt = kept->dtype;
     const mha_problem *p = &kept->p;
-    PyArrayObject *go = NULL, *rgw = NULL, *gwc = NULL;
+    PyArrayObject *go = NULL, *gwc = NULL;
     PyArrayObject *g[MHA_KEPT_INPUTS + MHA_KEPT_PARAMS] = {NULL};   /* as mha_kept_names */
     PyObject *result = NULL;
-    if (gw != Py_None && kept->wnd == 0) {
-        PyErr_SetString(PyExc_TypeError, "pullback(): grad_attn_weights must be None: the "
-                        "forward had need_weights=False (its attn_weights was None)");
-        return NULL;
-    }
-    if (gw != Py_None) {
-        if ((rgw = as_real_array(gw, "pullback(): grad_attn_weights")) == NULL)
-            goto done;
-        if (PyArray_NDIM(rgw) != kept->wnd
-                || !PyArray_CompareLists(PyArray_DIMS(rgw), (npy_intp *)kept->wdims, kept->wnd)) {
-            char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN];
-            PyErr_Format(PyExc_ValueError, "pullback(): grad_attn_weights must have shape %s, "
-                         "got %s", shape_str(s1, sizeof s1, kept->wnd, kept->wdims),
-                         SHAPE_OF(s2, rgw));
-            goto done;
-        }
-        if ((gwc = cast_array(rgw, dt->typenum, 1)) == NULL)
-            goto done;
-    }
+    if (gw != NULL && (gwc = cast_array(gw, dt->typenum, 1)) == NULL)
+        goto done;
     if ((go = cast_array(grad_output, dt->typenum, 1)) == NULL)
         goto done;
     /* every gradient shaped as what it differentiates; query, key and value apart */
     for (int i = 0; i < MHA_KEPT_INPUTS + MHA_KEPT_PARAMS; i++) {
         PyArrayObject *x = i < MHA_KEPT_INPUTS ? kept->inputs[i]
                                                : kept->params[i - MHA_KEPT_INPUTS];
-        if (x == NULL || i == 3 || i == 4)   /* no gradient for the masks */
+        if (x == NULL || i == MHA_IN_KEY_PADDING_MASK || i == MHA_IN_ATTN_MASK)
             continue;
         if ((g[i] = (PyArrayObject *)new_array(PyArray_NDIM(x), PyArray_DIMS(x), dt->typenum,
                                                "pullback(): a gradient")) == NULL)
@@ -669,8 +652,8 @@ PyObject *mha_grads_run(const mha_kept *kept, PyArrayObject *grad_output, PyObje
     }
 #define DATA_OR_NULL(a) ((a) != NULL ? PyArray_DATA(a) : NULL)
     const mha_grads grads = {
-        .d_query = PyArray_DATA(g[0]), .d_key = PyArray_DATA(g[1]),
-        .d_value = PyArray_DATA(g[2]),
+        .d_query = PyArray_DATA(g[MHA_IN_QUERY]), .d_key = PyArray_DATA(g[MHA_IN_KEY]),
+        .d_value = PyArray_DATA(g[MHA_IN_VALUE]),
         .d_w = {d_w[0], d_w[1], d_w[2]},
         .d_b_in = DATA_OR_NULL(g[G_IN + P_IN_BIAS]),
         .d_bias_k = DATA_OR_NULL(g[G_IN + P_BIAS_K]),
@@ -701,7 +684,6 @@ done:
     for (int i = 0; i < MHA_KEPT_INPUTS + MHA_KEPT_PARAMS; i++)
         Py_XDECREF(g[i]);
     Py_XDECREF(go);
-    Py_XDECREF(rgw);
     Py_XDECREF(gwc);
     return result;
 }

@@ -163,6 +163,26 @@ fail:
     return result;
 }
 
+static PyObject *pull_mha(PullbackObject *self, PyArrayObject *go, PyObject *GA)
+{
+    const mha_kept *kp = &self->mkept;
+    PyArrayObject *rga = NULL;
+    if (GA != Py_None && kp->wnd == 0) {
+        PyErr_SetString(PyExc_TypeError, "pullback(): grad_attn_weights must be None: the "
+                        "forward had need_weights=False (its attn_weights was None)");
+        return NULL;
+    }
+    if (GA != Py_None
+            && ((rga = as_real_array(GA, "pullback(): grad_attn_weights")) == NULL
+                || check_cotangent(rga, kp->wnd, kp->wdims, "grad_attn_weights") < 0)) {
+        Py_XDECREF(rga);
+        return NULL;
+    }
+    PyObject *result = mha_grads_run(kp, go, rga);
+    Py_XDECREF(rga);
+    return result;
+}
+
 PyDoc_STRVAR(Pullback_call_doc,
 "__call__($self, /, grad_output, grad_attn_weights=None)\n--\n\n"
 "The gradients at the values the forward saw, from the cotangents.\n"
@@ -226,7 +246,7 @@ static PyObject *Pullback_call(PullbackObject *self, PyObject *args, PyObject *k
         result = sdpa_grads_run(&self->skept, g);
         break;
     case VJP_MHA:
-        result = mha_grads_run(&self->mkept, g, GA);
+        result = pull_mha(self, g, GA);
         break;
     default:
         result = pull_function(self, g);

@@ -63,11 +63,12 @@ void sdpa_kept_clear(sdpa_kept *kept);
  * (shared where the call passed one array), the masks as the kernel read them,
  * the parameters in state_dict order (NULL where the configuration has none),
  * the problem pointing into them, and the kernel's kept buffers. */
-enum { MHA_KEPT_INPUTS = 5, MHA_KEPT_PARAMS = 9 };
+enum { MHA_IN_QUERY, MHA_IN_KEY, MHA_IN_VALUE, MHA_IN_KEY_PADDING_MASK, MHA_IN_ATTN_MASK,
+       MHA_KEPT_INPUTS };
+enum { MHA_KEPT_PARAMS = 9 };
 typedef struct {
     const myatt_dtype *dtype;
-    PyArrayObject *inputs[MHA_KEPT_INPUTS];   /* query, key, value, key_padding_mask,
-                                                 attn_mask */
+    PyArrayObject *inputs[MHA_KEPT_INPUTS];   /* by MHA_IN_* */
     PyArrayObject *params[MHA_KEPT_PARAMS];
     mha_problem p;
     mha_saved s;
@@ -81,9 +82,9 @@ typedef struct {
 PyObject *mha_forward_keep(PyObject *self, PyObject *args, PyObject *kwds, mha_kept *kept);
 
 /* The pullback's dict (query, key, value and every state_dict key) from kept,
- * grad_output (a real array of the output's shape) and grad_attn_weights
- * (Py_None, or array-like).  NULL on error. */
-PyObject *mha_grads_run(const mha_kept *kept, PyArrayObject *grad_output, PyObject *gw);
+ * grad_output (a real array of the output's shape) and grad_attn_weights (NULL,
+ * or a real array of the weights' shape: vjp.c checks both).  NULL on error. */
+PyObject *mha_grads_run(const mha_kept *kept, PyArrayObject *grad_output, PyArrayObject *gw);
 
 /* The names of kept's arrays in reprs, state_dict order after the inputs. */
 extern const char *const mha_kept_names[MHA_KEPT_INPUTS + MHA_KEPT_PARAMS];
