@@ -656,6 +656,20 @@ static void SUF(sdpa_dvec)(T *dvec, const T *dout, const T *out, int64_t m0, int
     }
 }
 
+/* P and dS of the block (rows m0.., keys n..) of batch index b, as the two passes
+ * and sdpa_backward_all need them: ws->qk, ws->dp (sdpa_block_ds), D in ws->row_sum. */
+static int SUF(sdpa_block_grads)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, const T *q,
+                                 const T *k, const T *v, const void *mask, const T *dout,
+                                 const T *out, const double *lse, int64_t b, int64_t m0,
+                                 int64_t qb, int64_t n, int64_t kb)
+{
+    int64_t q_rs, q_cs;
+    const T *qr = SUF(sdpa_query_rows)(p, ws, q, m0, qb, &q_rs, &q_cs);
+    SUF(sdpa_dvec)(ws->row_sum, dout, out, m0, qb, p->Ev);
+    return SUF(sdpa_block_ds)(p, ws, qr, q_rs, q_cs, k, v, mask, dout, lse, ws->row_sum,
+                              b, m0, qb, n, kb);
+}
+
 /* Pass 1: adds batch index b's share of dK and / or dV (`grads`) of keys
  * [n, n + kb) into ws->acc ([kb, E] then [kb, Ev]); *first: nothing added yet
  * (then set to 0). */
@@ -670,11 +684,7 @@ static int SUF(sdpa_backward_kv)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, 
         const int64_t qb = L - m0 < qs ? L - m0 : qs;
         if (p->is_causal && m0 + qb - 1 < n)
             continue;   /* no row of this block sees these keys */
-        int64_t q_rs, q_cs;
-        const T *qr = SUF(sdpa_query_rows)(p, ws, q, m0, qb, &q_rs, &q_cs);
-        SUF(sdpa_dvec)(ws->row_sum, dout, out, m0, qb, Ev);
-        if (SUF(sdpa_block_ds)(p, ws, qr, q_rs, q_cs, k, v, mask, dout, lse, ws->row_sum,
-                               b, m0, qb, n, kb) != 0)
+        if (SUF(sdpa_block_grads)(p, ws, q, k, v, mask, dout, out, lse, b, m0, qb, n, kb) != 0)
             return -1;
         if (SUF(sdpa_dkdv)(p, ws, grads, dk_acc, dv_acc, dout + m0 * Ev, q + m0 * p->q.rs,
                            qb, kb, !*first) != 0)
@@ -747,15 +757,12 @@ static int SUF(sdpa_backward_all)(const sdpa_problem *p, const sdpa_grads *g,
                 const int64_t qb = L - m0 < qs ? L - m0 : qs;
                 if (p->is_causal && m0 + qb - 1 < n)
                     continue;   /* no row of this block sees these keys */
-                int64_t q_rs, q_cs;
-                const T *qr = SUF(sdpa_query_rows)(p, ws, q, m0, qb, &q_rs, &q_cs);
-                SUF(sdpa_dvec)(ws->row_sum, dout, out, m0, qb, Ev);
-                if (SUF(sdpa_block_ds)(p, ws, qr, q_rs, q_cs, k, v, mask, dout, lse,
-                                       ws->row_sum, b, m0, qb, n, kb) != 0)
+                if (SUF(sdpa_block_grads)(p, ws, q, k, v, mask, dout, out, lse, b, m0, qb, n,
+                                          kb) != 0)
                     return -1;
                 /* dv[n:], dk[n:] += ...;  dq[m0:, E] += dS @ k[n:] */
-                if (SUF(sdpa_dkdv)(p, ws, SDPA_GRAD_K | SDPA_GRAD_V, dk + n * E, dv + n * Ev, dout + m0 * Ev,
-                                   q + m0 * p->q.rs, qb, kb, 1) != 0
+                if (SUF(sdpa_dkdv)(p, ws, SDPA_GRAD_K | SDPA_GRAD_V, dk + n * E, dv + n * Ev,
+                                   dout + m0 * Ev, q + m0 * p->q.rs, qb, kb, 1) != 0
                         || SUF(gemm)(mk_mat_c(dq + m0 * E, qb, E), mk_cmat_c(ws->dp, qb, kb),
                                      (mk_cmat){k + n * p->k.rs, kb, E, p->k.rs, p->k.cs},
                                      NULL, 1) != 0)
