@@ -6,11 +6,11 @@
 #include <immintrin.h>
 #include <stdint.h>
 
-/* acc + the 4 terms a[0], a[cs_a], a[2 cs_a], a[3 cs_a] against W[0:8, 0:4] (w, rows
- * cs_b apart), in order: rows j and j + 4 in the two 128-bit lanes, a 4 x 4 transpose
- * in each. */
+/* acc + the 4 terms a0..a3 (broadcast) against W[0:8, 0:4] (w, rows cs_b apart), in
+ * order: rows j and j + 4 in the two 128-bit lanes, a 4 x 4 transpose in each. */
 static inline __attribute__((always_inline))
-__m256 gemm_row_wt_f32_step(__m256 acc, const float *a, int64_t cs_a, const float *w, int64_t cs_b)
+__m256 gemm_row_wt_f32_step(__m256 acc, __m256 a0, __m256 a1, __m256 a2, __m256 a3,
+                            const float *w, int64_t cs_b)
 {
     const __m256 r04 = _mm256_loadu2_m128(w + 4 * cs_b, w);   /* rows 0 | 4 */
     const __m256 r15 = _mm256_loadu2_m128(w + 5 * cs_b, w + cs_b);
@@ -18,10 +18,10 @@ __m256 gemm_row_wt_f32_step(__m256 acc, const float *a, int64_t cs_a, const floa
     const __m256 r37 = _mm256_loadu2_m128(w + 7 * cs_b, w + 3 * cs_b);
     const __m256 t0 = _mm256_unpacklo_ps(r04, r15), t1 = _mm256_unpackhi_ps(r04, r15);
     const __m256 t2 = _mm256_unpacklo_ps(r26, r37), t3 = _mm256_unpackhi_ps(r26, r37);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(a[0]), _mm256_shuffle_ps(t0, t2, 0x44), acc);  /* W[., 0] */
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(a[cs_a]), _mm256_shuffle_ps(t0, t2, 0xEE), acc);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(a[2 * cs_a]), _mm256_shuffle_ps(t1, t3, 0x44), acc);
-    return _mm256_fmadd_ps(_mm256_set1_ps(a[3 * cs_a]), _mm256_shuffle_ps(t1, t3, 0xEE), acc);
+    acc = _mm256_fmadd_ps(a0, _mm256_shuffle_ps(t0, t2, 0x44), acc);   /* W[., 0] */
+    acc = _mm256_fmadd_ps(a1, _mm256_shuffle_ps(t0, t2, 0xEE), acc);
+    acc = _mm256_fmadd_ps(a2, _mm256_shuffle_ps(t1, t3, 0x44), acc);
+    return _mm256_fmadd_ps(a3, _mm256_shuffle_ps(t1, t3, 0xEE), acc);
 }
 
 /* One row of c against B = weight^T (rs_b == 1), float32, the transpose done
@@ -35,9 +35,8 @@ __m256 gemm_row_wt_f32_step(__m256 acc, const float *a, int64_t cs_a, const floa
 static inline __attribute__((always_inline))
 void gemm_row_wt_f32_groups(float *c, int64_t cs_c, const float *a, int64_t cs_a,
                             const float *b, int64_t cs_b, int64_t k, int64_t kc,
-                            int c_holds_value, const int G)
+                            int c_holds_value, const int G, const int line_visits)
 {
-    const int line_visits = (cs_b * (int64_t)sizeof(float)) % 1024 == 0;
     for (int64_t p0 = 0; p0 < k; p0 += kc) {
         const int64_t p1 = k - p0 < kc ? k : p0 + kc;   /* the block [p0, p1) */
         __m256 acc[4];
@@ -55,15 +54,21 @@ void gemm_row_wt_f32_groups(float *c, int64_t cs_c, const float *a, int64_t cs_a
 #pragma GCC unroll 4
             for (int g = 0; g < G; g++)
 #pragma GCC unroll 4
-                for (int q = 0; q < 16; q += 4)
-                    acc[g] = gemm_row_wt_f32_step(acc[g], a + (p + q) * cs_a, cs_a,
-                                                  b + 8 * g * cs_b + p + q, cs_b);
+                for (int64_t q = p; q < p + 16; q += 4)
+                    acc[g] = gemm_row_wt_f32_step(acc[g], _mm256_set1_ps(a[q * cs_a]),
+                                                  _mm256_set1_ps(a[(q + 1) * cs_a]),
+                                                  _mm256_set1_ps(a[(q + 2) * cs_a]),
+                                                  _mm256_set1_ps(a[(q + 3) * cs_a]),
+                                                  b + 8 * g * cs_b + q, cs_b);
         }
         for (; p + 4 <= p1; p += 4) {
+            const __m256 a0 = _mm256_set1_ps(a[p * cs_a]), a1 = _mm256_set1_ps(a[(p + 1) * cs_a]);
+            const __m256 a2 = _mm256_set1_ps(a[(p + 2) * cs_a]);
+            const __m256 a3 = _mm256_set1_ps(a[(p + 3) * cs_a]);
             const float *w = b + p;   /* W[8g:8g+8, p:p+4] */
 #pragma GCC unroll 4
             for (int g = 0; g < G; g++) {
-                acc[g] = gemm_row_wt_f32_step(acc[g], a + p * cs_a, cs_a, w, cs_b);
+                acc[g] = gemm_row_wt_f32_step(acc[g], a0, a1, a2, a3, w, cs_b);
                 w += 8 * cs_b;
                 __asm__("" : "+r"(w));   /* as in gemm_row_wt_f64_groups */
             }
@@ -99,21 +104,25 @@ static void gemm_row_wt_f32(float *c, int64_t cs_c, const float *a, int64_t cs_a
                             int c_holds_value)
 {
     int64_t j = 0;
+    if ((cs_b * (int64_t)sizeof(float)) % 1024 == 0)   /* line visits: see the groups */
+        for (; j + 32 <= n; j += 32)
+            gemm_row_wt_f32_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k, kc,
+                                   c_holds_value, 4, 1);
     for (; j + 32 <= n; j += 32)
         gemm_row_wt_f32_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k, kc,
-                               c_holds_value, 4);
+                               c_holds_value, 4, 0);
     switch ((n - j) / 8) {   /* the remaining whole groups of 8, with as many chains */
     case 1:
         gemm_row_wt_f32_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k, kc,
-                               c_holds_value, 1);
+                               c_holds_value, 1, 0);
         break;
     case 2:
         gemm_row_wt_f32_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k, kc,
-                               c_holds_value, 2);
+                               c_holds_value, 2, 0);
         break;
     case 3:
         gemm_row_wt_f32_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k, kc,
-                               c_holds_value, 3);
+                               c_holds_value, 3, 0);
         break;
     default:
         break;
@@ -129,17 +138,16 @@ static void gemm_row_wt_f32(float *c, int64_t cs_c, const float *a, int64_t cs_a
     }
 }
 
-/* acc + the 2 terms a[0], a[cs_a] against W[0:4, 0:2] (w, rows cs_b apart), in order */
+/* acc + the 2 terms a0, a1 (broadcast) against W[0:4, 0:2] (w, rows cs_b apart), in order */
 static inline __attribute__((always_inline))
-__m256d gemm_row_wt_f64_step(__m256d acc, const double *a, int64_t cs_a, const double *w,
-                             int64_t cs_b)
+__m256d gemm_row_wt_f64_step(__m256d acc, __m256d a0, __m256d a1, const double *w, int64_t cs_b)
 {
     const __m256d r02 = _mm256_blend_pd(_mm256_broadcast_pd((const __m128d *)w),
                                         _mm256_broadcast_pd((const __m128d *)(w + 2 * cs_b)), 0xC);
     const __m256d r13 = _mm256_blend_pd(_mm256_broadcast_pd((const __m128d *)(w + cs_b)),
                                         _mm256_broadcast_pd((const __m128d *)(w + 3 * cs_b)), 0xC);
-    acc = _mm256_fmadd_pd(_mm256_set1_pd(a[0]), _mm256_unpacklo_pd(r02, r13), acc);   /* W[., 0] */
-    return _mm256_fmadd_pd(_mm256_set1_pd(a[cs_a]), _mm256_unpackhi_pd(r02, r13), acc);
+    acc = _mm256_fmadd_pd(a0, _mm256_unpacklo_pd(r02, r13), acc);   /* W[., 0] */
+    return _mm256_fmadd_pd(a1, _mm256_unpackhi_pd(r02, r13), acc);
 }
 
 /* One row of c against B = weight^T (rs_b == 1), float64, the transpose done
@@ -154,7 +162,7 @@ __m256d gemm_row_wt_f64_step(__m256d acc, const double *a, int64_t cs_a, const d
 static inline __attribute__((always_inline))
 void gemm_row_wt_f64_groups(double *c, int64_t cs_c, const double *a, int64_t cs_a,
                             const double *b, int64_t cs_b, int64_t k, int c_holds_value,
-                            const int G)
+                            const int G, const int line_visits)
 {
     __m256d acc[8];
 #pragma GCC unroll 8
@@ -168,19 +176,21 @@ void gemm_row_wt_f64_groups(double *c, int64_t cs_c, const double *a, int64_t cs
     /* 8 terms (a cache line of each row) per visit of a group where the rows are a
      * multiple of 1 KiB apart: see gemm_row_wt_f32_groups (4 KiB rows put all 32 in one
      * set: 1 x 512 @ 512 x 1536 ran at 1.7 GFLOP/s, 4.5 this way). */
-    for (; (cs_b * (int64_t)sizeof(double)) % 1024 == 0 && p + 8 <= k; p += 8) {
+    for (; line_visits && p + 8 <= k; p += 8) {
 #pragma GCC unroll 8
         for (int g = 0; g < G; g++)
 #pragma GCC unroll 4
-            for (int q = 0; q < 8; q += 2)
-                acc[g] = gemm_row_wt_f64_step(acc[g], a + (p + q) * cs_a, cs_a,
-                                              b + 4 * g * cs_b + p + q, cs_b);
+            for (int64_t q = p; q < p + 8; q += 2)
+                acc[g] = gemm_row_wt_f64_step(acc[g], _mm256_set1_pd(a[q * cs_a]),
+                                              _mm256_set1_pd(a[(q + 1) * cs_a]),
+                                              b + 4 * g * cs_b + q, cs_b);
     }
     for (; p + 2 <= k; p += 2) {
+        const __m256d a0 = _mm256_set1_pd(a[p * cs_a]), a1 = _mm256_set1_pd(a[(p + 1) * cs_a]);
         const double *w = b + p;   /* W[4g:4g+4, p:p+2] */
 #pragma GCC unroll 8
         for (int g = 0; g < G; g++) {
-            acc[g] = gemm_row_wt_f64_step(acc[g], a + p * cs_a, cs_a, w, cs_b);
+            acc[g] = gemm_row_wt_f64_step(acc[g], a0, a1, w, cs_b);
             w += 4 * cs_b;
             /* an opaque step: else GCC keeps all 4G row offsets, spilled to the
              * stack and reloaded before every load: 1.4x slower) */
@@ -216,13 +226,18 @@ static void gemm_row_wt_f64(double *c, int64_t cs_c, const double *a, int64_t cs
                             int c_holds_value)
 {
     int64_t j = 0;
+    if ((cs_b * (int64_t)sizeof(double)) % 1024 == 0)   /* line visits: see the groups */
+        for (; j + 32 <= n; j += 32)
+            gemm_row_wt_f64_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k,
+                                   c_holds_value, 8, 1);
     for (; j + 32 <= n; j += 32)
-        gemm_row_wt_f64_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k, c_holds_value, 8);
+        gemm_row_wt_f64_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k, c_holds_value,
+                               8, 0);
     switch ((n - j) / 4) {   /* the remaining whole groups of 4, with as many chains */
 #define GEMM_ROW_WT_CASE(G)                                                                   \
     case G:                                                                                   \
         gemm_row_wt_f64_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k,            \
-                               c_holds_value, G);                                             \
+                               c_holds_value, G, 0);                                          \
         break;
     GEMM_ROW_WT_CASE(1) GEMM_ROW_WT_CASE(2) GEMM_ROW_WT_CASE(3) GEMM_ROW_WT_CASE(4)
     GEMM_ROW_WT_CASE(5) GEMM_ROW_WT_CASE(6) GEMM_ROW_WT_CASE(7)
