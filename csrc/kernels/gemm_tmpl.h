@@ -419,7 +419,7 @@ static int SUF(gemm_run_src)(const SUF(gemm_microkernel) *uk,
     int direct = gemm_use_direct(m, n, k, uk->mr, rs_b, cs_b);
     /* A two-source A (gemm_cat) small enough is concatenated on the stack, so
      * the direct loop sees one source: the same arithmetic as a gemm on the
-     * concatenated copy (the path depends on m, n, k and cs_b only). */
+     * concatenated copy (the path depends on m, n, k and B's strides only). */
     _Alignas(64) T a_cat[GEMM_CAT_STACK_BYTES / sizeof(T)];
     SUF(gemm_a) A_one;
     if (direct && A->k1 < k) {

@@ -656,8 +656,9 @@ static void SUF(sdpa_dvec)(T *dvec, const T *dout, const T *out, int64_t m0, int
     }
 }
 
-/* P and dS of the block (rows m0.., keys n..) of batch index b, as the two passes
- * and sdpa_backward_all need them: ws->qk, ws->dp (sdpa_block_ds), D in ws->row_sum. */
+/* P and dS of the block (rows m0.., keys n..) of batch index b into ws->qk and ws->dp
+ * (sdpa_block_ds), D in ws->row_sum: for pass 1 and sdpa_backward_all (pass 2 takes
+ * the query rows and D once per query block). */
 static int SUF(sdpa_block_grads)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, const T *q,
                                  const T *k, const T *v, const void *mask, const T *dout,
                                  const T *out, const double *lse, int64_t b, int64_t m0,
