@@ -877,7 +877,8 @@ def _torch_scores_in_our_order(q, k, gqa):
     """Whether torch's q @ k^T (MKL's GEMM, on this sample's shapes) has the bits of
     myatt's product (the rule of docs/torch-summation-order.md).  Products this small lie
     outside MKL's main kernel region, where its order depends on the CPU: on a Zen 3 (MKL's
-    AVX2 code) none of OpInfo's samples is summed in our order, on Zen 4 they were."""
+    AVX2 code) none of OpInfo's samples is summed in our order (on Zen 4 the samples passed
+    as drawn)."""
     if gqa and k.shape[-3] != q.shape[-3]:
         k = k.repeat_interleave(q.shape[-3] // k.shape[-3], -3)
     theirs = torch.matmul(q, k.transpose(-2, -1))
@@ -892,8 +893,8 @@ def test_opinfo_samples():
     against torch at assert_close default tolerances.
 
     One adjustment, for float32 samples whose scores torch's GEMM does not sum in our GEMM's
-    order (_torch_scores_in_our_order; e.g. all of them on a Zen 3, the math path's on an
-    Intel Xeon, docs/torch-summation-order.md): they get values on which every order of
+    order (_torch_scores_in_our_order; e.g. every one on a Zen 3,
+    docs/torch-summation-order.md): they get values on which every order of
     summation of the scores is exact (_exact_scores).  With OpInfo's uniform(-9, 9) data the
     scores reach ~90, where one ulp of a score moves the weights past float32's tolerance,
     so two correct kernels summing in different orders disagree there by more than
