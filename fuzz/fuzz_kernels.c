@@ -1,5 +1,6 @@
 /* libFuzzer harness over the pure-C kernels (csrc/kernels): gemm, linear,
- * softmax, bmm and the fused MyAtt forward, in float32 and float64, with
+ * softmax, bmm, the fused MyAtt forward and scaled dot-product attention
+ * (forward and backward), in float32 and float64, with
  * random sizes, strides (transposed, padded, negative, zero), thread counts and
  * values, checked against a plain reference written here.
  *
@@ -9,7 +10,7 @@
  * 1/16 in [-8, 8): every product and partial sum of a gemm is exact in float32
  * (k < 256), so gemm, linear and bmm must equal the reference bit for bit in
  * any summation order; with NaN/inf inputs they must give the same NaN/inf
- * pattern.  softmax and MyAtt are checked within a rounding bound.
+ * pattern.  softmax, MyAtt and SDPA are checked within a rounding bound.
  *
  * Build and run: fuzz/run_kernels.sh (README, "Reliability"). */
 #include <math.h>
@@ -22,6 +23,7 @@
 #include "gemm.h"
 #include "linear.h"
 #include "myatt.h"
+#include "sdpa.h"
 #include "softmax.h"
 #include "threads.h"
 
@@ -484,18 +486,506 @@ static void fuzz_myatt(reader *r, int f64)
     free(attn);
 }
 
+/* ---- scaled dot-product attention (sdpa.h) ---------------------------------
+ *
+ * The flash kernel, forward and backward, against the naive formula in double
+ * (every score, the softmax of each row, then the sums).  q and k are
+ * multiples of 1/16 in [-2, 2), so every score q . k is exact in float32
+ * (|q . k| <= 4 E, a multiple of 1/256, far below 2^24 / 256): what a bound
+ * allows is the rounding that follows (the scaling, the mask's addition, with
+ * prescale the scaled q and k, exp, the sums), a few units of rounding times
+ * the magnitude of the terms (the same sums of absolute values), and tiny
+ * weights flushed to 0.  A row with every key masked must give exact zeros and
+ * an lse of 0; the forward and the backward must give the same bits on one
+ * thread as on several (sdpa.h).  Operands are general strided tensors: any
+ * axis order, padding, reversed axes, zero strides, broadcast batch
+ * dimensions, GQA heads, masks of any broadcastable shape. */
+
+#define FZ_DIMS 4   /* up to two batch dimensions, rows, columns */
+
+typedef struct {
+    void *block;
+    int64_t len, offset;
+    int elsize;     /* 1 (a bool mask), 4, 8 */
+    int nd;
+    int64_t dim[FZ_DIMS], st[FZ_DIMS];
+} tensor;
+
+/* Values: the input's bytes, then (past its end) a generator seeded by the
+ * input, so that long sequences still get varied values. */
+typedef struct {
+    reader *r;
+    uint64_t state;
+} source;
+
+static unsigned source_byte(source *s)
+{
+    if (s->r->n > 0)
+        return next_byte(s->r);
+    s->state = s->state * 6364136223846793005u + 1442695040888963407u;
+    return (unsigned)(s->state >> 56);
+}
+
+/* A tensor of shape dim[0:nd] in a layout the input chooses: axes in any
+ * memory order, each padded by 0..4, reversed, or (an input's) of stride 0. */
+static void make_tensor(tensor *t, reader *r, int nd, const int64_t *dim, int elsize, int input)
+{
+    int order[FZ_DIMS];   /* memory order, innermost first: C order unless shuffled */
+    unsigned perm = next_byte(r);
+    for (int a = 0; a < nd; a++)
+        order[a] = nd - 1 - a;
+    if (perm & 1)
+        for (int a = nd - 1; a > 0; a--) {
+            perm >>= 1;
+            int s = (int)(perm % (unsigned)(a + 1)), x = order[a];
+            order[a] = order[s];
+            order[s] = x;
+        }
+    t->nd = nd;
+    t->elsize = elsize;
+    int64_t run = 1, lo = 0, hi = 0, empty = 0;
+    for (int a = 0; a < nd; a++) {
+        const int x = order[a];
+        const unsigned ax = next_byte(r);
+        t->dim[x] = dim[x];
+        t->st[x] = run;
+        run *= dim[x] + ((ax & 3) == 3 ? 1 + ((ax >> 2) & 3) : 0);
+        if ((ax & 0x30) == 0x30)
+            t->st[x] = -t->st[x];
+        if (input && (ax & 0xe0) == 0xe0)
+            t->st[x] = 0;
+        empty |= dim[x] == 0;
+    }
+    for (int a = 0; a < nd; a++) {
+        const int64_t e = (dim[a] - 1) * t->st[a];
+        lo += e < 0 ? e : 0;
+        hi += e > 0 ? e : 0;
+    }
+    t->len = empty ? 0 : hi - lo + 1;
+    t->offset = empty ? 0 : -lo;
+    t->block = malloc((size_t)(t->len > 0 ? t->len : 1) * (size_t)elsize);
+    if (t->block == NULL)
+        FAIL("out of memory");
+}
+
+/* element e of the block (e: an offset from the block's start) */
+static double tval(const tensor *t, int64_t e)
+{
+    return t->elsize == 8 ? ((double *)t->block)[e]
+         : t->elsize == 4 ? (double)((float *)t->block)[e]
+                          : (double)((unsigned char *)t->block)[e];
+}
+
+static void tset(tensor *t, int64_t e, double v)
+{
+    if (t->elsize == 8)
+        ((double *)t->block)[e] = v;
+    else if (t->elsize == 4)
+        ((float *)t->block)[e] = (float)v;
+    else
+        ((unsigned char *)t->block)[e] = v != 0.0;
+}
+
+/* The kernel's view (the glue's convention: stride 0 along a dimension of 1). */
+static sdpa_operand sdpa_view(const tensor *t, int nb)
+{
+    sdpa_operand op;
+    memset(&op, 0, sizeof op);
+    op.data = (const char *)t->block + t->offset * t->elsize;
+    for (int d = 0; d < nb; d++) {
+        op.bs[d] = t->dim[d] == 1 ? 0 : t->st[d];
+        op.bd[d] = t->dim[d];
+    }
+    op.rs = t->dim[nb] == 1 ? 0 : t->st[nb];
+    op.cs = t->dim[nb + 1] == 1 ? 0 : t->st[nb + 1];
+    return op;
+}
+
+/* For output batch index idx: the block offset of the tensor's [row 0, col 0]
+ * and its own flat batch index (C order over its own batch sizes); along the
+ * last batch dimension (heads) the index is divided by `group` (GQA). */
+static int64_t own_base(const tensor *t, int nb, int64_t group, const int64_t *idx,
+                        int64_t *flat)
+{
+    int64_t e = t->offset, f = 0;
+    for (int d = 0; d < nb; d++) {
+        const int64_t x = t->dim[d] == 1 ? 0 : d == nb - 1 ? idx[d] / group : idx[d];
+        e += x * t->st[d];
+        f = f * t->dim[d] + x;
+    }
+    if (flat != NULL)
+        *flat = f;
+    return e;
+}
+
+/* |got - want| <= tol, both finite */
+static void check_bound(double got, double want, double tol, const char *what, int64_t b,
+                        int64_t i, int64_t j)
+{
+    if (!(fabs(got - want) <= tol))
+        FAIL("%s[%lld][%lld, %lld] = %.17g, the reference gives %.17g (bound %.3g)", what,
+             (long long)b, (long long)i, (long long)j, got, want, tol);
+}
+
+static void fuzz_sdpa(reader *r, int f64)
+{
+    const int elsize = f64 ? 8 : 4;
+    const double eps = f64 ? 0x1p-52 : 0x1p-23;
+    /* flushed weights (exp below about -87 in float32) and their products */
+    const double floor_ = f64 ? 1e-290 : 1e-28;
+
+    /* shape: batch dimensions, GQA, sizes (a few long ones), then the work capped */
+    const unsigned shape = next_byte(r);
+    const int nb = (int)(shape % 3);
+    int64_t batch[2] = {1, 1}, kvh = 0, group = 1;
+    for (int d = 0; d < nb; d++) {
+        const unsigned x = next_byte(r);
+        batch[d] = x % 16 == 15 ? 0 : 1 + x % 3;
+    }
+    if (nb > 0 && (shape & 4)) {   /* GQA: the heads are kv heads x group */
+        kvh = 1 + next_size(r, 2);
+        group = 2 + next_size(r, 2);
+        batch[nb - 1] = kvh * group;
+    }
+    const int cls = (int)((shape >> 3) & 3);   /* 0, 1: small; 2: long L; 3: long S */
+    int64_t L = next_size(r, cls == 2 ? 800 : 40), S = next_size(r, cls == 3 ? 1100 : 40);
+    const int64_t E = next_size(r, cls >= 2 ? 24 : 81), Ev = next_size(r, cls >= 2 ? 24 : 81);
+    const int64_t nbt = batch[0] * batch[1];
+    while ((double)nbt * (double)L * (double)S * (double)(E + Ev + 2) > 4e6) {
+        if (L >= S)
+            L /= 2;
+        else
+            S /= 2;
+    }
+
+    /* each operand's batch sizes: the output's, 1 (broadcast) or, for key and
+     * value along the heads, the kv heads */
+    const unsigned bc = next_byte(r), vmode = next_byte(r) % 3;
+    int64_t qd[FZ_DIMS], kd[FZ_DIMS], vd[FZ_DIMS], md[FZ_DIMS];
+    for (int d = 0; d < nb; d++) {
+        qd[d] = (bc >> d) & 1 ? 1 : batch[d];
+        kd[d] = (bc >> (2 + d)) & 1 ? 1 : batch[d];
+        vd[d] = (bc >> (4 + d)) & 1 ? 1 : batch[d];
+        md[d] = (bc >> (6 + d)) & 1 ? 1 : batch[d];
+    }
+    if (kvh > 0) {
+        kd[nb - 1] = (bc >> (2 + nb - 1)) & 1 ? 1 : kvh;
+        vd[nb - 1] = vmode == 0 ? kd[nb - 1] : vmode == 1 ? batch[nb - 1] : 1;
+    }
+    qd[nb] = L; qd[nb + 1] = E;
+    kd[nb] = S; kd[nb + 1] = E;
+    vd[nb] = S; vd[nb + 1] = Ev;
+
+    /* the problem's options */
+    const unsigned opt = next_byte(r), mopt = next_byte(r), thr = next_byte(r);
+    static const double scales[7] = {1.0, 0.5, 0.25, -0.5, -1.0, 0.125, 2.0};
+    const unsigned si = next_byte(r) % 8;
+    const double scale = si < 7 ? scales[si] : E > 0 ? 1.0 / sqrt((double)E) : 1.0;
+    static const double drops[4] = {0.25, 0.5, 1.0, 0.75};
+    const double dropout_p = (opt & 0x30) == 0x30 ? drops[(opt >> 6) & 3] : 0.0;
+    const int causal = opt & 1, prescale = (opt >> 1) & 1, backward = (opt >> 2) & 1;
+    const int no_lse = !backward && ((opt >> 3) & 1);
+    const sdpa_mask_kind mask_kind = mopt % 3 == 0 ? SDPA_MASK_NONE
+                                   : mopt % 3 == 1 ? SDPA_MASK_BOOL : SDPA_MASK_FLOAT;
+    const int neg_inf = (mopt >> 2) & 1;   /* a float mask with -inf entries */
+    md[nb] = (mopt >> 3) & 1 ? 1 : L;
+    md[nb + 1] = (mopt >> 4) & 1 ? 1 : S;
+    uint64_t seed = 0;
+    for (int b = 0; b < 8; b++)
+        seed = seed << 8 | next_byte(r);
+
+    tensor q, k, v, mask = {0};
+    make_tensor(&q, r, nb + 2, qd, elsize, 1);
+    make_tensor(&k, r, nb + 2, kd, elsize, 1);
+    make_tensor(&v, r, nb + 2, vd, elsize, 1);
+    if (mask_kind != SDPA_MASK_NONE)
+        make_tensor(&mask, r, nb + 2, md, mask_kind == SDPA_MASK_BOOL ? 1 : elsize, 1);
+    source src = {r, seed};
+    for (int64_t e = 0; e < q.len; e++)
+        tset(&q, e, ((int)(source_byte(&src) % 64) - 32) / 16.0);
+    for (int64_t e = 0; e < k.len; e++)
+        tset(&k, e, ((int)(source_byte(&src) % 64) - 32) / 16.0);
+    for (int64_t e = 0; e < v.len; e++)
+        tset(&v, e, ((int)source_byte(&src) - 128) / 16.0);
+    for (int64_t e = 0; e < mask.len; e++) {
+        const unsigned b = source_byte(&src);
+        if (mask_kind == SDPA_MASK_BOOL)   /* keep: a share the input sets, now and then none */
+            tset(&mask, e, thr == 255 ? b == 255 : b >= thr / 2);
+        else
+            tset(&mask, e, neg_inf && b < 24 ? -INFINITY : ((int)b - 128) / 16.0);
+    }
+
+    sdpa_problem p;
+    memset(&p, 0, sizeof p);
+    p.L = L; p.S = S; p.E = E; p.Ev = Ev;
+    p.nbatch = nb;
+    for (int d = 0; d < nb; d++)
+        p.batch[d] = batch[d];
+    p.q = sdpa_view(&q, nb);
+    p.k = sdpa_view(&k, nb);
+    p.v = sdpa_view(&v, nb);
+    if (mask_kind != SDPA_MASK_NONE)
+        p.mask = sdpa_view(&mask, nb);
+    p.mask_kind = mask_kind;
+    /* GQA as the glue sets it: a kv head stride taken along the query's heads;
+     * one kv head is plain broadcasting */
+    const int64_t k_group = nb > 0 && kd[nb - 1] > 1 ? batch[nb - 1] / kd[nb - 1] : 1;
+    const int64_t v_group = nb > 0 && vd[nb - 1] > 1 ? batch[nb - 1] / vd[nb - 1] : 1;
+    p.k_group = k_group;
+    p.v_group = v_group;
+    p.is_causal = causal;
+    p.scale = scale;
+    p.prescale = prescale;
+    p.dropout_p = dropout_p;
+    p.dropout_seed = seed;
+
+    /* the forward (and backward), then again on one thread: the same bits */
+    const int threads = mk_get_num_threads();
+    const int64_t n_out = nbt * L * Ev, n_lse = nbt * L;
+    int64_t n_grad[3] = {L * E, S * E, S * Ev};
+    const int64_t *own_dims[3] = {qd, kd, vd};
+    for (int g = 0; g < 3; g++)
+        for (int d = 0; d < nb; d++)
+            n_grad[g] *= own_dims[g][d];
+    void *out[2], *lse[2], *grad[2][3], *dout = NULL;
+    dout = malloc((size_t)(n_out > 0 ? n_out : 1) * (size_t)elsize);
+    for (int64_t e = 0; e < n_out; e++) {
+        const double x = ((int)source_byte(&src) - 128) / 16.0;
+        if (f64)
+            ((double *)dout)[e] = x;
+        else
+            ((float *)dout)[e] = (float)x;
+    }
+    const int runs = threads > 1 ? 2 : 1;
+    for (int run = 0; run < runs; run++) {
+        mk_set_num_threads(run == 0 ? threads : 1);
+        out[run] = malloc((size_t)(n_out > 0 ? n_out : 1) * (size_t)elsize);
+        lse[run] = malloc((size_t)(n_lse > 0 ? n_lse : 1) * sizeof(double));
+        for (int64_t e = 0; e < n_out; e++)   /* every element must be written */
+            if (f64)
+                ((double *)out[run])[e] = CANARY;
+            else
+                ((float *)out[run])[e] = (float)CANARY;
+        if ((f64 ? sdpa_forward_f64 : sdpa_forward_f32)(out[run], no_lse ? NULL : lse[run], &p))
+            FAIL("sdpa_forward returned an error");
+        for (int g = 0; g < 3; g++) {
+            grad[run][g] = malloc((size_t)(n_grad[g] > 0 ? n_grad[g] : 1) * (size_t)elsize);
+            for (int64_t e = 0; e < n_grad[g]; e++)
+                if (f64)
+                    ((double *)grad[run][g])[e] = CANARY;
+                else
+                    ((float *)grad[run][g])[e] = (float)CANARY;
+        }
+        if (backward) {
+            const sdpa_grads gr = {grad[run][0], grad[run][1], grad[run][2], dout, out[run],
+                                   lse[run]};
+            if ((f64 ? sdpa_backward_f64 : sdpa_backward_f32)(&gr, &p))
+                FAIL("sdpa_backward returned an error");
+        }
+    }
+    mk_set_num_threads(threads);
+    if (runs == 2) {
+        if (memcmp(out[0], out[1], (size_t)n_out * (size_t)elsize) != 0
+                || (!no_lse && memcmp(lse[0], lse[1], (size_t)n_lse * sizeof(double)) != 0))
+            FAIL("sdpa_forward: %d threads and 1 thread give different bits", threads);
+        for (int g = 0; backward && g < 3; g++)
+            if (memcmp(grad[0][g], grad[1][g], (size_t)n_grad[g] * (size_t)elsize) != 0)
+                FAIL("sdpa_backward: %d threads and 1 thread give different bits (d%c)",
+                     threads, "qkv"[g]);
+    }
+
+    /* the reference, row by row; the backward's sums and bounds accumulated */
+    double *ref[3], *tol[3];
+    for (int g = 0; g < 3; g++) {
+        ref[g] = calloc((size_t)(n_grad[g] > 0 ? n_grad[g] : 1), sizeof(double));
+        tol[g] = calloc((size_t)(n_grad[g] > 0 ? n_grad[g] : 1), sizeof(double));
+    }
+    const int64_t S1 = S > 0 ? S : 1, Ev1 = Ev > 0 ? Ev : 1;
+    double *s = malloc((size_t)S1 * sizeof(double)), *w = malloc((size_t)S1 * sizeof(double));
+    double *drop = malloc((size_t)S1 * sizeof(double));
+    double *oref = malloc((size_t)Ev1 * sizeof(double)), *otol = malloc((size_t)Ev1 * sizeof(double));
+    /* the scores' rounding: with prescale and sqrt|scale| not a power of two,
+     * that of the scaled q and k and of their products' sum */
+    const double a = sqrt(fabs(scale));
+    int ae;
+    const int exact_a = a * a == fabs(scale) && frexp(a, &ae) == 0.5;
+    const double kprod = prescale && !exact_a ? (double)E + 4.0 : 0.0;
+    const double accrel = 4.0 * eps * (double)(S + L * nbt + E + Ev + 16);
+    const double keep_scale = dropout_p < 1.0 ? 1.0 / (1.0 - dropout_p) : 0.0;
+    for (int64_t b = 0; b < nbt; b++) {
+        int64_t idx[2] = {0, 0}, rest = b, fq, fk, fv;
+        for (int d = nb - 1; d >= 0; d--) {
+            idx[d] = rest % batch[d];
+            rest /= batch[d];
+        }
+        const int64_t bq = own_base(&q, nb, 1, idx, &fq), bk = own_base(&k, nb, k_group, idx, &fk);
+        const int64_t bv = own_base(&v, nb, v_group, idx, &fv);
+        const int64_t bm = mask_kind != SDPA_MASK_NONE ? own_base(&mask, nb, 1, idx, NULL) : 0;
+        double *dq = ref[0] + fq * L * E, *dk = ref[1] + fk * S * E, *dv = ref[2] + fv * S * Ev;
+        double *tq = tol[0] + fq * L * E, *tk = tol[1] + fk * S * E, *tv = tol[2] + fv * S * Ev;
+        for (int64_t i = 0; i < L; i++) {
+            const int64_t qi = bq + i * q.st[nb];
+            double m = -INFINITY, ms = 0.0, mm = 0.0;
+            for (int64_t j = 0; j < S; j++) {
+                const int64_t kj = bk + j * k.st[nb];
+                double dot = 0.0, mag = 0.0;
+                for (int64_t e = 0; e < E; e++) {
+                    const double x = tval(&q, qi + e * q.st[nb + 1]) * tval(&k, kj + e * k.st[nb + 1]);
+                    dot += x;
+                    mag += fabs(x);
+                }
+                double sc = dot * scale;
+                ms = fabs(scale) * mag > ms ? fabs(scale) * mag : ms;
+                if (mask_kind != SDPA_MASK_NONE) {
+                    const double mv = tval(&mask, bm + i * p.mask.rs + j * p.mask.cs);
+                    if (mask_kind == SDPA_MASK_BOOL)
+                        sc = mv != 0.0 ? sc : -INFINITY;
+                    else {
+                        sc += mv;
+                        mm = isinf(mv) || fabs(mv) <= mm ? mm : fabs(mv);
+                    }
+                }
+                if (causal && j > i)
+                    sc = -INFINITY;
+                s[j] = sc;
+                m = sc > m ? sc : m;
+                drop[j] = sdpa_dropout_uniform(seed, b, i, j) < dropout_p ? 0.0 : keep_scale;
+            }
+            const double got_lse = no_lse ? 0.0 : ((double *)lse[0])[b * L + i];
+            const void *orow = (const char *)out[0] + (b * L + i) * Ev * elsize;
+#define OUT_AT(c) (f64 ? ((const double *)orow)[c] : (double)((const float *)orow)[c])
+            if (m == -INFINITY) {   /* every key masked: zeros, lse 0, no gradient */
+                for (int64_t c = 0; c < Ev; c++)
+                    if (OUT_AT(c) != 0.0)
+                        FAIL("sdpa out[%lld][%lld, %lld] = %g, a fully masked row gives 0",
+                             (long long)b, (long long)i, (long long)c, OUT_AT(c));
+                if (got_lse != 0.0)
+                    FAIL("sdpa lse[%lld][%lld] = %g, a fully masked row gives 0",
+                         (long long)b, (long long)i, got_lse);
+                continue;
+            }
+            double sum = 0.0;
+            for (int64_t j = 0; j < S; j++)
+                sum += exp(s[j] - m);
+            const double want_lse = m + log(sum);
+            const double serr = eps * (kprod * ms + 2.0 * (ms + mm));
+            const double lse_tol = 2.0 * serr + 8.0 * eps * (double)(S + 8) + eps * fabs(want_lse);
+            if (!no_lse)
+                check_bound(got_lse, want_lse, lse_tol, "sdpa lse", b, i, 0);
+            const double rel = 2.0 * serr + 8.0 * eps * (double)(S + 8);
+            for (int64_t j = 0; j < S; j++)
+                w[j] = exp(s[j] - m) / sum;
+            for (int64_t c = 0; c < Ev; c++) {
+                double o = 0.0, mag = 0.0;
+                for (int64_t j = 0; j < S; j++) {
+                    const double x = w[j] * drop[j] * tval(&v, bv + j * v.st[nb] + c * v.st[nb + 1]);
+                    o += x;
+                    mag += fabs(x);
+                }
+                oref[c] = o;
+                otol[c] = (rel + accrel) * mag + floor_;
+                check_bound(OUT_AT(c), o, otol[c], "sdpa out", b, i, c);
+            }
+            if (!backward)
+                continue;
+            /* D = dout . out (the kernel's out: its error bounded above) */
+            const double *drow = NULL;
+            const float *frow = NULL;
+            if (f64)
+                drow = (const double *)dout + (b * L + i) * Ev;
+            else
+                frow = (const float *)dout + (b * L + i) * Ev;
+#define DOUT_AT(c) (f64 ? drow[c] : (double)frow[c])
+            double Dref = 0.0, Dmag = 0.0, Derr = 0.0;
+            for (int64_t c = 0; c < Ev; c++) {
+                Dref += DOUT_AT(c) * oref[c];
+                Derr += fabs(DOUT_AT(c)) * otol[c];
+            }
+            double *dP = s, *dPm = malloc((size_t)S1 * sizeof(double));   /* s is done with */
+            for (int64_t j = 0; j < S; j++) {
+                double x = 0.0, mag = 0.0;
+                for (int64_t c = 0; c < Ev; c++) {
+                    const double t = DOUT_AT(c) * tval(&v, bv + j * v.st[nb] + c * v.st[nb + 1]);
+                    x += t;
+                    mag += fabs(t);
+                }
+                dP[j] = drop[j] * x;
+                dPm[j] = drop[j] * mag;
+                Dmag += w[j] * dPm[j];
+            }
+            Derr += accrel * Dmag;
+            const double relb = 2.0 * serr + 2.0 * lse_tol + 16.0 * eps;
+            for (int64_t j = 0; j < S; j++) {
+                if (w[j] == 0.0)
+                    continue;
+                const double dS = w[j] * (dP[j] - Dref);
+                const double dSm = w[j] * (dPm[j] + Dmag);
+                const double dSe = w[j] * ((relb + accrel) * (dPm[j] + Dmag) + Derr);
+                const int64_t kj = bk + j * k.st[nb];
+                for (int64_t e = 0; e < E; e++) {
+                    const double kv = tval(&k, kj + e * k.st[nb + 1]);
+                    const double qv = tval(&q, qi + e * q.st[nb + 1]);
+                    dq[i * E + e] += scale * dS * kv;
+                    tq[i * E + e] += fabs(scale) * fabs(kv) * (dSe + accrel * dSm);
+                    dk[j * E + e] += scale * dS * qv;
+                    tk[j * E + e] += fabs(scale) * fabs(qv) * (dSe + accrel * dSm);
+                }
+                for (int64_t c = 0; c < Ev; c++) {
+                    const double x = w[j] * drop[j] * DOUT_AT(c);
+                    dv[j * Ev + c] += x;
+                    tv[j * Ev + c] += fabs(x) * (relb + accrel);
+                }
+            }
+            free(dPm);
+#undef DOUT_AT
+#undef OUT_AT
+        }
+    }
+    for (int g = 0; backward && g < 3; g++) {
+        static const char *names[3] = {"sdpa dq", "sdpa dk", "sdpa dv"};
+        const int64_t cols = g == 2 ? Ev : E;
+        for (int64_t e = 0; e < n_grad[g]; e++) {
+            const double got = f64 ? ((double *)grad[0][g])[e] : (double)((float *)grad[0][g])[e];
+            check_bound(got, ref[g][e], tol[g][e] + floor_, names[g], 0, e / (cols > 0 ? cols : 1),
+                        cols > 0 ? e % cols : 0);
+        }
+    }
+
+    for (int g = 0; g < 3; g++) {
+        free(ref[g]);
+        free(tol[g]);
+    }
+    for (int run = 0; run < runs; run++) {
+        free(out[run]);
+        free(lse[run]);
+        for (int g = 0; g < 3; g++)
+            free(grad[run][g]);
+    }
+    free(s);
+    free(w);
+    free(drop);
+    free(oref);
+    free(otol);
+    free(dout);
+    free(q.block);
+    free(k.block);
+    free(v.block);
+    free(mask.block);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     reader r = {data, size};
     unsigned head = next_byte(&r);
     int f64 = (head >> 3) & 1, nonfinite = (head >> 4) & 1;
     mk_set_num_threads(1 + (int)((head >> 5) & 3));
-    switch (head % 5) {
+    switch (head % 6) {
     case 0: fuzz_gemm(&r, f64, nonfinite); break;
     case 1: fuzz_linear(&r, f64, nonfinite); break;
     case 2: fuzz_softmax(&r, f64, nonfinite); break;
     case 3: fuzz_bmm(&r, f64, nonfinite); break;
-    default: fuzz_myatt(&r, f64); break;
+    case 4: fuzz_myatt(&r, f64); break;
+    default: fuzz_sdpa(&r, f64); break;
     }
     return 0;
 }
