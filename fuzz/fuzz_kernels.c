@@ -812,6 +812,7 @@ static void fuzz_sdpa(reader *r, int f64)
     const double kprod = prescale && !exact_a ? (double)E + 4.0 : 0.0;
     const double accrel = 4.0 * eps * (double)(S + L * nbt + E + Ev + 16);
     const double keep_scale = dropout_p < 1.0 ? 1.0 / (1.0 - dropout_p) : 0.0;
+    int nan_rows = 0;
     for (int64_t b = 0; b < nbt; b++) {
         int64_t idx[2] = {0, 0}, rest = b, fq, fk, fv;
         for (int d = nb - 1; d >= 0; d--) {
@@ -836,19 +837,19 @@ static void fuzz_sdpa(reader *r, int f64)
                 }
                 double sc = dot * scale;
                 ms = fabs(scale) * mag > ms ? fabs(scale) * mag : ms;
+                if (causal && j > i)   /* hidden (sdpa.h: without prescale, -inf * scale) */
+                    sc = !prescale && scale < 0 && E > 0 ? INFINITY : -INFINITY;
                 if (mask_kind != SDPA_MASK_NONE) {
                     const double mv = tval(&mask, bm + i * p.mask.rs + j * p.mask.cs);
                     if (mask_kind == SDPA_MASK_BOOL)
-                        sc = mv != 0.0 ? sc : -INFINITY;
+                        sc += mv != 0.0 ? 0.0 : -INFINITY;
                     else {
                         sc += mv;
                         mm = isinf(mv) || fabs(mv) <= mm ? mm : fabs(mv);
                     }
                 }
-                if (causal && j > i)
-                    sc = -INFINITY;
                 s[j] = sc;
-                m = sc > m ? sc : m;
+                m = sc > m || isnan(sc) ? sc : m;
                 drop[j] = sdpa_dropout_uniform(seed, b, i, j) < dropout_p ? 0.0 : keep_scale;
             }
             const double got_lse = no_lse ? 0.0 : ((double *)lse[0])[b * L + i];
@@ -862,6 +863,17 @@ static void fuzz_sdpa(reader *r, int f64)
                 if (got_lse != 0.0)
                     FAIL("sdpa lse[%lld][%lld] = %g, a fully masked row gives 0",
                          (long long)b, (long long)i, got_lse);
+                continue;
+            }
+            if (!isfinite(m)) {   /* a +inf or NaN score: the row is NaN (and so its gradients) */
+                for (int64_t c = 0; c < Ev; c++)
+                    if (!isnan(OUT_AT(c)))
+                        FAIL("sdpa out[%lld][%lld, %lld] = %g, a row with a +inf score gives NaN",
+                             (long long)b, (long long)i, (long long)c, OUT_AT(c));
+                if (!no_lse && !isnan(got_lse))
+                    FAIL("sdpa lse[%lld][%lld] = %g, a row with a +inf score gives NaN",
+                         (long long)b, (long long)i, got_lse);
+                nan_rows = 1;
                 continue;
             }
             double sum = 0.0;
@@ -941,7 +953,7 @@ static void fuzz_sdpa(reader *r, int f64)
 #undef OUT_AT
         }
     }
-    for (int g = 0; backward && g < 3; g++) {
+    for (int g = 0; backward && !nan_rows && g < 3; g++) {
         static const char *names[3] = {"sdpa dq", "sdpa dk", "sdpa dv"};
         const int64_t cols = g == 2 ? Ev : E;
         for (int64_t e = 0; e < n_grad[g]; e++) {

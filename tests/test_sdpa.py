@@ -170,6 +170,19 @@ def test_explicit_scale(scale):
     check(q, k, v, scale=scale, attn_mask=rng.random((70, 600)) < 0.5)
 
 
+@pytest.mark.parametrize("ndim", [3, 4])
+def test_causal_negative_scale(ndim):
+    """4-D (E == Ev): torch's flash kernel multiplies the hidden keys' -inf by the scale, so the rows
+    that hide a key are NaN (the last rows, which hide none, are not); 3-D: its math path adds
+    the mask after the scaling: every row finite."""
+    rng = np.random.default_rng(12)
+    lead = (1, 2) if ndim == 4 else (2,)
+    q, k, v = make(rng, lead + (40, 16)), make(rng, lead + (30, 16)), make(rng, lead + (30, 16))
+    ours = check(q, k, v, is_causal=True, scale=-0.5, equal_nan=True)
+    rows_nan = np.isnan(ours).all(axis=(-1, *range(ours.ndim - 2)))
+    np.testing.assert_array_equal(rows_nan, np.arange(40) < 29 if ndim == 4 else False)
+
+
 @pytest.mark.parametrize("hq, hk, hv", [(8, 2, 2), (8, 8, 8), (6, 3, 2), (4, 1, 1), (4, 1, 4)])
 def test_gqa(hq, hk, hv):
     rng = np.random.default_rng(hq * 100 + hk * 10 + hv)

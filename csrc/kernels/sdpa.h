@@ -66,7 +66,10 @@ typedef struct {
      * and value index h / k_group and h / v_group (torch's repeat_interleave of
      * their heads); 1 otherwise. */
     int64_t k_group, v_group;
-    int is_causal;                         /* key j takes part in row i only if j <= i */
+    /* Causal: key j takes part in row i only if j <= i.  Without prescale, as
+     * torch's flash kernel, the hidden scores are -inf before the scaling: a
+     * negative scale makes them +inf (E > 0), and every row with a hidden key NaN. */
+    int is_causal;
     double scale;                          /* multiplies q . k (E == 0: scores are 0) */
     /* How the scores are rounded, as the torch path the caller mirrors:
      *   0: fl(q . k) * scale, then + mask (torch's flash kernel);
