@@ -572,22 +572,44 @@ static void make_tensor(tensor *t, reader *r, int nd, const int64_t *dim, int el
         FAIL("out of memory");
 }
 
+/* element e of a buffer of the kernel's dtype (float64 or float32) */
+NO_COVERAGE static double buf_get(const void *a, int64_t e, int f64)
+{
+    return f64 ? ((const double *)a)[e] : (double)((const float *)a)[e];
+}
+
+static void buf_set(void *a, int64_t e, int f64, double v)
+{
+    if (f64)
+        ((double *)a)[e] = v;
+    else
+        ((float *)a)[e] = (float)v;
+}
+
+/* A buffer of n elements of the kernel's dtype, each `v`. */
+static void *new_buf(int64_t n, int f64, double v)
+{
+    void *a = malloc((size_t)(n > 0 ? n : 1) * (f64 ? 8 : 4));
+    if (a == NULL)
+        FAIL("out of memory");
+    for (int64_t e = 0; e < n; e++)
+        buf_set(a, e, f64, v);
+    return a;
+}
+
 /* element e of the block (e: an offset from the block's start) */
 NO_COVERAGE static double tval(const tensor *t, int64_t e)
 {
-    return t->elsize == 8 ? ((double *)t->block)[e]
-         : t->elsize == 4 ? (double)((float *)t->block)[e]
-                          : (double)((unsigned char *)t->block)[e];
+    return t->elsize == 1 ? (double)((unsigned char *)t->block)[e]
+                          : buf_get(t->block, e, t->elsize == 8);
 }
 
 static void tset(tensor *t, int64_t e, double v)
 {
-    if (t->elsize == 8)
-        ((double *)t->block)[e] = v;
-    else if (t->elsize == 4)
-        ((float *)t->block)[e] = (float)v;
-    else
+    if (t->elsize == 1)
         ((unsigned char *)t->block)[e] = v != 0.0;
+    else
+        buf_set(t->block, e, t->elsize == 8, v);
 }
 
 /* The kernel's view (the glue's convention: stride 0 along a dimension of 1). */
@@ -751,35 +773,18 @@ NO_COVERAGE static void fuzz_sdpa(reader *r, int f64)
     for (int g = 0; g < 3; g++)
         for (int d = 0; d < nb; d++)
             n_grad[g] *= own_dims[g][d];
-    void *out[2], *lse[2], *grad[2][3], *dout = NULL;
-    dout = malloc((size_t)(n_out > 0 ? n_out : 1) * (size_t)elsize);
-    for (int64_t e = 0; e < n_out; e++) {
-        const double x = ((int)source_byte(&src) - 128) / 16.0;
-        if (f64)
-            ((double *)dout)[e] = x;
-        else
-            ((float *)dout)[e] = (float)x;
-    }
+    void *out[2], *lse[2], *grad[2][3], *dout = new_buf(n_out, f64, 0.0);
+    for (int64_t e = 0; e < n_out; e++)
+        buf_set(dout, e, f64, ((int)source_byte(&src) - 128) / 16.0);
     const int runs = threads > 1 ? 2 : 1;
     for (int run = 0; run < runs; run++) {
         mk_set_num_threads(run == 0 ? threads : 1);
-        out[run] = malloc((size_t)(n_out > 0 ? n_out : 1) * (size_t)elsize);
+        out[run] = new_buf(n_out, f64, CANARY);   /* every element must be written */
         lse[run] = malloc((size_t)(n_lse > 0 ? n_lse : 1) * sizeof(double));
-        for (int64_t e = 0; e < n_out; e++)   /* every element must be written */
-            if (f64)
-                ((double *)out[run])[e] = CANARY;
-            else
-                ((float *)out[run])[e] = (float)CANARY;
         if ((f64 ? sdpa_forward_f64 : sdpa_forward_f32)(out[run], no_lse ? NULL : lse[run], &p))
             FAIL("sdpa_forward returned an error");
-        for (int g = 0; g < 3; g++) {
-            grad[run][g] = malloc((size_t)(n_grad[g] > 0 ? n_grad[g] : 1) * (size_t)elsize);
-            for (int64_t e = 0; e < n_grad[g]; e++)
-                if (f64)
-                    ((double *)grad[run][g])[e] = CANARY;
-                else
-                    ((float *)grad[run][g])[e] = (float)CANARY;
-        }
+        for (int g = 0; g < 3; g++)
+            grad[run][g] = new_buf(n_grad[g], f64, CANARY);
         if (backward) {
             const sdpa_grads gr = {grad[run][0], grad[run][1], grad[run][2], dout, out[run],
                                    lse[run]};
@@ -807,6 +812,7 @@ NO_COVERAGE static void fuzz_sdpa(reader *r, int f64)
     const int64_t S1 = S > 0 ? S : 1, Ev1 = Ev > 0 ? Ev : 1;
     double *s = malloc((size_t)S1 * sizeof(double)), *w = malloc((size_t)S1 * sizeof(double));
     double *drop = malloc((size_t)S1 * sizeof(double));
+    double *dP = malloc((size_t)S1 * sizeof(double)), *dPm = malloc((size_t)S1 * sizeof(double));
     double *oref = malloc((size_t)Ev1 * sizeof(double)), *otol = malloc((size_t)Ev1 * sizeof(double));
     /* the scores' rounding: with prescale and sqrt|scale| not a power of two,
      * that of the scaled q and k and of their products' sum */
@@ -857,8 +863,7 @@ NO_COVERAGE static void fuzz_sdpa(reader *r, int f64)
                 drop[j] = sdpa_dropout_uniform(seed, b, i, j) < dropout_p ? 0.0 : keep_scale;
             }
             const double got_lse = no_lse ? 0.0 : ((double *)lse[0])[b * L + i];
-            const void *orow = (const char *)out[0] + (b * L + i) * Ev * elsize;
-#define OUT_AT(c) (f64 ? ((const double *)orow)[c] : (double)((const float *)orow)[c])
+#define OUT_AT(c) buf_get(out[0], (b * L + i) * Ev + (c), f64)
             if (m == -INFINITY) {   /* every key masked: zeros, lse 0, no gradient */
                 for (int64_t c = 0; c < Ev; c++)
                     if (OUT_AT(c) != 0.0)
@@ -905,19 +910,12 @@ NO_COVERAGE static void fuzz_sdpa(reader *r, int f64)
             if (!backward)
                 continue;
             /* D = dout . out (the kernel's out: its error bounded above) */
-            const double *drow = NULL;
-            const float *frow = NULL;
-            if (f64)
-                drow = (const double *)dout + (b * L + i) * Ev;
-            else
-                frow = (const float *)dout + (b * L + i) * Ev;
-#define DOUT_AT(c) (f64 ? drow[c] : (double)frow[c])
+#define DOUT_AT(c) buf_get(dout, (b * L + i) * Ev + (c), f64)
             double Dref = 0.0, Dmag = 0.0, Derr = 0.0;
             for (int64_t c = 0; c < Ev; c++) {
                 Dref += DOUT_AT(c) * oref[c];
                 Derr += fabs(DOUT_AT(c)) * otol[c];
             }
-            double *dP = s, *dPm = malloc((size_t)S1 * sizeof(double));   /* s is done with */
             for (int64_t j = 0; j < S; j++) {
                 double x = 0.0, mag = 0.0;
                 for (int64_t c = 0; c < Ev; c++) {
@@ -952,7 +950,6 @@ NO_COVERAGE static void fuzz_sdpa(reader *r, int f64)
                     tv[j * Ev + c] += fabs(x) * (relb + accrel);
                 }
             }
-            free(dPm);
 #undef DOUT_AT
 #undef OUT_AT
         }
@@ -961,8 +958,7 @@ NO_COVERAGE static void fuzz_sdpa(reader *r, int f64)
         static const char *names[3] = {"sdpa dq", "sdpa dk", "sdpa dv"};
         const int64_t cols = g == 2 ? Ev : E;
         for (int64_t e = 0; e < n_grad[g]; e++) {
-            const double got = f64 ? ((double *)grad[0][g])[e] : (double)((float *)grad[0][g])[e];
-            check_bound(got, ref[g][e], tol[g][e] + floor_, names[g], 0, e / (cols > 0 ? cols : 1),
+            check_bound(buf_get(grad[0][g], e, f64), ref[g][e], tol[g][e] + floor_, names[g], 0, e / (cols > 0 ? cols : 1),
                         cols > 0 ? e % cols : 0);
         }
     }
@@ -980,6 +976,8 @@ NO_COVERAGE static void fuzz_sdpa(reader *r, int f64)
     free(s);
     free(w);
     free(drop);
+    free(dP);
+    free(dPm);
     free(oref);
     free(otol);
     free(dout);
