@@ -4,7 +4,9 @@ set_num_threads; a forked child computes correctly after the parent used its thr
 mutating parameters while other threads compute never crashes (README, "Reliability").
 """
 import os
+import shutil
 import signal
+import subprocess
 import threading
 import time
 
@@ -82,7 +84,8 @@ def _assert_bits_equal(got, want, what):
 
 
 def _run_threads(target, n):
-    """Start n threads at a barrier; re-raise the first exception any of them hit."""
+    """Start n threads at a barrier; re-raise the first exception any of them hit.
+    Returns the threads' native ids."""
     barrier = threading.Barrier(n)
     errors = []
 
@@ -101,6 +104,7 @@ def _run_threads(target, n):
         assert not t.is_alive(), "a thread did not finish (deadlock?)"
     if errors:
         raise errors[0]
+    return [t.native_id for t in threads]
 
 
 @pytest.mark.parametrize("num_threads", [1, 2])
@@ -215,6 +219,22 @@ def test_objects_created_and_dropped_concurrently():
     _run_threads(target, N_THREADS)
 
 
+def _wait_exited(native_ids, timeout=60):
+    """Wait until these threads have left the process, not only Python.
+
+    Thread.join returns once the thread's Python state is gone; the OS thread then
+    still runs its exit path, which under the sanitized build (.ci/sanitize) includes
+    ASan's thread teardown: it takes the ASan allocator's and thread registry's locks,
+    and gcc 12's libasan does not take them around fork(). A fork in that window leaves
+    the child a lock nobody will release: a hang of the sanitizer runtime, not of
+    myatt (whose pool and workspace cache are reset in the child: threads.c, alloc.c).
+    Threads that exist and wait (myatt's pool, torch's) are what the test is about."""
+    deadline = time.monotonic() + timeout
+    while set(native_ids) & {int(t) for t in os.listdir("/proc/self/task")}:
+        assert time.monotonic() < deadline, "the test's threads did not exit"
+        time.sleep(0.001)
+
+
 def _wait_child(pid, timeout=120):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -222,6 +242,10 @@ def _wait_child(pid, timeout=120):
         if done:
             return status
         time.sleep(0.02)
+    # where it hangs, for the report (gdb where the machine has it)
+    if shutil.which("gdb"):
+        subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
+                       timeout=120, check=False)
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     raise AssertionError("the forked child hung (thread pool after fork?)")
@@ -236,7 +260,9 @@ def test_fork_after_threads(dtype, child_threads):
     calls, _ = _workload(dtype)
     myatt.set_num_threads(4)
     want = {name: fn() for name, fn in calls.items()}
-    _run_threads(lambda i: [calls[n]() for n in calls], 3)   # Python threads too
+    ids = _run_threads(lambda i: [calls[n]() for n in calls], 3)   # Python threads too
+    if os.path.isdir("/proc/self/task"):
+        _wait_exited(ids)
 
     pid = os.fork()
     if pid == 0:                                              # child
