@@ -46,9 +46,15 @@ static inline void gemm_copy_t_f32(float *strip, int NB, const float *b, int64_t
             for (int64_t jj = 0; jj < 8; jj++)
                 strip[p * NB + j + jj] = b_j[jj * cs_b + p];
     }
-    for (; j < NB; j++)
-        for (int64_t p = 0; p < kb; p++)
-            strip[p * NB + j] = j < nb ? b[j * cs_b + p] : 0.0f;
+    if (j < NB)   /* the last columns and the zeros up to NB, a row of the strip at a time */
+        for (int64_t p = 0; p < kb; p++) {
+            float *s = strip + p * NB;
+            int64_t jj = j;
+            for (; jj < nb; jj++)
+                s[jj] = b[jj * cs_b + p];
+            for (; jj < NB; jj++)
+                s[jj] = 0.0f;
+        }
 }
 
 static inline void gemm_copy_t_f64(double *strip, int NB, const double *b, int64_t cs_b,
@@ -74,7 +80,13 @@ static inline void gemm_copy_t_f64(double *strip, int NB, const double *b, int64
             for (int64_t jj = 0; jj < 4; jj++)
                 strip[p * NB + j + jj] = b_j[jj * cs_b + p];
     }
-    for (; j < NB; j++)
-        for (int64_t p = 0; p < kb; p++)
-            strip[p * NB + j] = j < nb ? b[j * cs_b + p] : 0.0;
+    if (j < NB)   /* the last columns and the zeros up to NB, a row of the strip at a time */
+        for (int64_t p = 0; p < kb; p++) {
+            double *s = strip + p * NB;
+            int64_t jj = j;
+            for (; jj < nb; jj++)
+                s[jj] = b[jj * cs_b + p];
+            for (; jj < NB; jj++)
+                s[jj] = 0.0;
+        }
 }
