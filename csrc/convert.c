@@ -169,12 +169,25 @@ PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous)
     return (PyArrayObject *)PyArray_FromArray(a, PyArray_DescrFromType(typenum), flags);
 }
 
+PyArrayObject *copy_array(PyArrayObject *a)
+{
+    if (!PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a) || !PyArray_ISNOTSWAPPED(a))
+        return (PyArrayObject *)PyArray_NewCopy(a, NPY_CORDER);
+    PyArray_Descr *descr = PyArray_DESCR(a);
+    Py_INCREF(descr);   /* stolen */
+    PyArrayObject *c = (PyArrayObject *)PyArray_NewFromDescr(
+        &PyArray_Type, descr, PyArray_NDIM(a), PyArray_DIMS(a), NULL, NULL, 0, NULL);
+    if (c != NULL)
+        memcpy(PyArray_DATA(c), PyArray_DATA(a), (size_t)PyArray_NBYTES(a));
+    return c;
+}
+
 PyArrayObject *private_cast(PyArrayObject *a, int typenum)
 {
     PyArrayObject *c = cast_array(a, typenum, 0);
     if (c == a) {
         Py_DECREF(c);
-        c = (PyArrayObject *)PyArray_NewCopy(a, NPY_CORDER);
+        c = copy_array(a);
     }
     return c;
 }

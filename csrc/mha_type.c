@@ -463,7 +463,7 @@ static int keep_copies(MHAObject *self, const mha_args *a, mha_problem *p, mha_k
             j++;
         keep->inputs[i] = in[i] == NULL ? NULL
                           : j < i ? (PyArrayObject *)Py_NewRef(keep->inputs[j])
-                          : (PyArrayObject *)PyArray_NewCopy(in[i], NPY_CORDER);
+                          : copy_array(in[i]);
         if (in[i] != NULL && keep->inputs[i] == NULL)
             return -1;
     }
@@ -471,7 +471,7 @@ static int keep_copies(MHAObject *self, const mha_args *a, mha_problem *p, mha_k
     all_params(self, params);
     for (int i = 0; i < MHA_KEPT_PARAMS; i++)
         if (params[i] != NULL
-                && (keep->params[i] = (PyArrayObject *)PyArray_NewCopy(params[i], NPY_CORDER))
+                && (keep->params[i] = copy_array(params[i]))
                    == NULL)
             return -1;
     keep->dtype = self->dtype;

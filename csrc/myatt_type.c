@@ -105,6 +105,27 @@ static PyArrayObject *batch0(PyArrayObject *a, int typenum)
     return cast;
 }
 
+/* A new C-contiguous [rows, cols] array of `typenum` holding what view m
+ * (elements of typenum) shows, or NULL. */
+static PyArrayObject *copy_view(const mk_cmat *m, int typenum)
+{
+    const npy_intp dims[2] = {m->rows, m->cols};
+    PyArrayObject *c = (PyArrayObject *)new_array(2, dims, typenum, "myatt.vjp(): a copy");
+    if (c == NULL)
+        return NULL;
+    const int64_t item = (int64_t)PyArray_ITEMSIZE(c);   /* strides may be negative */
+    char *dst = PyArray_DATA(c);
+    for (int64_t i = 0; i < m->rows; i++) {
+        const char *row = (const char *)m->data + i * m->rs * item;
+        if (m->cs == 1)
+            memcpy(dst + i * m->cols * item, row, (size_t)(m->cols * item));
+        else
+            for (int64_t j = 0; j < m->cols; j++)
+                memcpy(dst + (i * m->cols + j) * item, row + j * m->cs * item, (size_t)item);
+    }
+    return c;
+}
+
 /* Batch item 0 of a checked 3-D array as the kernel reads it: a view.  An
  * array already of `typenum`, aligned and in native byte order is read in
  * place (no view object: the same pointer and strides the view a[0] would
@@ -205,10 +226,10 @@ static int keep_params(MyAttObject *self, myatt_kept *kept)
 {
     LinearObject *a = self->attn, *c = self->attn_combine;
     kept->dtype = self->dtype;
-    return (kept->w_attn = (PyArrayObject *)PyArray_NewCopy(a->weight, NPY_CORDER)) == NULL
-           || (kept->b_attn = (PyArrayObject *)PyArray_NewCopy(a->bias, NPY_CORDER)) == NULL
-           || (kept->w_comb = (PyArrayObject *)PyArray_NewCopy(c->weight, NPY_CORDER)) == NULL
-           || (kept->b_comb = (PyArrayObject *)PyArray_NewCopy(c->bias, NPY_CORDER)) == NULL
+    return (kept->w_attn = copy_array(a->weight)) == NULL
+           || (kept->b_attn = copy_array(a->bias)) == NULL
+           || (kept->w_comb = copy_array(c->weight)) == NULL
+           || (kept->b_comb = copy_array(c->bias)) == NULL
            ? -1 : 0;
 }
 
@@ -235,23 +256,17 @@ static PyObject *myatt_forward_impl(MyAttObject *self, PyObject *Q, PyObject *K,
             || batch0_view(rv, typenum, &hv, &v) < 0)
         goto fail;
     if (kept != NULL) {
-        PyArrayObject *src[3] = {rq, rk, rv}, **dst[3] = {&kept->q, &kept->k, &kept->v};
+        PyArrayObject *src[3] = {rq, rk, rv}, *held[3] = {hq, hk, hv};
+        PyArrayObject **dst[3] = {&kept->q, &kept->k, &kept->v};
         mk_cmat *view[3] = {&q, &k, &v};
         for (int i = 0; i < 3; i++) {
             memcpy(kept->dims[i], PyArray_DIMS(src[i]), sizeof kept->dims[i]);
-            /* a converted copy (owning its data) is private already; a view of
-             * the caller's memory is copied */
-            PyArrayObject *item = batch0(src[i], typenum);
-            if (item == NULL)
+            /* a converted copy (owning its data) is private already; item 0 read
+             * in place from the caller's memory is copied */
+            if (held[i] != NULL && PyArray_CHKFLAGS(held[i], NPY_ARRAY_OWNDATA))
+                *dst[i] = (PyArrayObject *)Py_NewRef(held[i]);
+            else if ((*dst[i] = copy_view(view[i], typenum)) == NULL)
                 goto fail;
-            if (PyArray_CHKFLAGS(item, NPY_ARRAY_OWNDATA)) {
-                *dst[i] = item;
-            } else {
-                *dst[i] = (PyArrayObject *)PyArray_NewCopy(item, NPY_CORDER);
-                Py_DECREF(item);
-                if (*dst[i] == NULL)
-                    goto fail;
-            }
             *view[i] = cmat_of(*dst[i]);
         }
         if (keep_params(self, kept) < 0)
@@ -290,7 +305,7 @@ static PyObject *myatt_forward_impl(MyAttObject *self, PyObject *Q, PyObject *K,
     }
     if (kept != NULL) {   /* the saved attn_weights is not the one handed out */
         kept->aw = weights;
-        weights = (PyArrayObject *)PyArray_NewCopy(kept->aw, NPY_CORDER);
+        weights = copy_array(kept->aw);
         if (weights == NULL)
             goto fail;
     }

@@ -456,7 +456,7 @@ PyObject *sdpa_forward_keep(PyObject *module, PyObject *args, PyObject *kwds, sd
                                                 "vjp(): the log-sum-exp")) == NULL   /* sdpa.h */
             || (kept->out = (PyArrayObject *)sdpa_run(kept, kept->lse)) == NULL)
         return NULL;
-    return PyArray_NewCopy(kept->out, NPY_CORDER);   /* the caller's; ours stays unchanged */
+    return (PyObject *)copy_array(kept->out);   /* the caller's; ours stays unchanged */
 }
 
 PyObject *sdpa_grads_run(const sdpa_kept *kept, PyArrayObject *grad_output)

@@ -12,7 +12,7 @@ PyObject *state_dict_build(const char *const *keys, PyArrayObject *const *params
     for (int i = 0; i < n; i++) {
         if (params[i] == NULL)
             continue;
-        PyObject *copy = PyArray_NewCopy(params[i], NPY_CORDER);
+        PyObject *copy = (PyObject *)copy_array(params[i]);
         if (copy == NULL || PyDict_SetItemString(d, keys[i], copy) < 0) {
             Py_XDECREF(copy);
             Py_DECREF(d);

@@ -495,7 +495,7 @@ static int keep_function(PullbackObject *pb, PyObject *module, PyObject *args, P
         if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:softmax", kw_softmax, &a, &b))
             return -1;
         pb->nsaved = b == NULL ? 1 : 2;
-        pb->saved[0] = PyArray_NewCopy(r, NPY_CORDER);   /* the result may change */
+        pb->saved[0] = (PyObject *)copy_array(r);   /* the result may change */
         if (b != NULL)   /* an int (softmax took it): no reference back to anything */
             pb->saved[1] = PyNumber_Index(b);
         break;
@@ -522,8 +522,8 @@ static int keep_linear_object(PullbackObject *pb, LinearObject *layer, PyObject 
     pb->dtype = layer->dtype;
     pb->nsaved = 3;
     pb->saved[0] = private_array(x, layer->dtype->typenum, "vjp(): input");
-    pb->saved[1] = PyArray_NewCopy(layer->weight, NPY_CORDER);
-    pb->saved[2] = layer->bias != NULL ? PyArray_NewCopy(layer->bias, NPY_CORDER)
+    pb->saved[1] = (PyObject *)copy_array(layer->weight);
+    pb->saved[2] = layer->bias != NULL ? (PyObject *)copy_array(layer->bias)
                                        : Py_NewRef(Py_None);
     for (int i = 0; i < 3; i++)
         if (pb->saved[i] == NULL)
