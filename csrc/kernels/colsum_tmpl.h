@@ -9,43 +9,85 @@
 #error "colsum_tmpl.h: define SUF(name) (name##_f32, name##_f64) before including it"
 #endif
 
-/* multi_row_sum for one column: x[0], x[stride], ... (k terms), torch's
- * four-level cascade: blocks of 2^lp terms summed into level 0, which is
- * carried up a level at every block boundary of that level, then the levels
- * added from the bottom. */
-static T SUF(colsum_cascade)(const T *x, int64_t stride, int64_t k)
+/* Columns are summed COLSUM_CHUNK at a time, each in a lane of its own: every
+ * column's sum is the scalar sequence torch gives it (the order depends on the
+ * row count only, never on the column), so the lanes only make the loops over
+ * columns vectorise (rows are contiguous in memory, columns strided by rs:
+ * one column at a time read a cache line per term). */
+#ifndef COLSUM_CHUNK
+#define COLSUM_CHUNK 128
+#endif
+
+/* multi_row_sum of nb <= COLSUM_CHUNK columns: out[c] = sum of x[i * stride + c * cs]
+ * over i < k, torch's four-level cascade per column: blocks of 2^lp terms
+ * summed into level 0, which is carried up a level at every block boundary of
+ * that level, then the levels added from the bottom.  Inlined with cs == 1 for
+ * the usual contiguous rows. */
+static inline __attribute__((always_inline))
+void SUF(colsum_cascade)(T *out, const T *x, int64_t stride, int64_t cs, int64_t k, int64_t nb)
 {
     const int64_t log2k = k <= 2 ? 1 : 64 - __builtin_clzll((unsigned long long)(k - 1));
     const int64_t lp = log2k / 4 > 4 ? log2k / 4 : 4;
     const int64_t step = (int64_t)1 << lp, mask = step - 1;
-    T acc[4] = {0, 0, 0, 0};
+    T acc[4][COLSUM_CHUNK];
+    for (int lv = 0; lv < 4; lv++)
+        for (int64_t c = 0; c < nb; c++)
+            acc[lv][c] = 0;
     int64_t i = 0;
     while (i + step <= k) {
         for (int64_t j = 0; j < step; j++, i++)
-            acc[0] = acc[0] + x[i * stride];
+            for (int64_t c = 0; c < nb; c++)
+                acc[0][c] = acc[0][c] + x[i * stride + c * cs];
         for (int lv = 1; lv < 4; lv++) {
-            acc[lv] = acc[lv] + acc[lv - 1];
-            acc[lv - 1] = 0;
+            for (int64_t c = 0; c < nb; c++) {
+                acc[lv][c] = acc[lv][c] + acc[lv - 1][c];
+                acc[lv - 1][c] = 0;
+            }
             if ((i & (mask << (lv * lp))) != 0)
                 break;
         }
     }
     for (; i < k; i++)
-        acc[0] = acc[0] + x[i * stride];
-    return ((acc[0] + acc[1]) + acc[2]) + acc[3];
+        for (int64_t c = 0; c < nb; c++)
+            acc[0][c] = acc[0][c] + x[i * stride + c * cs];
+    for (int64_t c = 0; c < nb; c++)
+        out[c] = ((acc[0][c] + acc[1][c]) + acc[2][c]) + acc[3][c];
 }
 
-/* row_sum with ilp factor 4: four interleaved cascades, the leftover terms
- * added to the first, then the four added in order */
-static T SUF(colsum_ilp4)(const T *x, int64_t stride, int64_t k)
+/* row_sum with ilp factor 4 of nb <= COLSUM_CHUNK columns: four interleaved
+ * cascades, the leftover terms added to the first, then the four added in order */
+static inline __attribute__((always_inline))
+void SUF(colsum_ilp4)(T *out, const T *x, int64_t stride, int64_t cs, int64_t k, int64_t nb)
 {
     const int64_t q = k / 4;
-    T p[4];
+    T p[4][COLSUM_CHUNK];
     for (int l = 0; l < 4; l++)
-        p[l] = SUF(colsum_cascade)(x + l * stride, 4 * stride, q);
+        SUF(colsum_cascade)(p[l], x + l * stride, 4 * stride, cs, q, nb);
     for (int64_t i = 4 * q; i < k; i++)
-        p[0] = p[0] + x[i * stride];
-    return ((p[0] + p[1]) + p[2]) + p[3];
+        for (int64_t c = 0; c < nb; c++)
+            p[0][c] = p[0][c] + x[i * stride + c * cs];
+    for (int64_t c = 0; c < nb; c++)
+        out[c] = ((p[0][c] + p[1][c]) + p[2][c]) + p[3][c];
+}
+
+/* The columns [j0, j1) in chunks, either order (ilp4 or not) */
+static void SUF(colsum_columns)(T *out, const T *x, int64_t rs, int64_t cs, int64_t m,
+                                int64_t j0, int64_t j1, int ilp4)
+{
+    for (int64_t j = j0; j < j1; j += COLSUM_CHUNK) {
+        const int64_t nb = j1 - j < COLSUM_CHUNK ? j1 - j : COLSUM_CHUNK;
+        T sums[COLSUM_CHUNK];
+        if (cs == 1 && ilp4)
+            SUF(colsum_ilp4)(sums, x + j, rs, 1, m, nb);
+        else if (cs == 1)
+            SUF(colsum_cascade)(sums, x + j, rs, 1, m, nb);
+        else if (ilp4)
+            SUF(colsum_ilp4)(sums, x + j * cs, rs, cs, m, nb);
+        else
+            SUF(colsum_cascade)(sums, x + j * cs, rs, cs, m, nb);
+        for (int64_t c = 0; c < nb; c++)
+            out[j + c] = (T)0 + sums[c];
+    }
 }
 
 static void SUF(colsum_body)(T *out, const T *x, int64_t rs, int64_t cs, int64_t m, int64_t n)
@@ -57,14 +99,16 @@ static void SUF(colsum_body)(T *out, const T *x, int64_t rs, int64_t cs, int64_t
         return;
     }
     if (n == 1) {                  /* one column: torch's contiguous inner sum */
+        T s;
         if (m < W) {
-            out[0] = (T)0 + SUF(colsum_ilp4)(x, rs, m);
+            SUF(colsum_ilp4)(&s, x, rs, 1, m, 1);
+            out[0] = (T)0 + s;
             return;
         }
         const int64_t nv = m / W;
         T lane[W];
         for (int l = 0; l < W; l++)
-            lane[l] = SUF(colsum_ilp4)(x + l * rs, W * rs, nv);
+            SUF(colsum_ilp4)(&lane[l], x + l * rs, W * rs, 1, nv, 1);
         T total = 0;
         for (int64_t i = nv * W; i < m; i++)
             total = total + x[i * rs];
@@ -76,9 +120,8 @@ static void SUF(colsum_body)(T *out, const T *x, int64_t rs, int64_t cs, int64_t
     /* columns in whole blocks of 4 vectors (4 columns when n < W): one cascade
      * over all rows; the rest: four interleaved cascades */
     const int64_t blocked = n >= W ? n / (4 * W) * (4 * W) : n / 4 * 4;
-    for (int64_t j = 0; j < n; j++)
-        out[j] = (T)0 + (j < blocked ? SUF(colsum_cascade)(x + j * cs, rs, m)
-                                     : SUF(colsum_ilp4)(x + j * cs, rs, m));
+    SUF(colsum_columns)(out, x, rs, cs, m, 0, blocked, 0);
+    SUF(colsum_columns)(out, x, rs, cs, m, blocked, n, 1);
 }
 
 #undef T
