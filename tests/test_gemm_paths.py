@@ -266,15 +266,20 @@ THREAD_SHAPES = [(300, 500, 129), (1000, 40, 64), (40, 1000, 65), (97, 131, 700)
 
 @pytest.mark.parametrize("m,n,k", THREAD_SHAPES)
 def test_identical_for_any_thread_count(rng, dtype, threads, m, n, k):
+    """The same bits for any thread count, also with A transposed (columns contiguous),
+    which the threads first turn into rows together, in bands of 64 rows."""
     a, b = operands(rng, m, n, k, dtype)
     w = np.ascontiguousarray(b.T)
+    a_t = np.asfortranarray(a)
     results = []
     for t in [1, 2, 3, 5]:
         myatt.set_num_threads(t)
-        results.append((myatt.bmm(a[None], b[None]), myatt.linear(a, w)))
-    for bmm_t, linear_t in results[1:]:
+        results.append((myatt.bmm(a[None], b[None]), myatt.linear(a, w),
+                        myatt.bmm(a_t[None], b[None])))
+    for bmm_t, linear_t, bmm_a_t in results:
         np.testing.assert_array_equal(bmm_t, results[0][0])
         np.testing.assert_array_equal(linear_t, results[0][1])
+        np.testing.assert_array_equal(bmm_a_t, results[0][0])
     check_bmm(a, b)
 
 

@@ -376,6 +376,26 @@ static void SUF(gemm_task)(void *arg, int task)
         atomic_store(&job->failed, 1);
 }
 
+/* A transposed into rows (gemm_run_src, step 4): dst[i, p] = A[i, p] = a[i + p * cs]
+ * for the task's band of rows, GEMM_TRANSPOSE_ROWS at a time (the band's
+ * rows of dst take a cache line each while a's rows stream). */
+#define GEMM_TRANSPOSE_ROWS 64
+typedef struct {
+    const SUF(gemm_microkernel) *uk;
+    T *dst;
+    const T *a;
+    int64_t cs, m, k, band;
+} SUF(gemm_tjob);
+
+static void SUF(gemm_transpose_task)(void *arg, int task)
+{
+    const SUF(gemm_tjob) *job = arg;
+    const int64_t i1 = gemm_min((task + 1) * job->band, job->m);
+    for (int64_t i = task * job->band; i < i1; i += GEMM_TRANSPOSE_ROWS)
+        job->uk->copy_t(job->dst + i * job->k, (int)job->k, job->a + i, job->cs,
+                        gemm_min(GEMM_TRANSPOSE_ROWS, i1 - i), job->k);
+}
+
 static int SUF(gemm_run_src)(const SUF(gemm_microkernel) *uk,
                              T *c, int64_t rs_c, int64_t cs_c,
                              const SUF(gemm_a) *A,
@@ -450,14 +470,34 @@ static int SUF(gemm_run_src)(const SUF(gemm_microkernel) *uk,
     const int64_t units = ((split_n ? n : m) + unit - 1) / unit;
     if (nthreads > units)
         nthreads = (int)units;
+    /* 4. A transposed (one source, columns contiguous: grad_out^T in a weight
+     *    gradient) is turned into rows once, by all threads, which the full
+     *    tiles then read in place: packed, each MR x KC panel read MR elements
+     *    of KC columns whose starts are often a multiple of 4 KiB apart (one L1
+     *    set: a cache line from L2 for 24 bytes), once per NC block, and again
+     *    by every thread.  Only a copy; without its workspace, A is packed. */
+    T *a_rows = NULL;
+    if (!direct && A->k1 >= k && A->rs1 == 1 && A->cs1 != 1 && uk->copy_t != NULL
+            && uk->kernel_rows != NULL && m >= uk->mr && k <= INT32_MAX
+            && (a_rows = mk_alloc(mk_bytes(mk_bytes((size_t)m, (size_t)k), sizeof(T)))) != NULL) {
+        SUF(gemm_tjob) tjob = {uk, a_rows, A->a1, A->cs1, m, k,
+                               gemm_round_up(gemm_ceil_div(m, nthreads), GEMM_TRANSPOSE_ROWS)};
+        if (nthreads > 1 && m > GEMM_TRANSPOSE_ROWS)
+            mk_parallel_run((int)gemm_ceil_div(m, tjob.band), SUF(gemm_transpose_task), &tjob);
+        else
+            SUF(gemm_transpose_task)(&tjob, 0);
+        A_one = (SUF(gemm_a)){a_rows, k, 1, k, NULL, 0, 0};
+        A = &A_one;
+    }
     if (nthreads <= 1) {
-        if (direct) {
+        int rc = 0;
+        if (direct)
             uk->small(c, rs_c, cs_c, A->a1, A->rs1, A->cs1, b, rs_b, cs_b, m, n, k,
                       kc, c_holds_value);
-            return 0;
-        }
-        return SUF(gemm_packed)(uk, c, rs_c, cs_c, A, b, rs_b, cs_b,
-                                m, n, k, c_holds_value);
+        else
+            rc = SUF(gemm_packed)(uk, c, rs_c, cs_c, A, b, rs_b, cs_b, m, n, k, c_holds_value);
+        mk_free(a_rows);
+        return rc;
     }
     SUF(gemm_job) job = {
         .uk = uk, .c = c, .rs_c = rs_c, .cs_c = cs_c, .A = *A,
@@ -467,6 +507,7 @@ static int SUF(gemm_run_src)(const SUF(gemm_microkernel) *uk,
     };
     atomic_init(&job.failed, 0);
     mk_parallel_run(nthreads, SUF(gemm_task), &job);
+    mk_free(a_rows);
     return atomic_load(&job.failed) ? -1 : 0;
 }
 
