@@ -473,7 +473,7 @@ def run(args):
     ncores = cores()
     thread_counts = sorted({1, ncores})
     levels = ["seed", "mid"] if quick else ["seed", "mid", "large"]
-    if args.only:
+    if args.only not in (None, "module"):
         levels = []
     gemm_n = 1024 if quick else 2048
 
@@ -642,8 +642,9 @@ def plot(result, path):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="a short run (seconds): seed and mid sizes")
-    p.add_argument("--only", choices=["sdpa", "mha"], help="only these rows (sdpa: the "
-                   "scaled_dot_product_attention rows; mha: the MultiheadAttention rows)")
+    p.add_argument("--only", choices=["module", "sdpa", "mha"], help="only these rows (module: "
+                   "MyAtt's seed, mid and large rows; sdpa: the scaled_dot_product_attention "
+                   "rows; mha: the MultiheadAttention rows)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--plot", metavar="PATH", help="also draw the ratios (needs matplotlib)")
     args = p.parse_args(argv)
