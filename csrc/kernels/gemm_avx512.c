@@ -20,13 +20,19 @@
  * in place from its rows (kernel_rows, gemm_internal.h): one body, inlined
  * with the strides of each.
  *
- * Block sizes (Zen 4 / Skylake-SP class: 32-48 KiB L1d, 1-2 MiB L2): one A
- * micro-panel (MC = MR rows) at a time swept over the whole B block, which
- * streams from L2 (f32: KC x NC = 192 x 1024, 768 KiB) or L3 (f64: 2048 x
- * 504, 8 MiB; its KC is free: c is then loaded and stored once per 2048
- * terms).  Measured on Zen 4 against A blocks sized for L2 (f32 240 x 192, f64
- * 64 x 384): 2048^3 f32 85 -> 88 % of peak, f64 80 -> 88-90 %; with A read in
- * place and the 6 x 64 tile, f32 92-93 %. */
+ * Block sizes (Zen 4 / Zen 5 / Skylake-SP class: 32-48 KiB L1d, 1-2 MiB L2):
+ * a few A micro-panels at a time (f32 MC = 48 rows, f64 32) swept over the
+ * whole B block (f32: KC x NC = 192 x 1024 per summation block, all of k's
+ * blocks packed; f64: 2048 x 504, 8 MiB, its KC free: c is then loaded and
+ * stored once per 2048 terms), each B micro-panel used by the MC / MR panels
+ * in turn.  Measured on Zen 4 against A blocks sized for L2 (f32 240 x 192,
+ * f64 64 x 384): 2048^3 f32 85 -> 88 % of peak, f64 80 -> 88-90 %; with A
+ * read in place and the 6 x 64 tile, f32 92-93 %, then with one micro-panel
+ * (MC = MR).  On Zen 5 (twice the FMA width), one micro-panel at a time
+ * streamed the packed B (k x NC: 4 MiB at k = 1024) from L3 every 6 rows,
+ * which capped the kernel at 83-86 % (1 thread) and 81-84 % (2); MC = 24-96
+ * reads it 4-16x less often: 88-92 % and 87-91 % (1024^3, 2048^3, linear),
+ * f64 MC 8 -> 32: 87-89 -> 90-95 % (1 thread), 81-85 -> 85-89 % (2). */
 #include "cpu.h"
 
 #ifdef MYATT_X86
@@ -153,12 +159,12 @@ static void gemm_f64_avx512_edge(int64_t kc, const double *a_panel, const double
 #include "gemm_small_tmpl.h"
 
 const gemm_microkernel_f32 gemm_microkernel_f32_avx512 = {
-    "avx512", 6, 64, 6, 64, 1024, gemm_f32_avx512_kernel, gemm_f32_avx512_small, gemm_copy_t_f32,
+    "avx512", 6, 64, 48, 64, 1024, gemm_f32_avx512_kernel, gemm_f32_avx512_small, gemm_copy_t_f32,
     gemm_f32_avx512_edge, gemm_f32_avx512_kernel_rows,
 };
 
 const gemm_microkernel_f64 gemm_microkernel_f64_avx512 = {
-    "avx512", 8, 24, 8, 2048, 504, gemm_f64_avx512_kernel, gemm_f64_avx512_small, gemm_copy_t_f64,
+    "avx512", 8, 24, 32, 2048, 504, gemm_f64_avx512_kernel, gemm_f64_avx512_small, gemm_copy_t_f64,
     gemm_f64_avx512_edge, gemm_f64_avx512_kernel_rows,
 };
 
