@@ -2,6 +2,8 @@
  * ndarrays of the kernel's dtype, the dtype policy, sizes and shapes in messages. */
 #include "glue.h"
 
+#include "kernels/alloc.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -169,14 +171,93 @@ PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous)
     return (PyArrayObject *)PyArray_FromArray(a, PyArray_DescrFromType(typenum), flags);
 }
 
+/* ---- result memory ----------------------------------------------------------
+ * The data of the arrays the glue makes, of MK_CACHE_MIN bytes and more, comes
+ * from the kernels' array cache (kernels/alloc.h) through a NumPy memory
+ * handler set around their allocation only: the arrays own their data as any
+ * other (freed through the handler they were made with, whoever frees them),
+ * and a freed result's pages serve the next call's instead of going back to
+ * the OS and being faulted in again. */
+static void *data_malloc(void *ctx, size_t size)
+{
+    (void)ctx;
+    return mk_data_alloc(size);
+}
+
+static void *data_calloc(void *ctx, size_t nelem, size_t elsize)
+{
+    (void)ctx;
+    const size_t bytes = mk_bytes(nelem, elsize);
+    void *p = mk_data_alloc(bytes);
+    if (p != NULL)
+        memset(p, 0, bytes);
+    return p;
+}
+
+static void *data_realloc(void *ctx, void *p, size_t size)
+{
+    (void)ctx;
+    void *q = mk_data_alloc(size);
+    if (q != NULL && p != NULL) {
+        const size_t old = mk_block_size(p);
+        memcpy(q, p, old < size ? old : size);
+        mk_data_free(p);
+    }
+    return q;
+}
+
+static void data_free(void *ctx, void *p, size_t size)
+{
+    (void)ctx, (void)size;
+    mk_data_free(p);
+}
+
+static PyDataMem_Handler data_handler = {
+    "myatt", 1, {NULL, data_malloc, data_calloc, data_realloc, data_free},
+};
+
+/* The handler for an array of `bytes` bytes: the previous one (to give back to
+ * data_handler_end), or NULL (small arrays, or no handler could be set: NumPy's
+ * own then). */
+static PyObject *data_handler_begin(size_t bytes)
+{
+    static PyObject *capsule;   /* one per process, never freed */
+    if (bytes < MK_CACHE_MIN)
+        return NULL;
+    if (capsule == NULL && (capsule = PyCapsule_New(&data_handler, "mem_handler", NULL)) == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *old = PyDataMem_SetHandler(capsule);
+    if (old == NULL)
+        PyErr_Clear();
+    return old;
+}
+
+static void data_handler_end(PyObject *old)
+{
+    if (old == NULL)
+        return;
+    PyObject *type, *value, *tb;   /* the allocation's MemoryError, if any */
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *ours = PyDataMem_SetHandler(old);
+    Py_XDECREF(ours);
+    Py_DECREF(old);
+    if (ours == NULL)
+        PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+}
+
 PyArrayObject *copy_array(PyArrayObject *a)
 {
     if (!PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a) || !PyArray_ISNOTSWAPPED(a))
         return (PyArrayObject *)PyArray_NewCopy(a, NPY_CORDER);
     PyArray_Descr *descr = PyArray_DESCR(a);
     Py_INCREF(descr);   /* stolen */
+    PyObject *old = data_handler_begin((size_t)PyArray_NBYTES(a));
     PyArrayObject *c = (PyArrayObject *)PyArray_NewFromDescr(
         &PyArray_Type, descr, PyArray_NDIM(a), PyArray_DIMS(a), NULL, NULL, 0, NULL);
+    data_handler_end(old);
     if (c != NULL)
         memcpy(PyArray_DATA(c), PyArray_DATA(a), (size_t)PyArray_NBYTES(a));
     return c;
@@ -326,7 +407,9 @@ PyObject *new_array(int ndim, const npy_intp *dims, int typenum, const char *wha
                      what, shape_str(shape, sizeof shape, ndim, dims));
         return NULL;
     }
+    PyObject *old = data_handler_begin((size_t)bytes);
     PyObject *a = PyArray_SimpleNew(ndim, (npy_intp *)dims, typenum);
+    data_handler_end(old);
     /* NumPy says ValueError ("array is too big") for some sizes it will not
      * allocate, MemoryError for others: both are MemoryError here, naming `what`. */
     if (a == NULL && (PyErr_ExceptionMatches(PyExc_MemoryError)

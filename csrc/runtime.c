@@ -146,12 +146,13 @@ static PyObject *myatt_get_num_threads(PyObject *module, PyObject *Py_UNUSED(ign
 
 PyDoc_STRVAR(empty_cache_doc,
 "empty_cache($module, /)\n--\n\n"
-"Free the kernels' cached workspaces.\n"
+"Free the kernels' cached workspaces and the cached memory of freed results.\n"
 "\n"
 "Kernels keep freed workspaces (packed panels, row blocks) of 32 KiB and more,\n"
 "up to 32 MiB in all, and reuse them in later calls instead of asking the OS\n"
-"for fresh pages each time. This gives that memory back; later calls allocate\n"
-"again as needed.\n"
+"for fresh pages each time; the data of results of 32 KiB and more, once the\n"
+"arrays are freed, is kept the same way (another 32 MiB at most) for later\n"
+"results. This gives that memory back; later calls allocate again as needed.\n"
 "\n"
 "Examples\n"
 "--------\n"

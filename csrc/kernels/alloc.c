@@ -13,29 +13,36 @@
 static mk_malloc_fn mk_malloc_hook = malloc;
 static mk_free_fn mk_free_hook = free;
 
-/* The cache: up to MK_CACHE_SLOTS freed blocks of at least MK_CACHE_MIN bytes,
- * MK_CACHE_MAX bytes in all, handed out again best-fit.  Without it, every
+/* The caches: up to MK_CACHE_SLOTS freed blocks of at least MK_CACHE_MIN bytes,
+ * MK_CACHE_MAX bytes in all, handed out again best-fit.  Without one, every
  * call's packed panels were returned to the OS by free() and faulted back in
- * (zeroed page by page) by the next call: 30 % of a mid-size backward. */
-#define MK_CACHE_SLOTS 8
-#define MK_CACHE_MIN ((size_t)32 << 10)
+ * (zeroed page by page) by the next call: 30 % of a mid-size backward.  The
+ * workspaces' cache takes its blocks from the hook, the arrays' cache
+ * (mk_data_alloc) from malloc. */
+#define MK_CACHE_SLOTS 16
 #define MK_CACHE_MAX ((size_t)32 << 20)
 
 typedef struct {
-    void *raw;       /* what the hook returned, or NULL: an empty slot */
+    void *raw;       /* what the allocator returned, or NULL: an empty slot */
     size_t size;     /* usable bytes from the aligned start */
 } mk_block;
 
-static mk_block mk_cache[MK_CACHE_SLOTS];
-static size_t mk_cache_bytes;
-static pthread_mutex_t mk_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+typedef struct {
+    mk_block slot[MK_CACHE_SLOTS];
+    size_t bytes;
+    pthread_mutex_t lock;
+} mk_cache;
+
+static mk_cache mk_work_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
+static mk_cache mk_data_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
 static pthread_once_t mk_cache_atfork_once = PTHREAD_ONCE_INIT;
 
-/* A forked child may inherit the lock held by a thread it does not have. */
+/* A forked child may inherit a lock held by a thread it does not have. */
 static void mk_cache_reset_lock_in_child(void)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-    mk_cache_lock = fresh;
+    mk_work_cache.lock = fresh;
+    mk_data_cache.lock = fresh;
 }
 
 static void mk_cache_register_atfork(void)
@@ -75,66 +82,97 @@ static void *mk_block_start(void *raw, size_t size)
     return (void *)aligned;
 }
 
-void *mk_alloc(size_t bytes)
+size_t mk_block_size(const void *p)
+{
+    return ((const size_t *)p)[-1];
+}
+
+static void *cache_alloc(mk_cache *cache, mk_malloc_fn malloc_fn, size_t bytes)
 {
     if (bytes >= MK_CACHE_MIN) {   /* the smallest cached block that is large enough */
         pthread_once(&mk_cache_atfork_once, mk_cache_register_atfork);
-        pthread_mutex_lock(&mk_cache_lock);
+        pthread_mutex_lock(&cache->lock);
         int best = -1;
         for (int i = 0; i < MK_CACHE_SLOTS; i++)
-            if (mk_cache[i].raw != NULL && mk_cache[i].size >= bytes
-                && (best < 0 || mk_cache[i].size < mk_cache[best].size))
+            if (cache->slot[i].raw != NULL && cache->slot[i].size >= bytes
+                && (best < 0 || cache->slot[i].size < cache->slot[best].size))
                 best = i;
         mk_block found = {NULL, 0};
         if (best >= 0) {
-            found = mk_cache[best];
-            mk_cache[best].raw = NULL;
-            mk_cache_bytes -= found.size;
+            found = cache->slot[best];
+            cache->slot[best].raw = NULL;
+            cache->bytes -= found.size;
         }
-        pthread_mutex_unlock(&mk_cache_lock);
+        pthread_mutex_unlock(&cache->lock);
         if (found.raw != NULL)
             return mk_block_start(found.raw, found.size);
     }
     const size_t extra = MK_ALIGN + MK_HEADER;
     if (bytes > SIZE_MAX - extra)
         return NULL;
-    void *raw = mk_malloc_hook(bytes + extra);
+    void *raw = malloc_fn(bytes + extra);
     return raw == NULL ? NULL : mk_block_start(raw, bytes);
 }
 
-void mk_free(void *p)
+static void cache_free(mk_cache *cache, mk_free_fn free_fn, void *p)
 {
     if (p == NULL)
         return;
     mk_block block = {((void **)p)[-2], ((size_t *)p)[-1]};
     if (block.size >= MK_CACHE_MIN && block.size <= MK_CACHE_MAX) {
         pthread_once(&mk_cache_atfork_once, mk_cache_register_atfork);
-        pthread_mutex_lock(&mk_cache_lock);
+        pthread_mutex_lock(&cache->lock);
         for (int i = 0; i < MK_CACHE_SLOTS; i++)
-            if (mk_cache[i].raw == NULL && mk_cache_bytes + block.size <= MK_CACHE_MAX) {
-                mk_cache[i] = block;
-                mk_cache_bytes += block.size;
+            if (cache->slot[i].raw == NULL && cache->bytes + block.size <= MK_CACHE_MAX) {
+                cache->slot[i] = block;
+                cache->bytes += block.size;
                 block.raw = NULL;
                 break;
             }
-        pthread_mutex_unlock(&mk_cache_lock);
+        pthread_mutex_unlock(&cache->lock);
     }
     if (block.raw != NULL)
-        mk_free_hook(block.raw);
+        free_fn(block.raw);
+}
+
+static void cache_empty(mk_cache *cache, mk_free_fn free_fn)
+{
+    pthread_once(&mk_cache_atfork_once, mk_cache_register_atfork);
+    pthread_mutex_lock(&cache->lock);
+    mk_block taken[MK_CACHE_SLOTS];
+    for (int i = 0; i < MK_CACHE_SLOTS; i++) {
+        taken[i] = cache->slot[i];
+        cache->slot[i].raw = NULL;
+    }
+    cache->bytes = 0;
+    pthread_mutex_unlock(&cache->lock);
+    for (int i = 0; i < MK_CACHE_SLOTS; i++)
+        if (taken[i].raw != NULL)
+            free_fn(taken[i].raw);
+}
+
+void *mk_alloc(size_t bytes)
+{
+    return cache_alloc(&mk_work_cache, mk_malloc_hook, bytes);
+}
+
+void mk_free(void *p)
+{
+    cache_free(&mk_work_cache, mk_free_hook, p);
+}
+
+void *mk_data_alloc(size_t bytes)
+{
+    return cache_alloc(&mk_data_cache, malloc, bytes);
+}
+
+void mk_data_free(void *p)
+{
+    cache_free(&mk_data_cache, free, p);
 }
 
 void mk_empty_cache(void)
 {
-    pthread_once(&mk_cache_atfork_once, mk_cache_register_atfork);
-    pthread_mutex_lock(&mk_cache_lock);
-    mk_block taken[MK_CACHE_SLOTS];
-    for (int i = 0; i < MK_CACHE_SLOTS; i++) {
-        taken[i] = mk_cache[i];
-        mk_cache[i].raw = NULL;
-    }
-    mk_cache_bytes = 0;
-    pthread_mutex_unlock(&mk_cache_lock);
-    for (int i = 0; i < MK_CACHE_SLOTS; i++)
-        if (taken[i].raw != NULL)
-            mk_free_hook(taken[i].raw);
+    cache_empty(&mk_work_cache, mk_free_hook);
+    cache_empty(&mk_data_cache, free);
 }
