@@ -421,11 +421,15 @@ PyObject *myatt_grads_run(const myatt_dtype *dt, const npy_intp dims[3][3],
         .w_attn = PyArray_DATA(g[3]), .b_attn = PyArray_DATA(g[4]),
         .w_comb = PyArray_DATA(g[5]), .b_comb = PyArray_DATA(g[6]),
     };
+    /* the forward's products twice (and once more when it recomputes them) */
+    const double work = (kept_aw != NULL ? 2.0 : 3.0) * (double)go.rows
+                        * ((double)in->w_attn.cols * (double)v1 + (double)v1 * (double)in->v.cols
+                           + (double)in->w_comb.cols * (double)o);
     int rc;
-    Py_BEGIN_ALLOW_THREADS
+    MYATT_BEGIN_COMPUTE(work)
     rc = kept_aw != NULL ? dt->k->myatt_backward_kept(&grads, go, ga, in, kept_aw, kept_ap)
                          : dt->k->myatt_backward(&grads, go, ga, in);
-    Py_END_ALLOW_THREADS
+    MYATT_END_COMPUTE
     if (rc < 0) {
         PyErr_NoMemory();
         goto fail;

@@ -13,8 +13,9 @@
  *                       instruction when present), __builtin_fma* for the SIMD
  *                       paths (compiled for the ISA of the includer)
  *   VEC(op)             (optional, SIMD paths) the vocabulary of T's vectors
- *                       (simd_avx2.h): its t, len, loadu, storeu, set1 and
- *                       fma (the same arithmetic as GEMM_MADD, lane by lane);
+ *                       (simd_avx2.h): its t, len, loadu, storeu, set1, fma
+ *                       (the same arithmetic as GEMM_MADD, lane by lane), add
+ *                       and zero;
  *                       GEMM_SMALL_COLS / 4 must be a multiple of VEC(len)
  * defined; it undefines them all at its end, ready for the next inclusion.
  * No include guard on purpose.  Contract: gemm_small_f32_fn in gemm_internal.h.
@@ -81,25 +82,29 @@ void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
             const T *a_row = a + i * rs_a + pc * cs_a;   /* A[i, pc:pc+kb] */
             T *c_blk = c + i * rs_c;                     /* C[i, j0:j0+nb] */
             const int whole = cs_c == 1 && nb == NB;     /* c's row segment is contiguous */
-            /* io[]: the chain's start (float64 onto c), then the block sum */
-            T io[GEMM_SMALL_COLS];
             const int chain_from_c = GEMM_CHAINS(T) && onto_c;
-            for (int j = 0; j < NB; j++)
-                io[j] = 0;
-            if (chain_from_c && whole)
-                memcpy(io, c_blk, (size_t)NB * sizeof(T));
-            else if (chain_from_c)
-                for (int64_t j = 0; j < nb; j++)
-                    io[j] = c_blk[j * cs_c];
+            const int add_onto_c = onto_c && !GEMM_CHAINS(T);
 #ifdef VEC
             /* vector accumulators, spelled out: in a plain T array the compiler
              * stored and reloaded them on every step (1 x 64 @ 64 x 32 ran 3x
-             * slower than its FMA latency allows) */
+             * slower than its FMA latency allows).  A whole row segment of c is
+             * read and written as vectors, else through io[] (the seed's
+             * backward is outer products, k = 1: per row, the copies through
+             * io[] cost more than the FMAs). */
             enum { VLEN = VEC(len) };
             VEC(t) vacc[GEMM_SMALL_COLS / VLEN];
+            T io[GEMM_SMALL_COLS];   /* c's segment, when it is not whole */
+            if (whole) {
 #pragma GCC unroll 8
-            for (int v = 0; v < NB / VLEN; v++)
-                vacc[v] = VEC(loadu)(io + v * VLEN);
+                for (int v = 0; v < NB / VLEN; v++)
+                    vacc[v] = chain_from_c ? VEC(loadu)(c_blk + v * VLEN) : VEC(zero)();
+            } else {
+                for (int j = 0; j < NB; j++)
+                    io[j] = chain_from_c && j < nb ? c_blk[j * cs_c] : 0;
+#pragma GCC unroll 8
+                for (int v = 0; v < NB / VLEN; v++)
+                    vacc[v] = VEC(loadu)(io + v * VLEN);
+            }
             for (int64_t p = 0; p < kb; p++) {
                 const VEC(t) a_ip = VEC(set1)(a_row[p * cs_a]);
                 const T *b_p = b_strip + p * rs_s;       /* B[pc+p, j0:j0+NB] */
@@ -107,10 +112,27 @@ void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
                 for (int v = 0; v < NB / VLEN; v++)
                     vacc[v] = VEC(fma)(a_ip, VEC(loadu)(b_p + v * VLEN), vacc[v]);
             }
+            if (whole) {
+#pragma GCC unroll 8
+                for (int v = 0; v < NB / VLEN; v++)
+                    VEC(storeu)(c_blk + v * VLEN,
+                                add_onto_c ? VEC(add)(VEC(loadu)(c_blk + v * VLEN), vacc[v])
+                                           : vacc[v]);
+                continue;
+            }
 #pragma GCC unroll 8
             for (int v = 0; v < NB / VLEN; v++)
                 VEC(storeu)(io + v * VLEN, vacc[v]);
 #else
+            /* acc[]: the chain's start (float64 onto c), then the block sum */
+            T io[GEMM_SMALL_COLS];
+            for (int j = 0; j < NB; j++)
+                io[j] = 0;
+            if (chain_from_c && whole)
+                memcpy(io, c_blk, (size_t)NB * sizeof(T));
+            else if (chain_from_c)
+                for (int64_t j = 0; j < nb; j++)
+                    io[j] = c_blk[j * cs_c];
             T acc[GEMM_SMALL_COLS];
             for (int j = 0; j < NB; j++)
                 acc[j] = io[j];
@@ -122,17 +144,17 @@ void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
             }
             for (int j = 0; j < NB; j++)
                 io[j] = acc[j];
-#endif
             if (whole) {
-                if (onto_c && !GEMM_CHAINS(T))
+                if (add_onto_c)
                     for (int j = 0; j < NB; j++)
                         c_blk[j] = c_blk[j] + io[j];
                 else
                     memcpy(c_blk, io, (size_t)NB * sizeof(T));
-            } else {
-                for (int64_t j = 0; j < nb; j++)
-                    c_blk[j * cs_c] = onto_c && !GEMM_CHAINS(T) ? c_blk[j * cs_c] + io[j] : io[j];
+                continue;
             }
+#endif
+            for (int64_t j = 0; j < nb; j++)
+                c_blk[j * cs_c] = add_onto_c ? c_blk[j * cs_c] + io[j] : io[j];
         }
         continue;
     strided:
