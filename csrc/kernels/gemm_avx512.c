@@ -96,12 +96,108 @@ static void gemm_f32_avx512_edge(int64_t kc, const float *a_panel, const float *
         gemm_f32_avx512_edge_nv(4, kc, a_panel, b_panel, c, rs_c, accumulate, m_r, n_r);
 }
 
+/* One row against B = weight^T (rs_b == 1), float32: the contract of
+ * gemm_row_wt_f32 (gemm_row_avx.h; the same bits), with 16 rows of W in the
+ * lanes of a zmm.  Each step reads 16 terms of 16 rows (a cache line of each,
+ * used whole) and transposes them in registers: 64 shuffles for 256
+ * multiply-adds where gemm_row_wt_f32's 8 x 4 blocks take 12 for 32; two
+ * groups of 16 rows a pass, whose chains overlap (each output is one chain over
+ * its terms, torch's order; 1, 3 or 4 groups ran slower).  On Zen 5, 1 x 512 @
+ * 512 x 1536 (one token's in-projection) 66 -> 60 us, bound by the shuffles (about
+ * one a cycle); MultiheadAttention's one token 92 -> 71 us. */
+static inline __attribute__((always_inline))
+void gemm_row_wt_f32_avx512_transpose(const __m512 r[16], __m512 o[16])
+{
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    /* u[4 i + c], 128-bit lane l: term 4 l + c of rows 4 i .. 4 i + 3 */
+    for (int c = 0; c < 4; c++) {
+        t[c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+        t[4 + c] = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+        t[8 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        t[12 + c] = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+    }
+    for (int c = 0; c < 4; c++) {   /* o[q] = term q of the 16 rows */
+        o[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+        o[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
+        o[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD);
+        o[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);
+    }
+}
+
+static inline __attribute__((always_inline))
+void gemm_row_wt_f32_avx512_groups(float *c, int64_t cs_c, const float *a, int64_t cs_a,
+                                   const float *b, int64_t cs_b, int64_t k, int64_t kc,
+                                   int c_holds_value, const int G)
+{
+    for (int64_t p0 = 0; p0 < k; p0 += kc) {
+        const int64_t p1 = k - p0 < kc ? k : p0 + kc;   /* the block [p0, p1) */
+        __m512 acc[4];
+        for (int g = 0; g < G; g++)
+            acc[g] = _mm512_setzero_ps();
+        int64_t p = p0;
+        for (; p + 16 <= p1; p += 16)
+            for (int g = 0; g < G; g++) {   /* not unrolled: spills, 10-25 % slower */
+                __m512 r[16], o[16];
+                for (int i = 0; i < 16; i++)
+                    r[i] = _mm512_loadu_ps(b + (16 * g + i) * cs_b + p);
+                gemm_row_wt_f32_avx512_transpose(r, o);
+                for (int q = 0; q < 16; q++)
+                    acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(a[(p + q) * cs_a]), o[q], acc[g]);
+            }
+        for (; p < p1; p++)   /* the block's last terms, one at a time */
+            for (int g = 0; g < G; g++) {
+                _Alignas(64) float w[16];
+                for (int i = 0; i < 16; i++)
+                    w[i] = b[(16 * g + i) * cs_b + p];
+                acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(a[p * cs_a]), _mm512_load_ps(w), acc[g]);
+            }
+        const int onto_c = c_holds_value || p0 > 0;
+        for (int g = 0; g < G; g++) {
+            float *c_g = c + 16 * g * cs_c;
+            if (cs_c == 1) {
+                _mm512_storeu_ps(c_g, onto_c ? _mm512_add_ps(_mm512_loadu_ps(c_g), acc[g]) : acc[g]);
+            } else {
+                _Alignas(64) float t[16];
+                _mm512_store_ps(t, acc[g]);
+                for (int j = 0; j < 16; j++)
+                    c_g[j * cs_c] = onto_c ? c_g[j * cs_c] + t[j] : t[j];
+            }
+        }
+    }
+}
+
+static void gemm_row_wt_f32_avx512(float *c, int64_t cs_c, const float *a, int64_t cs_a,
+                                   const float *b, int64_t cs_b, int64_t n, int64_t k, int64_t kc,
+                                   int c_holds_value)
+{
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32)
+        gemm_row_wt_f32_avx512_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k, kc,
+                                      c_holds_value, 2);
+    for (; j + 16 <= n; j += 16)
+        gemm_row_wt_f32_avx512_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k, kc,
+                                      c_holds_value, 1);
+    if (j < n)   /* the last columns: 8 at a time, then one by one */
+        gemm_row_wt_f32(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, n - j, k, kc,
+                        c_holds_value);
+}
+
 /* The direct loop, with FMA (vectorised over up to four vector registers of columns). */
 #define T float
 #define VEC(op) avx512_f32_##op
 #define GEMM_MADD(s, x, y) __builtin_fmaf((x), (y), (s))
 #define GEMM_SMALL_COPY_T gemm_copy_t_f32
-#define GEMM_SMALL_ROW_WT gemm_row_wt_f32
+#define GEMM_SMALL_ROW_WT gemm_row_wt_f32_avx512
 #define GEMM_SMALL_COLS 64
 #define GEMM_SMALL_NAME gemm_f32_avx512_small
 #include "gemm_small_tmpl.h"

@@ -94,6 +94,10 @@ static inline int64_t gemm_sum_block(int64_t k)
  * about 1 M (2 MFLOP, ~50 us on one core) waking a thread does not pay. */
 #define GEMM_THREAD_MIN_WORK (1024.0 * 1024.0)
 
+/* ... where a multiply-add of the direct loop on fewer than MR rows counts this
+ * many times (it reads an element of B from L2 or L3 for it). */
+#define GEMM_ROWS_THREAD_WEIGHT 8.0
+
 /* gemm_cat: a two-source A of at most this many bytes is copied (concatenated)
  * on the stack when the product takes the direct loop. */
 #define GEMM_CAT_STACK_BYTES 4096

@@ -421,8 +421,14 @@ static int SUF(gemm_run_src)(const SUF(gemm_microkernel) *uk,
     }
 
     /* 2. Threads, when the product is big enough to pay for waking them: bands
-     *    of c (never of k), whole tiles per band. */
-    const double work = (double)m * (double)n * (double)k;   /* multiply-adds */
+     *    of c (never of k), whole tiles per band.  A few rows against a large B
+     *    (the direct loop, step 3) read each element of B for at most m
+     *    multiply-adds: they are bound by reading B, and a thread pays for far
+     *    fewer of them (one token's 1 x 512 @ 512 x 1536 projection: 3 MiB of
+     *    weight, 786 K multiply-adds, 63 -> 36 us on two threads). */
+    int direct = gemm_use_direct(m, n, k, uk->mr, rs_b, cs_b);
+    const double work = (double)m * (double)n * (double)k   /* multiply-adds */
+                        * (direct && m < uk->mr ? GEMM_ROWS_THREAD_WEIGHT : 1.0);
     int nthreads = 1;   /* work below 2 * GEMM_THREAD_MIN_WORK: one thread whatever the
                          * setting (and no look-up of the core count for tiny products) */
     if (work >= 2.0 * GEMM_THREAD_MIN_WORK) {
@@ -436,7 +442,6 @@ static int SUF(gemm_run_src)(const SUF(gemm_microkernel) *uk,
      *    and full tiles would mostly multiply zero padding.  (Every column of
      *    the direct loop is computed alone, so bands of columns of any width
      *    give the same bits.) */
-    int direct = gemm_use_direct(m, n, k, uk->mr, rs_b, cs_b);
     /* A two-source A (gemm_cat) small enough is concatenated on the stack, so
      * the direct loop sees one source: the same arithmetic as a gemm on the
      * concatenated copy (the path depends on m, n, k and B's strides only). */
