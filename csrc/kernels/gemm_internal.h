@@ -90,6 +90,11 @@ static inline int64_t gemm_sum_block(int64_t k)
  * then coming from memory 16 times instead of 4). */
 #define GEMM_B_PACK_BYTES (8 << 20)
 
+/* A transposed A of at most this many bytes is copied into rows before the
+ * product (gemm_run_src): the size of the workspace cache (alloc.h), so the
+ * copy's pages stay mapped from one call to the next. */
+#define GEMM_TRANSPOSE_MAX_BYTES (32.0 * 1024 * 1024)
+
 /* Fewest multiply-adds (m * n * k) per thread for gemm to use threads: below
  * about 1 M (2 MFLOP, ~50 us on one core) waking a thread does not pay. */
 #define GEMM_THREAD_MIN_WORK (1024.0 * 1024.0)

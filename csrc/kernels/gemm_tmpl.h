@@ -480,10 +480,12 @@ static int SUF(gemm_run_src)(const SUF(gemm_microkernel) *uk,
      *    tiles then read in place: packed, each MR x KC panel read MR elements
      *    of KC columns whose starts are often a multiple of 4 KiB apart (one L1
      *    set: a cache line from L2 for 24 bytes), once per NC block, and again
-     *    by every thread.  Only a copy; without its workspace, A is packed. */
+     *    by every thread.  Only a copy; for an A over GEMM_TRANSPOSE_MAX_BYTES
+     *    or without its workspace, A is packed. */
     T *a_rows = NULL;
     if (!direct && A->k1 >= k && A->rs1 == 1 && A->cs1 != 1 && uk->copy_t != NULL
-            && uk->kernel_rows != NULL && m >= uk->mr && k <= INT32_MAX
+            && uk->kernel_rows != NULL && m >= uk->mr
+            && (double)m * (double)k * (double)sizeof(T) <= GEMM_TRANSPOSE_MAX_BYTES
             && (a_rows = mk_alloc(mk_bytes(mk_bytes((size_t)m, (size_t)k), sizeof(T)))) != NULL) {
         SUF(gemm_tjob) tjob = {uk, a_rows, A->a1, A->cs1, m, k,
                                gemm_round_up(gemm_ceil_div(m, nthreads), GEMM_TRANSPOSE_ROWS)};
