@@ -248,8 +248,8 @@ static void gemm_f64_avx512_edge(int64_t kc, const double *a_panel, const double
 /* The same for float64 (the contract of gemm_row_wt_f64: one chain per output
  * from c or 0, no summation blocks): 8 rows of W in the lanes of a zmm, 8
  * terms of each (a cache line) transposed in registers, 24 shuffles for 64
- * multiply-adds; one group of 8 rows a pass (two or four side by side ran
- * slower).  On Zen 5, 1 x 512 @ 512 x 1536: 193 -> 102 us. */
+ * multiply-adds; 8 rows a pass (two or four groups of 8 side by side ran
+ * slower).  On Zen 5, 1 x 512 @ 512 x 1536: 193 -> 104 us. */
 static inline __attribute__((always_inline))
 void gemm_row_wt_f64_avx512_transpose(const __m512d r[8], __m512d o[8])
 {
@@ -272,51 +272,36 @@ void gemm_row_wt_f64_avx512_transpose(const __m512d r[8], __m512d o[8])
     }
 }
 
-static inline __attribute__((always_inline))
-void gemm_row_wt_f64_avx512_groups(double *c, int64_t cs_c, const double *a, int64_t cs_a,
-                                   const double *b, int64_t cs_b, int64_t k, int c_holds_value,
-                                   const int G)
-{
-    __m512d acc[4];
-    for (int g = 0; g < G; g++) {
-        _Alignas(64) double t[8];
-        for (int j = 0; j < 8; j++)
-            t[j] = c_holds_value ? c[(8 * g + j) * cs_c] : 0.0;
-        acc[g] = _mm512_load_pd(t);
-    }
-    int64_t p = 0;
-    for (; p + 8 <= k; p += 8)
-        for (int g = 0; g < G; g++) {   /* not unrolled, as for float32 */
-            __m512d r[8], o[8];
-            for (int i = 0; i < 8; i++)
-                r[i] = _mm512_loadu_pd(b + (8 * g + i) * cs_b + p);
-            gemm_row_wt_f64_avx512_transpose(r, o);
-            for (int q = 0; q < 8; q++)
-                acc[g] = _mm512_fmadd_pd(_mm512_set1_pd(a[(p + q) * cs_a]), o[q], acc[g]);
-        }
-    for (; p < k; p++)   /* the last terms, one at a time */
-        for (int g = 0; g < G; g++) {
-            _Alignas(64) double w[8];
-            for (int i = 0; i < 8; i++)
-                w[i] = b[(8 * g + i) * cs_b + p];
-            acc[g] = _mm512_fmadd_pd(_mm512_set1_pd(a[p * cs_a]), _mm512_load_pd(w), acc[g]);
-        }
-    for (int g = 0; g < G; g++) {
-        _Alignas(64) double t[8];
-        _mm512_store_pd(t, acc[g]);
-        for (int j = 0; j < 8; j++)
-            c[(8 * g + j) * cs_c] = t[j];
-    }
-}
-
 static void gemm_row_wt_f64_avx512(double *c, int64_t cs_c, const double *a, int64_t cs_a,
                                    const double *b, int64_t cs_b, int64_t n, int64_t k,
                                    int64_t kc, int c_holds_value)
 {
     int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        gemm_row_wt_f64_avx512_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k,
-                                      c_holds_value, 1);
+    for (; j + 8 <= n; j += 8) {   /* c[j:j+8] from W[j:j+8, :] */
+        const double *w = b + j * cs_b;
+        double *c_j = c + j * cs_c;
+        _Alignas(64) double t[8];
+        for (int i = 0; i < 8; i++)
+            t[i] = c_holds_value ? c_j[i * cs_c] : 0.0;
+        __m512d acc = _mm512_load_pd(t);
+        int64_t p = 0;
+        for (; p + 8 <= k; p += 8) {
+            __m512d r[8], o[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = _mm512_loadu_pd(w + i * cs_b + p);
+            gemm_row_wt_f64_avx512_transpose(r, o);
+            for (int q = 0; q < 8; q++)
+                acc = _mm512_fmadd_pd(_mm512_set1_pd(a[(p + q) * cs_a]), o[q], acc);
+        }
+        for (; p < k; p++) {   /* the last terms, one at a time */
+            for (int i = 0; i < 8; i++)
+                t[i] = w[i * cs_b + p];
+            acc = _mm512_fmadd_pd(_mm512_set1_pd(a[p * cs_a]), _mm512_load_pd(t), acc);
+        }
+        _mm512_store_pd(t, acc);
+        for (int i = 0; i < 8; i++)
+            c_j[i * cs_c] = t[i];
+    }
     if (j < n)   /* the last columns: 4 at a time, then one by one */
         gemm_row_wt_f64(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, n - j, k, kc,
                         c_holds_value);

@@ -1,8 +1,9 @@
 /* The one-row kernels of the SIMD paths' direct GEMM loop (GEMM_SMALL_ROW_WT
  * in gemm_small_tmpl.h), built from AVX2 + FMA instructions: included by
  * gemm_avx2.c and gemm_avx512.c after MYATT_TARGET_PUSH, so compiled for
- * each.  The arithmetic is the contract of gemm_internal.h, lane by lane: the
- * same bits as every other route. */
+ * each (gemm_avx512.c runs its own 16- and 8-row zmm kernels first and these
+ * for the last columns).  The arithmetic is the contract of gemm_internal.h,
+ * lane by lane: the same bits as every other route. */
 #include <immintrin.h>
 #include <stdint.h>
 
