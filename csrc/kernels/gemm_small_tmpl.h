@@ -36,8 +36,6 @@
 #error "gemm_small_tmpl.h: define T, GEMM_SMALL_NAME, GEMM_SMALL_COLS and GEMM_MADD"
 #endif
 
-#include <string.h>
-
 #define GEMM_SMALL_CAT_(x, y) x##y
 #define GEMM_SMALL_CAT(x, y) GEMM_SMALL_CAT_(x, y)
 #define GEMM_SMALL_STRIP GEMM_SMALL_CAT(GEMM_SMALL_NAME, _strip)
@@ -81,10 +79,10 @@ void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
         for (int64_t i = 0; i < m; i++) {
             const T *a_row = a + i * rs_a + pc * cs_a;   /* A[i, pc:pc+kb] */
             T *c_blk = c + i * rs_c;                     /* C[i, j0:j0+nb] */
-            const int whole = cs_c == 1 && nb == NB;     /* c's row segment is contiguous */
             const int chain_from_c = GEMM_CHAINS(T) && onto_c;
             const int add_onto_c = onto_c && !GEMM_CHAINS(T);
 #ifdef VEC
+            const int whole = cs_c == 1 && nb == NB;     /* c's row segment is contiguous */
             /* vector accumulators, spelled out: in a plain T array the compiler
              * stored and reloaded them on every step (1 x 64 @ 64 x 32 ran 3x
              * slower than its FMA latency allows).  A whole row segment of c is
@@ -124,33 +122,14 @@ void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
             for (int v = 0; v < NB / VLEN; v++)
                 VEC(storeu)(io + v * VLEN, vacc[v]);
 #else
-            /* acc[]: the chain's start (float64 onto c), then the block sum */
-            T io[GEMM_SMALL_COLS];
+            T io[GEMM_SMALL_COLS];   /* the chain's start (float64 onto c), then the block sum */
             for (int j = 0; j < NB; j++)
-                io[j] = 0;
-            if (chain_from_c && whole)
-                memcpy(io, c_blk, (size_t)NB * sizeof(T));
-            else if (chain_from_c)
-                for (int64_t j = 0; j < nb; j++)
-                    io[j] = c_blk[j * cs_c];
-            T acc[GEMM_SMALL_COLS];
-            for (int j = 0; j < NB; j++)
-                acc[j] = io[j];
+                io[j] = chain_from_c && j < nb ? c_blk[j * cs_c] : 0;
             for (int64_t p = 0; p < kb; p++) {
                 const T a_ip = a_row[p * cs_a];
                 const T *b_p = b_strip + p * rs_s;       /* B[pc+p, j0:j0+NB] */
                 for (int j = 0; j < NB; j++)
-                    acc[j] = GEMM_MADD(acc[j], a_ip, b_p[j]);
-            }
-            for (int j = 0; j < NB; j++)
-                io[j] = acc[j];
-            if (whole) {
-                if (add_onto_c)
-                    for (int j = 0; j < NB; j++)
-                        c_blk[j] = c_blk[j] + io[j];
-                else
-                    memcpy(c_blk, io, (size_t)NB * sizeof(T));
-                continue;
+                    io[j] = GEMM_MADD(io[j], a_ip, b_p[j]);
             }
 #endif
             for (int64_t j = 0; j < nb; j++)
