@@ -11,7 +11,8 @@ from setuptools import Extension, setup
 # reference that the SIMD ones are compared against).
 extra_compile_args = ["-O3", "-std=c11", "-fvisibility=hidden", "-ffp-contract=off",
                       "-Wall", "-Wextra", "-Wno-unused-parameter",
-                      "-Wno-missing-field-initializers", "-Wno-cast-function-type"]
+                      "-Wno-missing-field-initializers", "-Wno-cast-function-type",
+                      "-Werror=implicit-function-declaration"]
 
 setup(
     ext_modules=[
@@ -20,7 +21,11 @@ setup(
             sources=sorted(glob.glob("csrc/*.c") + glob.glob("csrc/kernels/*.c")),
             include_dirs=[numpy.get_include(), "csrc"],
             depends=sorted(glob.glob("csrc/*.h") + glob.glob("csrc/kernels/*.h")),
-            define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_23_API_VERSION")],
+            # the oldest NumPy we run on (pyproject's dependency): its C API, whichever
+            # NumPy 2.x builds the wheel (2.0-2.2 default to an older one, without
+            # PyDataMem_SetHandler)
+            define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_23_API_VERSION"),
+                           ("NPY_TARGET_VERSION", "NPY_1_23_API_VERSION")],
             extra_compile_args=extra_compile_args,
         )
     ],
