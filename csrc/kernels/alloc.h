@@ -7,9 +7,9 @@
  * Blocks are 64-byte aligned (one cache line, one AVX-512 register).
  *
  * Freed blocks of MK_CACHE_MIN bytes and more are kept, up to 32 MiB in all
- * per cache, and handed out again (their pages stay mapped from one call to
- * the next); mk_empty_cache() gives them back.  Contents of a block are
- * unspecified, as with malloc. */
+ * for workspaces and 256 MiB for array data, and handed out again (their pages
+ * stay mapped from one call to the next); mk_empty_cache() gives them back.
+ * Contents of a block are unspecified, as with malloc. */
 #ifndef MYATT_KERNELS_ALLOC_H
 #define MYATT_KERNELS_ALLOC_H
 
