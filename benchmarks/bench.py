@@ -170,7 +170,7 @@ class Timing:
         self.min_sample = min_sample   # seconds per sample (fast calls are batched)
 
     def __call__(self, fn, quiet_first=False):
-        """Median seconds per call over samples of batched calls.
+        """(median, best): seconds per call over samples of batched calls.
 
         quiet_first: wait until the other libraries' idle threads have stopped
         spinning first (OpenBLAS's and OpenMP's workers poll for milliseconds
@@ -185,7 +185,8 @@ class Timing:
         if one > SLOW_CALL_SECONDS:            # NumPy's attention at 4096^2: one more call
             t0 = time.perf_counter()
             fn()
-            return (one + time.perf_counter() - t0) / 2
+            two = time.perf_counter() - t0
+            return (one + two) / 2, min(one, two)
         per = max(1, int(self.min_sample / max(one, 1e-7)))
         samples = []
         start = time.perf_counter()
@@ -194,7 +195,7 @@ class Timing:
             for _ in range(per):
                 fn()
             samples.append((time.perf_counter() - t0) / per)
-        return statistics.median(samples)
+        return statistics.median(samples), min(samples)
 
 
 class Threads:
@@ -505,7 +506,8 @@ def run(args):
               + f"; %peak uses {peak_core:.1f} x threads (float64: half)")
     else:
         print("float32 FMA peak: not measured (no C compiler or not x86-64)")
-    print("times: median per call; /torch and /numpy = myatt time / their time (< 1: myatt faster)")
+    print("times: median per call; /torch and /numpy = myatt time / their time (< 1: myatt "
+          "faster); rate and %peak: myatt's best sample")
     print()
     print(HEADER)
     print("-" * len(HEADER))
@@ -515,13 +517,16 @@ def run(args):
     myatt.manual_seed(0)
 
     def add(case, threads, flops, elems, dtype, fns, results):
-        tm_, tt_, tn_ = (None if f is None else timing(f, quiet_first=threads > 1) for f in fns)
+        (tm_, best), (tt_, _), (tn_, _) = ((None, None) if f is None
+                                           else timing(f, quiet_first=threads > 1) for f in fns)
+        # the rate and its share of the peak from the best sample, as peak.c measures the
+        # peak (its best of 20): the run least disturbed by the machine's other work
         share = None
-        gflops = flops / tm_ / 1e9 if flops else None
+        gflops = flops / best / 1e9 if flops else None
         if gflops is not None and peak_core:
             share = gflops / (peak_core * threads * (0.5 if dtype == np.float64 else 1.0))
         r = dict(case=case, threads=threads, myatt=tm_, torch=tt_, numpy=tn_, gflops=gflops,
-                 gelems=elems / tm_ / 1e9 if elems else None, share=share,
+                 gelems=elems / best / 1e9 if elems else None, share=share, myatt_best=best,
                  diff=max_diff(first(results[0]), first(results[1])),
                  same=same_bits(first(results[0]), first(results[1])))
         rows.append(r)
@@ -581,8 +586,9 @@ def run(args):
           "vs NumPy gradients by hand from the materialised weights); train: forward + "
           "backward through myatt.vjp, every "
           "gradient, counted as 3x the forward's FLOPs (train-stateless: forward, then "
-          "MyAtt.backward, which recomputes attn_weights and applied); rate: GFLOP/s (softmax: elements/s); %peak: of the "
-          "measured FMA peak x threads")
+          "MyAtt.backward, which recomputes attn_weights and applied); rate: GFLOP/s (softmax: "
+          "elements/s) of myatt's best sample (times: medians); %peak: that rate over the "
+          "measured FMA peak (peak.c's best of 20) x threads")
     return dict(peak=peak, rows=rows, quick=quick, machine=cpu_model(), cores=ncores,
                 commit=git_commit(), date=datetime.datetime.now(datetime.timezone.utc).isoformat())
 
