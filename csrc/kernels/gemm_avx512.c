@@ -176,6 +176,33 @@ void gemm_row_wt_f32_avx512_groups(float *c, int64_t cs_c, const float *a, int64
     }
 }
 
+/* gemm_copy_t_f32's contract (gemm_copy_avx.h), 16 x 16 blocks transposed in
+ * zmm registers (the AVX copy's 8 x 8 blocks take 24 shuffles for 64 elements,
+ * these 64 for 256), the rest by the AVX copy.  It packs B = weight^T panels
+ * and turns transposed A operands into rows (gemm_tmpl.h): 3-4 % of the large
+ * training step with the AVX copy. */
+static void gemm_copy_t_f32_avx512(float *strip, int NB, const float *b, int64_t cs_b,
+                                   int64_t kb, int64_t nb)
+{
+    int64_t j = 0;
+    for (; j + 16 <= nb; j += 16) {
+        const float *b_j = b + j * cs_b;   /* W[j:j+16, :] */
+        int64_t p = 0;
+        for (; p + 16 <= kb; p += 16) {
+            __m512 r[16], o[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = _mm512_loadu_ps(b_j + i * cs_b + p);
+            gemm_row_wt_f32_avx512_transpose(r, o);
+            for (int q = 0; q < 16; q++)   /* strip[p + q, j:j+16] */
+                _mm512_storeu_ps(strip + (p + q) * NB + j, o[q]);
+        }
+        for (; p < kb; p++)
+            for (int jj = 0; jj < 16; jj++)
+                strip[p * NB + j + jj] = b_j[jj * cs_b + p];
+    }
+    gemm_copy_t_f32_from(strip, NB, b, cs_b, kb, nb, j);
+}
+
 static void gemm_row_wt_f32_avx512(float *c, int64_t cs_c, const float *a, int64_t cs_a,
                                    const float *b, int64_t cs_b, int64_t n, int64_t k, int64_t kc,
                                    int c_holds_value)
@@ -196,7 +223,7 @@ static void gemm_row_wt_f32_avx512(float *c, int64_t cs_c, const float *a, int64
 #define T float
 #define VEC(op) avx512_f32_##op
 #define GEMM_MADD(s, x, y) __builtin_fmaf((x), (y), (s))
-#define GEMM_SMALL_COPY_T gemm_copy_t_f32
+#define GEMM_SMALL_COPY_T gemm_copy_t_f32_avx512
 #define GEMM_SMALL_ROW_WT gemm_row_wt_f32_avx512
 #define GEMM_SMALL_COLS 64
 #define GEMM_SMALL_NAME gemm_f32_avx512_small
@@ -272,6 +299,30 @@ void gemm_row_wt_f64_avx512_transpose(const __m512d r[8], __m512d o[8])
     }
 }
 
+/* gemm_copy_t_f64's contract, 8 x 8 blocks in zmm registers (24 shuffles for
+ * 64 elements; the AVX copy's 4 x 4 blocks, 8 for 16). */
+static void gemm_copy_t_f64_avx512(double *strip, int NB, const double *b, int64_t cs_b,
+                                   int64_t kb, int64_t nb)
+{
+    int64_t j = 0;
+    for (; j + 8 <= nb; j += 8) {
+        const double *b_j = b + j * cs_b;   /* W[j:j+8, :] */
+        int64_t p = 0;
+        for (; p + 8 <= kb; p += 8) {
+            __m512d r[8], o[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = _mm512_loadu_pd(b_j + i * cs_b + p);
+            gemm_row_wt_f64_avx512_transpose(r, o);
+            for (int q = 0; q < 8; q++)   /* strip[p + q, j:j+8] */
+                _mm512_storeu_pd(strip + (p + q) * NB + j, o[q]);
+        }
+        for (; p < kb; p++)
+            for (int jj = 0; jj < 8; jj++)
+                strip[p * NB + j + jj] = b_j[jj * cs_b + p];
+    }
+    gemm_copy_t_f64_from(strip, NB, b, cs_b, kb, nb, j);
+}
+
 static void gemm_row_wt_f64_avx512(double *c, int64_t cs_c, const double *a, int64_t cs_a,
                                    const double *b, int64_t cs_b, int64_t n, int64_t k,
                                    int64_t kc, int c_holds_value)
@@ -310,20 +361,20 @@ static void gemm_row_wt_f64_avx512(double *c, int64_t cs_c, const double *a, int
 #define T double
 #define VEC(op) avx512_f64_##op
 #define GEMM_MADD(s, x, y) __builtin_fma((x), (y), (s))
-#define GEMM_SMALL_COPY_T gemm_copy_t_f64
+#define GEMM_SMALL_COPY_T gemm_copy_t_f64_avx512
 #define GEMM_SMALL_ROW_WT gemm_row_wt_f64_avx512
 #define GEMM_SMALL_COLS 32
 #define GEMM_SMALL_NAME gemm_f64_avx512_small
 #include "gemm_small_tmpl.h"
 
 const gemm_microkernel_f32 gemm_microkernel_f32_avx512 = {
-    "avx512", 6, 64, 48, 64, 1024, gemm_f32_avx512_kernel, gemm_f32_avx512_small, gemm_copy_t_f32,
-    gemm_f32_avx512_edge, gemm_f32_avx512_kernel_rows,
+    "avx512", 6, 64, 48, 64, 1024, gemm_f32_avx512_kernel, gemm_f32_avx512_small,
+    gemm_copy_t_f32_avx512, gemm_f32_avx512_edge, gemm_f32_avx512_kernel_rows,
 };
 
 const gemm_microkernel_f64 gemm_microkernel_f64_avx512 = {
-    "avx512", 8, 24, 32, 2048, 504, gemm_f64_avx512_kernel, gemm_f64_avx512_small, gemm_copy_t_f64,
-    gemm_f64_avx512_edge, gemm_f64_avx512_kernel_rows,
+    "avx512", 8, 24, 32, 2048, 504, gemm_f64_avx512_kernel, gemm_f64_avx512_small,
+    gemm_copy_t_f64_avx512, gemm_f64_avx512_edge, gemm_f64_avx512_kernel_rows,
 };
 
 MYATT_TARGET_POP()

@@ -8,14 +8,15 @@
  * i.e. a strip of B = weight^T for linear: the weight's rows (contiguous
  * along p) become the strip's columns.  8 x 8 (float) or 4 x 4 (double)
  * blocks go through registers; the rest element by element.  Only a copy:
- * no arithmetic, so every path's bits stay as they were. */
+ * no arithmetic, so every path's bits stay as they were.  The _from variants
+ * start at column j0 (the columns before it are the caller's: gemm_avx512.c
+ * copies 16 x 16 or 8 x 8 blocks first). */
 #include <immintrin.h>
 #include <stdint.h>
 
-static inline void gemm_copy_t_f32(float *strip, int NB, const float *b, int64_t cs_b,
-                                   int64_t kb, int64_t nb)
+static inline void gemm_copy_t_f32_from(float *strip, int NB, const float *b, int64_t cs_b,
+                                        int64_t kb, int64_t nb, int64_t j)
 {
-    int64_t j = 0;
     for (; j + 8 <= nb; j += 8) {
         const float *b_j = b + j * cs_b;   /* W[j:j+8, :] */
         int64_t p = 0;
@@ -57,10 +58,15 @@ static inline void gemm_copy_t_f32(float *strip, int NB, const float *b, int64_t
         }
 }
 
-static inline void gemm_copy_t_f64(double *strip, int NB, const double *b, int64_t cs_b,
+static inline void gemm_copy_t_f32(float *strip, int NB, const float *b, int64_t cs_b,
                                    int64_t kb, int64_t nb)
 {
-    int64_t j = 0;
+    gemm_copy_t_f32_from(strip, NB, b, cs_b, kb, nb, 0);
+}
+
+static inline void gemm_copy_t_f64_from(double *strip, int NB, const double *b, int64_t cs_b,
+                                        int64_t kb, int64_t nb, int64_t j)
+{
     for (; j + 4 <= nb; j += 4) {
         const double *b_j = b + j * cs_b;   /* W[j:j+4, :] */
         int64_t p = 0;
@@ -89,4 +95,10 @@ static inline void gemm_copy_t_f64(double *strip, int NB, const double *b, int64
             for (; jj < NB; jj++)
                 s[jj] = 0.0;
         }
+}
+
+static inline void gemm_copy_t_f64(double *strip, int NB, const double *b, int64_t cs_b,
+                                   int64_t kb, int64_t nb)
+{
+    gemm_copy_t_f64_from(strip, NB, b, cs_b, kb, nb, 0);
 }
