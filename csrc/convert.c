@@ -263,6 +263,28 @@ PyArrayObject *copy_array(PyArrayObject *a)
     return c;
 }
 
+/* tracemalloc's domain for private blocks (NumPy's array data is 389047) */
+#define PRIVATE_BLOCK_DOMAIN 0x6d796174   /* "myat" */
+
+void *private_block_alloc(size_t bytes, const char *what)
+{
+    void *p = mk_data_alloc(bytes);
+    if (p == NULL) {
+        PyErr_Format(PyExc_MemoryError, "%s: cannot allocate %zu bytes", what, bytes);
+        return NULL;
+    }
+    PyTraceMalloc_Track(PRIVATE_BLOCK_DOMAIN, (uintptr_t)p, bytes);
+    return p;
+}
+
+void private_block_free(void *p)
+{
+    if (p == NULL)
+        return;
+    PyTraceMalloc_Untrack(PRIVATE_BLOCK_DOMAIN, (uintptr_t)p);
+    mk_data_free(p);
+}
+
 PyArrayObject *private_cast(PyArrayObject *a, int typenum)
 {
     PyArrayObject *c = cast_array(a, typenum, 0);

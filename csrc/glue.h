@@ -59,6 +59,13 @@ PyArrayObject *private_cast(PyArrayObject *a, int typenum);
  * nine).  New reference, or NULL. */
 PyArrayObject *copy_array(PyArrayObject *a);
 
+/* A block of `bytes` for private copies the glue keeps outside arrays (vjp's
+ * MyAtt pullback): from the arrays' cache (kernels/alloc.h), traced by
+ * tracemalloc as NumPy traces array data.  NULL with MemoryError naming `what`;
+ * private_block_free(NULL) is a no-op. */
+void *private_block_alloc(size_t bytes, const char *what);
+void private_block_free(void *p);
+
 /* The dtype a kernel function computes in for its operands ops[0:n] (NULL
  * entries skipped): the last row of the dtype table (dtype.h) among their
  * dtypes, the default row (float32) when none is in the table. */

@@ -6,6 +6,7 @@
 #include "pieces.h"
 #include "state_dict.h"
 
+#include "kernels/alloc.h"
 #include "kernels/myatt.h"
 #include "vjp.h"
 
@@ -105,25 +106,20 @@ static PyArrayObject *batch0(PyArrayObject *a, int typenum)
     return cast;
 }
 
-/* A new C-contiguous [rows, cols] array of `typenum` holding what view m
- * (elements of typenum) shows, or NULL. */
-static PyArrayObject *copy_view(const mk_cmat *m, int typenum)
+/* What view m (elements of `item` bytes) shows, copied C-contiguous to dst;
+ * the copy's view. */
+static mk_cmat copy_view(void *dst, const mk_cmat *m, int64_t item)
 {
-    const npy_intp dims[2] = {m->rows, m->cols};
-    PyArrayObject *c = (PyArrayObject *)new_array(2, dims, typenum, "myatt.vjp(): a copy");
-    if (c == NULL)
-        return NULL;
-    const int64_t item = (int64_t)PyArray_ITEMSIZE(c);   /* strides may be negative */
-    char *dst = PyArray_DATA(c);
-    for (int64_t i = 0; i < m->rows; i++) {
+    char *d = dst;
+    for (int64_t i = 0; i < m->rows; i++) {   /* strides may be negative */
         const char *row = (const char *)m->data + i * m->rs * item;
         if (m->cs == 1)
-            memcpy(dst + i * m->cols * item, row, (size_t)(m->cols * item));
+            memcpy(d + i * m->cols * item, row, (size_t)(m->cols * item));
         else
             for (int64_t j = 0; j < m->cols; j++)
-                memcpy(dst + (i * m->cols + j) * item, row + j * m->cs * item, (size_t)item);
+                memcpy(d + (i * m->cols + j) * item, row + j * m->cs * item, (size_t)item);
     }
-    return c;
+    return mk_cmat_c(dst, m->rows, m->cols);
 }
 
 /* Batch item 0 of a checked 3-D array as the kernel reads it: a view.  An
@@ -221,22 +217,56 @@ static int check_qkv_fail(MyAttObject *self, PyArrayObject *q, PyArrayObject *k,
     return 0;
 }
 
-/* Private copies of the parameters into kept (myatt.vjp): 0 or -1. */
-static int keep_params(MyAttObject *self, myatt_kept *kept)
+/* myatt.vjp: one block in *kept with copies of q, k, v (views of Q[0], K[0],
+ * V[0] in the module's dtype) and of the parameters, and room for
+ * attn_weights and applied; *in then reads the copies.  0, or -1 with
+ * MemoryError. */
+static int keep_inputs(MyAttObject *self, const mk_cmat *q, const mk_cmat *k, const mk_cmat *v,
+                       myatt_kept *kept, myatt_inputs *in)
 {
-    LinearObject *a = self->attn, *c = self->attn_combine;
+    const int64_t item = self->dtype->itemsize;
+    const mk_cmat w_attn = cmat_of(self->attn->weight);
+    const mk_cmat w_comb = cmat_of(self->attn_combine->weight);
+    const int64_t S = q->rows, v1 = w_attn.rows, o = w_comb.rows;
+    /* [rows, cols] of each part, in the block's order; each starts on a cache line */
+    const int64_t shapes[MYATT_KEPT_ARRAYS][2] = {
+        {S, q->cols}, {S, k->cols}, {v1, v->cols}, {v1, w_attn.cols}, {o, w_comb.cols},
+        {v1, 1}, {o, 1}, {S, v1}, {S, v->cols}};
+    size_t at[MYATT_KEPT_ARRAYS + 1] = {0};   /* where each starts; at[9]: the total */
+    for (int i = 0; i < MYATT_KEPT_ARRAYS; i++) {
+        const size_t bytes = mk_bytes(mk_bytes((size_t)shapes[i][0], (size_t)shapes[i][1]),
+                                      (size_t)item);
+        at[i + 1] = at[i] == SIZE_MAX || bytes >= SIZE_MAX / 16
+                        ? SIZE_MAX : at[i] + ((bytes + 63) & ~(size_t)63);
+    }
+    if (at[MYATT_KEPT_ARRAYS] == SIZE_MAX) {
+        PyErr_SetString(PyExc_MemoryError, "myatt.vjp(): the saved arrays' size overflows");
+        return -1;
+    }
+    char *block = private_block_alloc(at[MYATT_KEPT_ARRAYS], "myatt.vjp(): the saved arrays");
+    if (block == NULL)
+        return -1;
+    kept->block = block;
     kept->dtype = self->dtype;
-    return (kept->w_attn = copy_array(a->weight)) == NULL
-           || (kept->b_attn = copy_array(a->bias)) == NULL
-           || (kept->w_comb = copy_array(c->weight)) == NULL
-           || (kept->b_comb = copy_array(c->bias)) == NULL
-           ? -1 : 0;
+    kept->q = copy_view(block + at[0], q, item);
+    kept->k = copy_view(block + at[1], k, item);
+    kept->v = copy_view(block + at[2], v, item);
+    kept->w_attn = copy_view(block + at[3], &w_attn, item);
+    kept->w_comb = copy_view(block + at[4], &w_comb, item);
+    memcpy(block + at[5], PyArray_DATA(self->attn->bias), (size_t)(v1 * item));
+    memcpy(block + at[6], PyArray_DATA(self->attn_combine->bias), (size_t)(o * item));
+    kept->b_attn = block + at[5];
+    kept->b_comb = block + at[6];
+    kept->aw = block + at[7];
+    kept->applied = block + at[8];
+    myatt_kept_inputs(kept, in);
+    return 0;
 }
 
 /* kept == NULL: MyAtt.forward.  Otherwise (myatt.vjp) the same result, and
  * *kept (zero-filled by the caller; released by it, also on error) gets what
  * the pullback reads: private copies of Q[0], K[0], V[0] and the parameters,
- * attn_weights (the result holds a copy of it) and all of applied. */
+ * attn_weights (the result gets a copy of it) and all of applied. */
 static PyObject *myatt_forward_impl(MyAttObject *self, PyObject *Q, PyObject *K, PyObject *V,
                                     myatt_kept *kept)
 {
@@ -255,21 +285,12 @@ static PyObject *myatt_forward_impl(MyAttObject *self, PyObject *Q, PyObject *K,
             || batch0_view(rk, typenum, &hk, &k) < 0
             || batch0_view(rv, typenum, &hv, &v) < 0)
         goto fail;
+    myatt_inputs in = myatt_inputs_of(self, q, k, v);
     if (kept != NULL) {
-        PyArrayObject *src[3] = {rq, rk, rv}, *held[3] = {hq, hk, hv};
-        PyArrayObject **dst[3] = {&kept->q, &kept->k, &kept->v};
-        mk_cmat *view[3] = {&q, &k, &v};
-        for (int i = 0; i < 3; i++) {
-            memcpy(kept->dims[i], PyArray_DIMS(src[i]), sizeof kept->dims[i]);
-            /* a converted copy (owning its data) is private already; item 0 read
-             * in place from the caller's memory is copied */
-            if (held[i] != NULL && PyArray_CHKFLAGS(held[i], NPY_ARRAY_OWNDATA))
-                *dst[i] = (PyArrayObject *)Py_NewRef(held[i]);
-            else if ((*dst[i] = copy_view(view[i], typenum)) == NULL)
-                goto fail;
-            *view[i] = cmat_of(*dst[i]);
-        }
-        if (keep_params(self, kept) < 0)
+        memcpy(kept->dims[0], PyArray_DIMS(rq), sizeof kept->dims[0]);
+        memcpy(kept->dims[1], PyArray_DIMS(rk), sizeof kept->dims[1]);
+        memcpy(kept->dims[2], PyArray_DIMS(rv), sizeof kept->dims[2]);
+        if (keep_inputs(self, &q, &k, &v, kept, &in) < 0)
             goto fail;
     }
 
@@ -281,34 +302,20 @@ static PyObject *myatt_forward_impl(MyAttObject *self, PyObject *Q, PyObject *K,
                                                      "MyAtt: attn_weights")) == NULL)
         goto fail;
 
-    myatt_inputs in = myatt_inputs_of(self, q, k, v);
-    void *ad = NULL;
-    if (kept != NULL) {
-        npy_intp ap_dims[2] = {S, v2};
-        if ((kept->applied = (PyArrayObject *)new_array(2, ap_dims, typenum,
-                                                        "myatt.vjp(): applied")) == NULL)
-            goto fail;
-        ad = PyArray_DATA(kept->applied);
-        myatt_kept_inputs(kept, &in);
-    }
     void *od = PyArray_DATA(out), *wd = PyArray_DATA(weights);
     const double work = (double)S * ((double)(dq + dk) * (double)v1 + (double)v1 * (double)v2
                                      + (double)(dq + v2) * (double)os);
     int rc;
     MYATT_BEGIN_COMPUTE(work)
-    rc = kept != NULL ? dt->k->myatt_forward_kept(od, wd, ad, &in)
+    rc = kept != NULL ? dt->k->myatt_forward_kept(od, kept->aw, kept->applied, &in)
                       : dt->k->myatt_forward(od, wd, &in);
     MYATT_END_COMPUTE
     if (rc < 0) {
         PyErr_NoMemory();
         goto fail;
     }
-    if (kept != NULL) {   /* the saved attn_weights is not the one handed out */
-        kept->aw = weights;
-        weights = copy_array(kept->aw);
-        if (weights == NULL)
-            goto fail;
-    }
+    if (kept != NULL)   /* the saved attn_weights is not the one handed out */
+        memcpy(wd, kept->aw, (size_t)PyArray_NBYTES(weights));
     result = PyTuple_Pack(2, (PyObject *)out, (PyObject *)weights);
 
 fail:

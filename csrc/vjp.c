@@ -59,21 +59,29 @@ typedef struct {
 
 void myatt_kept_inputs(const myatt_kept *kept, myatt_inputs *in)
 {
-    in->q = cmat_of(kept->q);
-    in->k = cmat_of(kept->k);
-    in->v = cmat_of(kept->v);
-    in->w_attn = cmat_of(kept->w_attn);
-    in->w_comb = cmat_of(kept->w_comb);
-    in->b_attn = PyArray_DATA(kept->b_attn);
-    in->b_comb = PyArray_DATA(kept->b_comb);
+    *in = (myatt_inputs){
+        .q = kept->q, .k = kept->k, .v = kept->v, .w_attn = kept->w_attn,
+        .w_comb = kept->w_comb, .b_attn = kept->b_attn, .b_comb = kept->b_comb,
+    };
 }
 
-static void kept_clear(myatt_kept *kept)
+/* The names and shapes of what a MyAtt pullback holds, in its repr's order. */
+static const char *const myatt_kept_names[MYATT_KEPT_ARRAYS] = {
+    "Q[0]", "K[0]", "V[0]", "attn.weight", "attn.bias", "attn_combine.weight",
+    "attn_combine.bias", "attn_weights", "applied"};
+
+static void myatt_kept_shapes(const myatt_kept *kp, int ndim[MYATT_KEPT_ARRAYS],
+                              npy_intp dims[MYATT_KEPT_ARRAYS][2])
 {
-    PyArrayObject **arrs[9] = {&kept->q, &kept->k, &kept->v, &kept->w_attn, &kept->b_attn,
-                               &kept->w_comb, &kept->b_comb, &kept->aw, &kept->applied};
-    for (int i = 0; i < 9; i++)
-        Py_CLEAR(*arrs[i]);
+    const npy_intp S = kp->q.rows, v1 = kp->w_attn.rows, o = kp->w_comb.rows;
+    const npy_intp shapes[MYATT_KEPT_ARRAYS][2] = {
+        {S, kp->q.cols}, {S, kp->k.cols}, {v1, kp->v.cols}, {v1, kp->w_attn.cols}, {v1, 0},
+        {o, kp->w_comb.cols}, {o, 0}, {S, v1}, {S, kp->v.cols}};
+    for (int i = 0; i < MYATT_KEPT_ARRAYS; i++) {
+        ndim[i] = i == 4 || i == 6 ? 1 : 2;   /* the biases */
+        dims[i][0] = shapes[i][0];
+        dims[i][1] = shapes[i][1];
+    }
 }
 
 /* ---- the pullback ---------------------------------------------------------- */
@@ -84,7 +92,7 @@ static void Pullback_dealloc(PullbackObject *self)
     Py_XDECREF(self->backward);
     for (int i = 0; i < self->nsaved; i++)
         Py_XDECREF(self->saved[i]);
-    kept_clear(&self->kept);
+    private_block_free(self->kept.block);
     sdpa_kept_clear(&self->skept);
     mha_kept_clear(&self->mkept);
     tp->tp_free(self);
@@ -140,7 +148,7 @@ static PyObject *pull_myatt(PullbackObject *self, PyArrayObject *rgo, PyObject *
     const int typenum = kp->dtype->typenum;
     PyArrayObject *rga = NULL, *go = NULL, *ga = NULL, *item = NULL;
     PyObject *result = NULL;
-    const npy_intp ga_dims[2] = {PyArray_DIM(kp->aw, 0), PyArray_DIM(kp->aw, 1)};
+    const npy_intp ga_dims[2] = {kp->q.rows, kp->w_attn.rows};   /* attn_weights' */
     if (GA != Py_None
             && ((rga = as_real_array(GA, "pullback(): grad_attn_weights")) == NULL
                 || check_cotangent(rga, 2, ga_dims, "grad_attn_weights") < 0))
@@ -153,8 +161,7 @@ static PyObject *pull_myatt(PullbackObject *self, PyArrayObject *rgo, PyObject *
     myatt_kept_inputs(kp, &in);
     const mk_cmat gav = ga != NULL ? cmat_of(ga) : (mk_cmat){NULL};
     result = myatt_grads_run(kp->dtype, (const npy_intp (*)[3])kp->dims, &in, cmat_of(go),
-                             ga != NULL ? &gav : NULL, PyArray_DATA(kp->aw),
-                             PyArray_DATA(kp->applied), "pullback()");
+                             ga != NULL ? &gav : NULL, kp->aw, kp->applied, "pullback()");
 fail:
     Py_XDECREF(rga);
     Py_XDECREF(item);
@@ -256,20 +263,9 @@ done:
     return result;
 }
 
-/* "name (2, 3) float32, " for an array, "name=-1, " for anything else */
-static int repr_part(PyObject *parts, const char *name, PyObject *obj, Py_ssize_t *bytes)
+/* s (a new reference, or NULL) appended to parts: 0 or -1. */
+static int append_part(PyObject *parts, PyObject *s)
 {
-    PyObject *s;
-    if (PyArray_Check(obj)) {
-        PyArrayObject *a = (PyArrayObject *)obj;
-        char shape[SHAPE_STR_LEN];
-        const myatt_dtype *dt = dtype_of_typenum(PyArray_TYPE(a));
-        *bytes += (Py_ssize_t)PyArray_NBYTES(a);
-        const char *type = dt != NULL ? dt->name : PyArray_TYPE(a) == NPY_BOOL ? "bool" : "?";
-        s = PyUnicode_FromFormat("%s %s %s", name, SHAPE_OF(shape, a), type);
-    } else {
-        s = PyUnicode_FromFormat("%s=%R", name, obj);
-    }
     if (s == NULL)
         return -1;
     int rc = PyList_Append(parts, s);
@@ -277,29 +273,40 @@ static int repr_part(PyObject *parts, const char *name, PyObject *obj, Py_ssize_
     return rc;
 }
 
-/* The arrays a MyAtt, SDPA or MultiheadAttention pullback holds (each once),
- * with their names in reprs: their count (at most HELD_MAX). */
+/* "name (2, 3) float32" */
+static int repr_shape_part(PyObject *parts, const char *name, int ndim, const npy_intp *dims,
+                           const char *type)
+{
+    char shape[SHAPE_STR_LEN];
+    return append_part(parts, PyUnicode_FromFormat("%s %s %s", name,
+                                                   shape_str(shape, sizeof shape, ndim, dims),
+                                                   type));
+}
+
+/* "name (2, 3) float32" for an array, "name=-1" for anything else */
+static int repr_part(PyObject *parts, const char *name, PyObject *obj)
+{
+    if (!PyArray_Check(obj))
+        return append_part(parts, PyUnicode_FromFormat("%s=%R", name, obj));
+    PyArrayObject *a = (PyArrayObject *)obj;
+    const myatt_dtype *dt = dtype_of_typenum(PyArray_TYPE(a));
+    const char *type = dt != NULL ? dt->name : PyArray_TYPE(a) == NPY_BOOL ? "bool" : "?";
+    return repr_shape_part(parts, name, PyArray_NDIM(a), PyArray_DIMS(a), type);
+}
+
+/* The arrays an SDPA or MultiheadAttention pullback holds (each once), with
+ * their names in reprs: their count (at most HELD_MAX). */
 enum { HELD_MAX = MHA_KEPT_INPUTS + MHA_KEPT_PARAMS };
 static int held_arrays(PullbackObject *self, const char **names, PyArrayObject **arrs)
 {
-    static const char *const myatt_names[] = {"Q[0]", "K[0]", "V[0]", "attn.weight",
-                                              "attn.bias", "attn_combine.weight",
-                                              "attn_combine.bias", "attn_weights", "applied"};
     static const char *const sdpa_names[] = {"query", "key", "value", "output", "lse",
                                              "attn_mask"};
-    const myatt_kept *kp = &self->kept;
     const sdpa_kept *sk = &self->skept;
     const mha_kept *mk = &self->mkept;
     PyArrayObject *all[HELD_MAX];
     const char *const *all_names;
     int n;
-    if (self->kind == VJP_MYATT) {
-        PyArrayObject *held[9] = {kp->q, kp->k, kp->v, kp->w_attn, kp->b_attn, kp->w_comb,
-                                  kp->b_comb, kp->aw, kp->applied};
-        memcpy(all, held, sizeof held);
-        all_names = myatt_names;
-        n = 9;
-    } else if (self->kind == VJP_SDPA) {
+    if (self->kind == VJP_SDPA) {
         PyArrayObject *held[6] = {sk->q, sk->k, sk->v, sk->out, sk->lse, sk->mask};
         memcpy(all, held, sizeof held);
         all_names = sdpa_names;
@@ -327,7 +334,13 @@ static int held_arrays(PullbackObject *self, const char **names, PyArrayObject *
 static Py_ssize_t held_bytes(PullbackObject *self)
 {
     Py_ssize_t bytes = 0;
-    if (self->kind == VJP_MYATT || self->kind == VJP_SDPA || self->kind == VJP_MHA) {
+    if (self->kind == VJP_MYATT) {
+        int ndim[MYATT_KEPT_ARRAYS];
+        npy_intp dims[MYATT_KEPT_ARRAYS][2];
+        myatt_kept_shapes(&self->kept, ndim, dims);
+        for (int i = 0; i < MYATT_KEPT_ARRAYS; i++)
+            bytes += dims[i][0] * (ndim[i] == 2 ? dims[i][1] : 1) * self->kept.dtype->itemsize;
+    } else if (self->kind == VJP_SDPA || self->kind == VJP_MHA) {
         const char *names[HELD_MAX];
         PyArrayObject *arrs[HELD_MAX];
         const int n = held_arrays(self, names, arrs);
@@ -344,30 +357,33 @@ static Py_ssize_t held_bytes(PullbackObject *self)
 static PyObject *Pullback_repr(PullbackObject *self)
 {
     PyObject *parts = PyList_New(0), *sep = NULL, *joined = NULL, *result = NULL;
-    Py_ssize_t bytes = 0;
     if (parts == NULL)
         return NULL;
-    if (self->kind == VJP_MYATT || self->kind == VJP_SDPA || self->kind == VJP_MHA) {
+    if (self->kind == VJP_MYATT) {
+        int ndim[MYATT_KEPT_ARRAYS];
+        npy_intp dims[MYATT_KEPT_ARRAYS][2];
+        myatt_kept_shapes(&self->kept, ndim, dims);
+        for (int i = 0; i < MYATT_KEPT_ARRAYS; i++)
+            if (repr_shape_part(parts, myatt_kept_names[i], ndim[i], dims[i],
+                                self->kept.dtype->name) < 0)
+                goto fail;
+    } else if (self->kind == VJP_SDPA || self->kind == VJP_MHA) {
         const char *names[HELD_MAX];
         PyArrayObject *arrs[HELD_MAX];
         const int n = held_arrays(self, names, arrs);
         for (int i = 0; i < n; i++)
-            if (repr_part(parts, names[i], (PyObject *)arrs[i], &bytes) < 0)
+            if (repr_part(parts, names[i], (PyObject *)arrs[i]) < 0)
                 goto fail;
     } else {
         for (int i = 0; i < self->nsaved; i++)
             if (self->saved[i] != Py_None
-                    && repr_part(parts, saved_names[self->kind][i], self->saved[i], &bytes) < 0)
+                    && repr_part(parts, saved_names[self->kind][i], self->saved[i]) < 0)
                 goto fail;
     }
     if (self->kind == VJP_MHA) {   /* the projections, heads, weights or flash output */
-        PyObject *s = PyUnicode_FromFormat("intermediates %zd bytes",
-                                           (Py_ssize_t)self->mkept.s.nbytes);
-        if (s == NULL || PyList_Append(parts, s) < 0) {
-            Py_XDECREF(s);
+        if (append_part(parts, PyUnicode_FromFormat("intermediates %zd bytes",
+                                                    (Py_ssize_t)self->mkept.s.nbytes)) < 0)
             goto fail;
-        }
-        Py_DECREF(s);
     }
     if ((sep = PyUnicode_FromString(", ")) == NULL
             || (joined = PyUnicode_Join(sep, parts)) == NULL)
