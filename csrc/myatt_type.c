@@ -7,6 +7,7 @@
 #include "state_dict.h"
 
 #include "kernels/alloc.h"
+#include "kernels/copy.h"
 #include "kernels/myatt.h"
 #include "vjp.h"
 
@@ -106,19 +107,11 @@ static PyArrayObject *batch0(PyArrayObject *a, int typenum)
     return cast;
 }
 
-/* What view m (elements of `item` bytes) shows, copied C-contiguous to dst;
- * the copy's view. */
+/* What view m (elements of `item` bytes) shows, copied C-contiguous to dst
+ * (by all threads when large); the copy's view. */
 static mk_cmat copy_view(void *dst, const mk_cmat *m, int64_t item)
 {
-    char *d = dst;
-    for (int64_t i = 0; i < m->rows; i++) {   /* strides may be negative */
-        const char *row = (const char *)m->data + i * m->rs * item;
-        if (m->cs == 1)
-            memcpy(d + i * m->cols * item, row, (size_t)(m->cols * item));
-        else
-            for (int64_t j = 0; j < m->cols; j++)
-                memcpy(d + (i * m->cols + j) * item, row + j * m->cs * item, (size_t)item);
-    }
+    mk_copy_view(dst, *m, item);
     return mk_cmat_c(dst, m->rows, m->cols);
 }
 
@@ -315,7 +308,7 @@ static PyObject *myatt_forward_impl(MyAttObject *self, PyObject *Q, PyObject *K,
         goto fail;
     }
     if (kept != NULL)   /* the saved attn_weights is not the one handed out */
-        memcpy(wd, kept->aw, (size_t)PyArray_NBYTES(weights));
+        mk_copy_view(wd, mk_cmat_c(kept->aw, S, v1), dt->itemsize);
     result = PyTuple_Pack(2, (PyObject *)out, (PyObject *)weights);
 
 fail:

@@ -68,6 +68,25 @@ def test_myatt_several_row_blocks(rng, dtype, S):
     check_myatt(rng, m, *inputs(rng, sizes, S, dtype), True)
 
 
+@pytest.mark.parametrize("layout", ["c", "every_other_column"])
+def test_myatt_copies_by_threads(rng, dtype, layout):
+    """Q[0] of 8.4 MB (float32) or more: vjp copies it in bands of rows on every thread
+    (kernels/copy.c), column by column when its columns are strided; the pullback's
+    gradients are the stateless backward's bits, and torch's."""
+    sizes = (1024, 3, 5, 4, 6)
+    m = myatt.MyAtt(*sizes, dtype=dtype)
+    S = 2051   # rows that do not divide into equal bands
+    Q, K, V = inputs(rng, sizes, S, dtype)
+    if layout == "every_other_column":
+        Q = np.repeat(Q, 2, axis=2)[:, :, ::2]
+    saved = myatt.get_num_threads()
+    try:
+        myatt.set_num_threads(2)
+        check_myatt(rng, m, Q, K, V, True)
+    finally:
+        myatt.set_num_threads(saved)
+
+
 @pytest.mark.parametrize("Bq,Bk", [(2, 1), (1, 3)])
 def test_myatt_batches_and_conversion(rng, dtype, Bq, Bk):
     """Batch items beyond 0 get zero gradients; float64 / strided inputs are converted as

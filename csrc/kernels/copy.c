@@ -1,0 +1,56 @@
+/* mk_copy_view (copy.h): bands of rows, one task each. */
+#include "copy.h"
+
+#include <string.h>
+
+#include "threads.h"
+
+/* Below this many bytes a copy runs on the calling thread (waking one costs
+ * more than copying less than this). */
+#define MK_COPY_THREAD_BYTES ((int64_t)4 << 20)
+
+typedef struct {
+    char *dst;
+    mk_cmat m;
+    int64_t item, band;   /* rows per task */
+} copy_job;
+
+static void copy_rows(char *dst, const mk_cmat *m, int64_t item, int64_t r0, int64_t r1)
+{
+    const int64_t row_bytes = m->cols * item;
+    for (int64_t i = r0; i < r1; i++) {
+        const char *row = (const char *)m->data + i * m->rs * item;
+        char *d = dst + i * row_bytes;
+        if (m->cs == 1)
+            memcpy(d, row, (size_t)row_bytes);
+        else
+            for (int64_t j = 0; j < m->cols; j++)
+                memcpy(d + j * item, row + j * m->cs * item, (size_t)item);
+    }
+}
+
+static void copy_task(void *arg, int task)
+{
+    const copy_job *job = arg;
+    const int64_t r0 = task * job->band;
+    const int64_t r1 = r0 + job->band < job->m.rows ? r0 + job->band : job->m.rows;
+    copy_rows(job->dst, &job->m, job->item, r0, r1);
+}
+
+void mk_copy_view(void *dst, mk_cmat m, int64_t item)
+{
+    if (m.rows <= 0 || m.cols <= 0)
+        return;
+    const int64_t bytes = m.rows * m.cols * item;
+    int nthreads = bytes < 2 * MK_COPY_THREAD_BYTES ? 1 : mk_get_num_threads();
+    if (nthreads > 1 && bytes / nthreads < MK_COPY_THREAD_BYTES)
+        nthreads = (int)(bytes / MK_COPY_THREAD_BYTES);
+    if (nthreads > m.rows)
+        nthreads = (int)m.rows;
+    if (nthreads <= 1) {
+        copy_rows(dst, &m, item, 0, m.rows);
+        return;
+    }
+    copy_job job = {dst, m, item, (m.rows + nthreads - 1) / nthreads};
+    mk_parallel_run((int)((m.rows + job.band - 1) / job.band), copy_task, &job);
+}
