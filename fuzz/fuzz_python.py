@@ -385,15 +385,89 @@ def run_entry(r):
                 raise Finding(f"{ep.name}: two results share memory")
 
 
+def run_sdpa(r):
+    """scaled_dot_product_attention with its options drawn as well (the registry's entries
+    pass attn_mask only): is_causal, scale (0, negative, NaN, inf, not a number),
+    dropout_p (inside [0, 1] and out of it), enable_gqa with query heads a multiple of
+    the key and value heads or not, a mask of the right shape or a wrong one; a third of
+    the calls through vjp, then a pullback call. The result and the gradients are fresh
+    arrays of the result dtype (the gradients shaped like query, key, value); without
+    dropout, with finite inputs under 100, the result is the float64 reference's within
+    the rounding of the scores (a score's error moves its weight by as much)."""
+    batch = tuple(r.below(3) for _ in range(r.below(2)))
+    hkv = 1 + r.below(3)
+    hq = hkv * (1 + r.below(3)) if r.chance(2) else 1 + r.below(4)
+    L, S, E, Ev = r.below(6), r.below(6), r.below(5), r.below(5)
+    q, k, v = array(r, batch + (hq, L, E)), array(r, batch + (hkv, S, E)), array(r, batch + (hkv, S, Ev))
+    mask = array(r, r.pick([(L, S), (1, S), (hq, L, S), (L, 1), (S,)])) if r.chance(2) else None
+    kw = {}
+    if r.chance(2):
+        kw["is_causal"] = r.pick([True, False, True, 1, None, "yes"])
+    if r.chance(2):
+        kw["scale"] = r.pick([None, 0.5, 0.0, -2.0, 3, np.nan, np.inf, 1e308, "x"])
+    if r.chance(3):
+        kw["dropout_p"] = r.pick([0.0, 0.3, 1.0, -0.1, 1.5, np.nan, "0.1"])
+    if r.chance(2):
+        kw["enable_gqa"] = r.pick([True, False, True, 1])
+    args = (q, k, v, mask)
+    if any(x is not None and x.ndim and x.shape[0] >= 2 ** 40 and x.size   # hours (run_entry)
+           for x in map(as_np, args)):
+        return
+    sdpa = myatt.scaled_dot_product_attention
+    pull = None
+    if r.chance(3):
+        res, pull = myatt.vjp(sdpa, q, k, v, mask, **kw)
+    else:
+        res = sdpa(q, k, v, attn_mask=mask, **kw)
+    dtype = result_dtype(q, k, v)
+    check_result(res, None, dtype)
+    Q, K, V = as_np(q), as_np(k), as_np(v)
+    M = None if mask is None else as_np(mask)
+    if pull is not None:
+        grads = pull(array(r, res.shape))
+        if len(grads) != 4 or grads[3] is not None:
+            raise Finding(f"pullback gave {len(grads)} gradients, the mask's not None")
+        for g, x in zip(grads[:3], (Q, K, V)):
+            check_result(g, x.shape, dtype)
+    plain = {"is_causal": (True, False), "scale": (None, 0.5, 0.0, -2.0, 3),
+             "dropout_p": (0.0,), "enable_gqa": (True, False)}
+    finite = all(x.dtype.kind in "fiub" and np.all(np.abs(x.astype(np.float64)) < 100)
+                 for x in (Q, K, V) + (() if M is None else (M,)) if x.size)
+    if not finite or res.size == 0 or any(not any(kw[o] is p for p in plain[o]) for o in kw):
+        return
+    if kw.get("is_causal") and kw.get("scale") is not None and kw["scale"] <= 0:
+        return   # torch's kernel scales the hidden keys' -inf: NaN rows (sdpa.h; test_sdpa.py)
+    if kw.get("enable_gqa") and Q.shape[-3] != K.shape[-3]:
+        g = Q.shape[-3] // K.shape[-3]
+        K, V = np.repeat(K, g, axis=-3), np.repeat(V, g, axis=-3)
+    if kw.get("is_causal"):
+        M = np.tril(np.ones((Q.shape[-2], K.shape[-2]), bool))
+    Q, K, V = (x.astype(np.float64) for x in (Q, K, V))
+    sc = kw.get("scale")
+    s = abs(sc) if sc is not None else 1 / np.sqrt(Q.shape[-1]) if Q.shape[-1] else 0.0
+    eps = 1e-6 if res.dtype == np.float32 else 1e-14
+    with np.errstate(all="ignore"):
+        ref = reference.scaled_dot_product_attention(Q, K, V, M, sc)
+        score_err = eps * (s * np.abs(Q) @ np.swapaxes(np.abs(K), -1, -2)
+                           + (0 if M is None or M.dtype == bool else np.abs(M)))
+        row_err = score_err.max(axis=-1, keepdims=True, initial=0)
+        tol = (4 * row_err + eps) * (np.abs(V).max(initial=0) + 1)
+        bad = ~(np.abs(res - ref) <= tol)
+    if np.any(bad):
+        raise Finding(f"result differs from the float64 reference by "
+                      f"{np.max(np.abs(res - ref)[bad]):.3g} beyond tolerance")
+
+
 OPS = [run_linear, run_softmax, run_bmm, run_linear_type, run_myatt, run_misc]
 
 
 def one_input(data):
     r = Reader(data)
-    # (the first byte picks the op; 240 and above the registry's entry points, which
-    # keeps what every stored regression input replays)
+    # (the first byte picks the op; 240 and above the registry's entry points, 224 to
+    # 239 scaled_dot_product_attention's options, which keeps what every stored
+    # regression input replays)
     first = r.u8()
-    op = run_entry if first >= 240 else OPS[first % len(OPS)]
+    op = run_entry if first >= 240 else run_sdpa if first >= 224 else OPS[first % len(OPS)]
     OWN_RAISED.clear()
     try:
         with np.errstate(all="ignore"):     # 1e308 -> float32 warns, as in NumPy

@@ -397,3 +397,18 @@ def test_huge_empty_bmm_returns_at_once(dtype, sa, sb):
     a = np.broadcast_to(np.ones((), dtype), sa)
     b = np.broadcast_to(np.ones((), dtype), sb)
     assert myatt.bmm(a, b).shape == (sa[0], sa[1], sb[2])
+
+
+def test_huge_empty_sdpa_pullback_returns_at_once(dtype):
+    """No query rows (L = 0) in a broadcast batch of 2**50 items: the output is empty, and
+    the pullback's key and value gradients are sums of no terms, zeros (its loop over the
+    batch ran for hours; fuzz/regressions/python/timeout-sdpa-pullback-no-query-rows-
+    huge-batch)."""
+    q = np.ones((1, 4, 0, 2), dtype)
+    k = np.ones((1, 1, 4, 2), dtype)
+    v = np.broadcast_to(np.ones((), dtype), (2**50, 1, 4, 3))[:, :, :, :0]
+    out, pull = myatt.vjp(myatt.scaled_dot_product_attention, q, k, v, is_causal=True)
+    assert out.shape == (2**50, 4, 0, 0)
+    dq, dk, dv, dmask = pull(np.broadcast_to(np.ones((), dtype), out.shape))
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+    assert dmask is None and not dk.any()
