@@ -1,8 +1,9 @@
 """Atheris harness over myatt's Python entry points: shapes, dtypes, strides, values.
 
 Each input picks an entry point (linear, softmax, bmm, Linear, MyAtt: construction,
-calls, parameter assignment, load_state_dict, manual_seed, set_num_threads; and any
-entry point of the registry, tests/entry_points.py, the gradients included) and its
+calls, parameter assignment, load_state_dict, manual_seed, set_num_threads;
+scaled_dot_product_attention with its options; and any entry point of the registry,
+tests/entry_points.py, the gradients included) and its
 arguments: arrays of any real or unsupported dtype, 0 to 4 dimensions, sizes 0 to 6
 (sometimes huge, through zero strides), C/Fortran/transposed/sliced/reversed/
 byte-swapped/read-only/unaligned layouts, NaN/inf/extreme values, lists, None and
