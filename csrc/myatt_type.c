@@ -210,22 +210,17 @@ static int check_qkv_fail(MyAttObject *self, PyArrayObject *q, PyArrayObject *k,
     return 0;
 }
 
-/* myatt.vjp: one block in *kept with copies of q, k, v (views of Q[0], K[0],
- * V[0] in the module's dtype) and of the parameters, and room for
+/* myatt.vjp: one block in *kept with copies of what *in reads (views of Q[0],
+ * K[0], V[0] in the module's dtype, and the parameters), and room for
  * attn_weights and applied; *in then reads the copies.  0, or -1 with
  * MemoryError. */
-static int keep_inputs(MyAttObject *self, const mk_cmat *q, const mk_cmat *k, const mk_cmat *v,
-                       myatt_kept *kept, myatt_inputs *in)
+static int keep_inputs(MyAttObject *self, myatt_kept *kept, myatt_inputs *in)
 {
     const int64_t item = self->dtype->itemsize;
-    const mk_cmat w_attn = cmat_of(self->attn->weight);
-    const mk_cmat w_comb = cmat_of(self->attn_combine->weight);
-    const int64_t S = q->rows, v1 = w_attn.rows, o = w_comb.rows;
-    /* [rows, cols] of each part, in the block's order; each starts on a cache line */
-    const int64_t shapes[MYATT_KEPT_ARRAYS][2] = {
-        {S, q->cols}, {S, k->cols}, {v1, v->cols}, {v1, w_attn.cols}, {o, w_comb.cols},
-        {v1, 1}, {o, 1}, {S, v1}, {S, v->cols}};
-    size_t at[MYATT_KEPT_ARRAYS + 1] = {0};   /* where each starts; at[9]: the total */
+    int ndim[MYATT_KEPT_ARRAYS];
+    npy_intp shapes[MYATT_KEPT_ARRAYS][2];
+    myatt_kept_shapes(in, ndim, shapes);
+    size_t at[MYATT_KEPT_ARRAYS + 1] = {0};   /* each one's start (a cache line); the total */
     for (int i = 0; i < MYATT_KEPT_ARRAYS; i++) {
         const size_t bytes = mk_bytes(mk_bytes((size_t)shapes[i][0], (size_t)shapes[i][1]),
                                       (size_t)item);
@@ -241,14 +236,14 @@ static int keep_inputs(MyAttObject *self, const mk_cmat *q, const mk_cmat *k, co
         return -1;
     kept->block = block;
     kept->dtype = self->dtype;
-    kept->q = copy_view(block + at[0], q, item);
-    kept->k = copy_view(block + at[1], k, item);
-    kept->v = copy_view(block + at[2], v, item);
-    kept->w_attn = copy_view(block + at[3], &w_attn, item);
-    kept->w_comb = copy_view(block + at[4], &w_comb, item);
-    memcpy(block + at[5], PyArray_DATA(self->attn->bias), (size_t)(v1 * item));
-    memcpy(block + at[6], PyArray_DATA(self->attn_combine->bias), (size_t)(o * item));
-    kept->b_attn = block + at[5];
+    kept->q = copy_view(block + at[0], &in->q, item);
+    kept->k = copy_view(block + at[1], &in->k, item);
+    kept->v = copy_view(block + at[2], &in->v, item);
+    kept->w_attn = copy_view(block + at[3], &in->w_attn, item);
+    kept->w_comb = copy_view(block + at[5], &in->w_comb, item);
+    memcpy(block + at[4], in->b_attn, (size_t)(in->w_attn.rows * item));
+    memcpy(block + at[6], in->b_comb, (size_t)(in->w_comb.rows * item));
+    kept->b_attn = block + at[4];
     kept->b_comb = block + at[6];
     kept->aw = block + at[7];
     kept->applied = block + at[8];
@@ -283,7 +278,7 @@ static PyObject *myatt_forward_impl(MyAttObject *self, PyObject *Q, PyObject *K,
         memcpy(kept->dims[0], PyArray_DIMS(rq), sizeof kept->dims[0]);
         memcpy(kept->dims[1], PyArray_DIMS(rk), sizeof kept->dims[1]);
         memcpy(kept->dims[2], PyArray_DIMS(rv), sizeof kept->dims[2]);
-        if (keep_inputs(self, &q, &k, &v, kept, &in) < 0)
+        if (keep_inputs(self, kept, &in) < 0)
             goto fail;
     }
 

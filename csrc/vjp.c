@@ -70,18 +70,27 @@ static const char *const myatt_kept_names[MYATT_KEPT_ARRAYS] = {
     "Q[0]", "K[0]", "V[0]", "attn.weight", "attn.bias", "attn_combine.weight",
     "attn_combine.bias", "attn_weights", "applied"};
 
-static void myatt_kept_shapes(const myatt_kept *kp, int ndim[MYATT_KEPT_ARRAYS],
-                              npy_intp dims[MYATT_KEPT_ARRAYS][2])
+void myatt_kept_shapes(const myatt_inputs *in, int ndim[MYATT_KEPT_ARRAYS],
+                       npy_intp dims[MYATT_KEPT_ARRAYS][2])
 {
-    const npy_intp S = kp->q.rows, v1 = kp->w_attn.rows, o = kp->w_comb.rows;
+    const npy_intp S = in->q.rows, v1 = in->w_attn.rows, o = in->w_comb.rows;
     const npy_intp shapes[MYATT_KEPT_ARRAYS][2] = {
-        {S, kp->q.cols}, {S, kp->k.cols}, {v1, kp->v.cols}, {v1, kp->w_attn.cols}, {v1, 0},
-        {o, kp->w_comb.cols}, {o, 0}, {S, v1}, {S, kp->v.cols}};
+        {S, in->q.cols}, {S, in->k.cols}, {v1, in->v.cols}, {v1, in->w_attn.cols}, {v1, 1},
+        {o, in->w_comb.cols}, {o, 1}, {S, v1}, {S, in->v.cols}};
     for (int i = 0; i < MYATT_KEPT_ARRAYS; i++) {
         ndim[i] = i == 4 || i == 6 ? 1 : 2;   /* the biases */
         dims[i][0] = shapes[i][0];
         dims[i][1] = shapes[i][1];
     }
+}
+
+/* myatt_kept_shapes of what kept holds */
+static void kept_shapes(const myatt_kept *kept, int ndim[MYATT_KEPT_ARRAYS],
+                        npy_intp dims[MYATT_KEPT_ARRAYS][2])
+{
+    myatt_inputs in;
+    myatt_kept_inputs(kept, &in);
+    myatt_kept_shapes(&in, ndim, dims);
 }
 
 /* ---- the pullback ---------------------------------------------------------- */
@@ -337,9 +346,9 @@ static Py_ssize_t held_bytes(PullbackObject *self)
     if (self->kind == VJP_MYATT) {
         int ndim[MYATT_KEPT_ARRAYS];
         npy_intp dims[MYATT_KEPT_ARRAYS][2];
-        myatt_kept_shapes(&self->kept, ndim, dims);
+        kept_shapes(&self->kept, ndim, dims);
         for (int i = 0; i < MYATT_KEPT_ARRAYS; i++)
-            bytes += dims[i][0] * (ndim[i] == 2 ? dims[i][1] : 1) * self->kept.dtype->itemsize;
+            bytes += dims[i][0] * dims[i][1] * self->kept.dtype->itemsize;
     } else if (self->kind == VJP_SDPA || self->kind == VJP_MHA) {
         const char *names[HELD_MAX];
         PyArrayObject *arrs[HELD_MAX];
@@ -362,7 +371,7 @@ static PyObject *Pullback_repr(PullbackObject *self)
     if (self->kind == VJP_MYATT) {
         int ndim[MYATT_KEPT_ARRAYS];
         npy_intp dims[MYATT_KEPT_ARRAYS][2];
-        myatt_kept_shapes(&self->kept, ndim, dims);
+        kept_shapes(&self->kept, ndim, dims);
         for (int i = 0; i < MYATT_KEPT_ARRAYS; i++)
             if (repr_shape_part(parts, myatt_kept_names[i], ndim[i], dims[i],
                                 self->kept.dtype->name) < 0)

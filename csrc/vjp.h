@@ -14,7 +14,7 @@ enum { MYATT_KEPT_ARRAYS = 9 };
 typedef struct {
     const myatt_dtype *dtype;
     npy_intp dims[3][3];                 /* the shapes of Q, K, V as given */
-    void *block;                         /* mk_alloc'd: everything below */
+    void *block;                         /* private_block_alloc: everything below */
     mk_cmat q, k, v;                     /* Q[0] [S, dq], K[0] [S, dk], V[0] [v1, v2] */
     mk_cmat w_attn, w_comb;              /* attn.weight, attn_combine.weight */
     const void *b_attn, *b_comb;         /* attn.bias [v1], attn_combine.bias [o] */
@@ -22,8 +22,8 @@ typedef struct {
 } myatt_kept;
 
 /* m(*args, **kwds) of a MyAtt `self` (args parsed as MyAtt.__call__), filling
- * *kept (zero-filled by the caller, which releases it with mk_free(kept->block),
- * also when NULL is returned). */
+ * *kept (zero-filled by the caller, which releases it with
+ * private_block_free(kept->block), also when NULL is returned). */
 PyObject *myatt_forward_keep(PyObject *self, PyObject *args, PyObject *kwds, myatt_kept *kept);
 
 /* MyAtt.backward's dict (myatt_type.c; MyAtt.backward and the pullback share it):
@@ -37,6 +37,13 @@ PyObject *myatt_grads_run(const myatt_dtype *dt, const npy_intp dims[3][3],
 
 /* The kernel inputs read from kept's copies (q, k, v and the parameters). */
 void myatt_kept_inputs(const myatt_kept *kept, myatt_inputs *in);
+
+/* The shapes of what a MyAtt pullback keeps, in the block's and the repr's
+ * order (Q[0], K[0], V[0], attn.weight, attn.bias, attn_combine.weight,
+ * attn_combine.bias, attn_weights, applied), from in's views of q, k, v and
+ * the weights: ndim[i] is 2, or 1 for the biases (their length dims[i][0]). */
+void myatt_kept_shapes(const myatt_inputs *in, int ndim[MYATT_KEPT_ARRAYS],
+                       npy_intp dims[MYATT_KEPT_ARRAYS][2]);
 
 /* scaled_dot_product_attention's arguments as its kernels read them, and what
  * its pullback keeps: private copies (new references) that nothing else writes. */
