@@ -55,8 +55,8 @@ PyArrayObject *private_cast(PyArrayObject *a, int typenum);
 
 /* A C-contiguous copy of `a` (an ndarray, same dtype): PyArray_NewCopy, with a
  * memcpy where `a` is C-contiguous, aligned and in native byte order (NumPy's
- * general copy costs ~0.2 us a call: vjp's pullbacks of the seed's MyAtt made
- * nine).  New reference, or NULL. */
+ * general copy costs ~0.2 us a call: vjp's pullbacks make several).  New
+ * reference, or NULL. */
 PyArrayObject *copy_array(PyArrayObject *a);
 
 /* A block of `bytes` for private copies the glue keeps outside arrays (vjp's
