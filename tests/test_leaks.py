@@ -340,12 +340,12 @@ def test_tracemalloc_sees_kernel_workspaces():
     x = _arr(128, 256, dtype=np.float64)
     w = _arr(2048, 256, dtype=np.float64)           # packed B: 256 x 504 x 8 = 1 MiB
     saved = myatt.get_num_threads()
-    myatt.set_num_threads(1)
-    myatt.linear(x, w)
-    myatt.empty_cache()
-    gc.collect()
-    tracemalloc.start()
     try:
+        myatt.set_num_threads(1)
+        myatt.linear(x, w)
+        myatt.empty_cache()
+        gc.collect()
+        tracemalloc.start()
         before, _ = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
         out = myatt.linear(x, w)
