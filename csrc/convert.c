@@ -250,13 +250,15 @@ static void data_handler_end(PyObject *old)
 
 PyArrayObject *copy_array(PyArrayObject *a)
 {
-    if (!PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a) || !PyArray_ISNOTSWAPPED(a))
+    const int fortran = !PyArray_IS_C_CONTIGUOUS(a) && PyArray_IS_F_CONTIGUOUS(a);
+    if (!(PyArray_IS_C_CONTIGUOUS(a) || fortran) || !PyArray_ISALIGNED(a)
+            || !PyArray_ISNOTSWAPPED(a))
         return (PyArrayObject *)PyArray_NewCopy(a, NPY_CORDER);
     PyArray_Descr *descr = PyArray_DESCR(a);
     Py_INCREF(descr);   /* stolen */
     PyObject *old = data_handler_begin((size_t)PyArray_NBYTES(a));
     PyArrayObject *c = (PyArrayObject *)PyArray_NewFromDescr(
-        &PyArray_Type, descr, PyArray_NDIM(a), PyArray_DIMS(a), NULL, NULL, 0, NULL);
+        &PyArray_Type, descr, PyArray_NDIM(a), PyArray_DIMS(a), NULL, NULL, fortran, NULL);
     data_handler_end(old);
     if (c != NULL)
         memcpy(PyArray_DATA(c), PyArray_DATA(a), (size_t)PyArray_NBYTES(a));

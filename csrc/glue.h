@@ -53,10 +53,11 @@ PyObject *private_array(PyObject *obj, int typenum, const char *what);
  * nothing else holds (new reference), or NULL. */
 PyArrayObject *private_cast(PyArrayObject *a, int typenum);
 
-/* A C-contiguous copy of `a` (an ndarray, same dtype): PyArray_NewCopy, with a
- * memcpy where `a` is C-contiguous, aligned and in native byte order (NumPy's
- * general copy costs ~0.2 us a call: vjp's pullbacks make several).  New
- * reference, or NULL. */
+/* A copy of `a` (an ndarray, same dtype): one memcpy where `a` is C- or
+ * Fortran-contiguous (the copy then has the same layout: MultiheadAttention's
+ * transposed weights), aligned and in native byte order (NumPy's general copy
+ * costs ~0.2 us a call: vjp's pullbacks make several), else a C-contiguous
+ * PyArray_NewCopy.  New reference, or NULL. */
 PyArrayObject *copy_array(PyArrayObject *a);
 
 /* A block of `bytes` for private copies the glue keeps outside arrays (vjp's

@@ -12,7 +12,10 @@ PyObject *state_dict_build(const char *const *keys, PyArrayObject *const *params
     for (int i = 0; i < n; i++) {
         if (params[i] == NULL)
             continue;
-        PyObject *copy = (PyObject *)copy_array(params[i]);
+        /* C-contiguous, as torch's (MultiheadAttention stores some transposed) */
+        PyObject *copy = PyArray_IS_C_CONTIGUOUS(params[i])
+                         ? (PyObject *)copy_array(params[i])
+                         : PyArray_NewCopy(params[i], NPY_CORDER);
         if (copy == NULL || PyDict_SetItemString(d, keys[i], copy) < 0) {
             Py_XDECREF(copy);
             Py_DECREF(d);

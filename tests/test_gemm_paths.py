@@ -187,6 +187,28 @@ def test_linear_row_against_weight_rows_1kib_apart(rng, dtype, n, k):
     check_linear(x[:1], w, bias)
 
 
+@pytest.mark.parametrize("n,k", [(129, 64), (150, 200), (200, 385), (1536, 512), (2100, 300),
+                                 (4500, 7), (257, 1000), (333, 3), (1030, 5)])
+def test_one_row_against_rows_of_b(rng, dtype, n, k):
+    """One row against a B whose rows are contiguous and longer than two strips of the
+    direct loop (a weight stored transposed, as MultiheadAttention's in-projections, or
+    bmm's mat2): on the SIMD paths B's rows stream through sums held in a buffer, 8 KiB of
+    columns at a time (n = 2100 and 4500 take several), four rows per sweep (k = 7, 5, 3:
+    the last rows one at a time), the columns past the last whole vector one chain each.
+    The row equals its row among 50 (packed panels), with bias and without, and torch."""
+    x = scaled(rng, (50, k), dtype, k)
+    wt = scaled(rng, (k, n), dtype, k)   # weight^T, C-contiguous
+    w = wt.T
+    bias = scaled(rng, (n,), dtype, k)
+    whole = myatt.linear(x, w, bias)
+    whole_bmm = myatt.bmm(x[None], wt[None])[0]
+    for i in [0, 17, 49]:
+        np.testing.assert_array_equal(myatt.linear(x[i], w, bias), whole[i])
+        np.testing.assert_array_equal(myatt.bmm(x[None, i:i + 1], wt[None])[0, 0], whole_bmm[i])
+    check_linear(x[:1], w, bias)
+    check_bmm(x[:1], wt)
+
+
 # --------------------------------------------------------------------------- #
 # Layouts: strides reach the GEMM as they are (packing absorbs them)
 # --------------------------------------------------------------------------- #
@@ -261,7 +283,8 @@ def test_nan_and_inf_propagate(rng, dtype, m, n, k):
 # Threads
 # --------------------------------------------------------------------------- #
 THREAD_SHAPES = [(300, 500, 129), (1000, 40, 64), (40, 1000, 65), (97, 131, 700), (13, 2050, 70),
-                 (3, 5000, 300)]   # the last: the direct loop, in bands of columns
+                 (3, 5000, 300), (1, 3000, 300)]   # the last two: the direct loop, in bands
+                                                   # of columns
 
 
 @pytest.mark.parametrize("m,n,k", THREAD_SHAPES)
@@ -358,7 +381,7 @@ out = {"path": myatt.kernel_path(), "warnings": [str(w.message) for w in caught]
 rng = np.random.default_rng(7)
 arrays = {}
 for dt in ("float32", "float64"):
-    for m, n, k in [(1, 32, 64), (13, 33, 65), (130, 70, 150), (300, 500, 129)]:
+    for m, n, k in [(1, 32, 64), (13, 33, 65), (130, 70, 150), (300, 500, 129), (1, 1100, 400)]:
         a = (rng.standard_normal((m, k)) / np.sqrt(k)).astype(dt)
         b = rng.standard_normal((k, n)).astype(dt)
         bias = rng.standard_normal(n).astype(dt)
