@@ -265,6 +265,30 @@ PyArrayObject *copy_array(PyArrayObject *a)
     return c;
 }
 
+PyArrayObject *new_transposed_array(npy_intp rows, npy_intp cols, int typenum,
+                                    const char *what)
+{
+    const npy_intp dims[2] = {cols, rows};
+    PyArrayObject *a = (PyArrayObject *)new_array(2, dims, typenum, what);
+    if (a == NULL)
+        return NULL;
+    memset(PyArray_DATA(a), 0, (size_t)PyArray_NBYTES(a));
+    PyArrayObject *t = (PyArrayObject *)PyArray_Transpose(a, NULL);   /* a is its base */
+    Py_DECREF(a);
+    return t;
+}
+
+void store_rows(PyArrayObject *w, const void *src)
+{
+    const npy_intp rows = PyArray_DIM(w, 0), cols = PyArray_DIM(w, 1);
+    const npy_intp rs = PyArray_STRIDE(w, 0), cs = PyArray_STRIDE(w, 1);
+    const size_t isz = (size_t)PyArray_ITEMSIZE(w);
+    char *dst = PyArray_DATA(w);
+    for (npy_intp i = 0; i < rows; i++)
+        for (npy_intp j = 0; j < cols; j++)
+            memcpy(dst + i * rs + j * cs, (const char *)src + (size_t)(i * cols + j) * isz, isz);
+}
+
 /* tracemalloc's domain for private blocks (NumPy's array data is 389047) */
 #define PRIVATE_BLOCK_DOMAIN 0x6d796174   /* "myat" */
 

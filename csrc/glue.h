@@ -60,6 +60,18 @@ PyArrayObject *private_cast(PyArrayObject *a, int typenum);
  * PyArray_NewCopy.  New reference, or NULL. */
 PyArrayObject *copy_array(PyArrayObject *a);
 
+/* A [rows, cols] array of zeros stored transposed: the Fortran-ordered
+ * transpose of a new C-contiguous [cols, rows] array (its base).
+ * MultiheadAttention's projection weights w are such arrays, so that a
+ * product of one row with w^T reads w^T's rows where they lie (see
+ * mha_type.c).  New reference, or NULL (a MemoryError naming `what`). */
+PyArrayObject *new_transposed_array(npy_intp rows, npy_intp cols, int typenum,
+                                    const char *what);
+
+/* w[i, j] = src[i * cols + j]: a 2-D array of any strides from a C-ordered
+ * buffer of its dtype (torch's initial draws into a transposed weight). */
+void store_rows(PyArrayObject *w, const void *src);
+
 /* A block of `bytes` for private copies the glue keeps outside arrays (vjp's
  * MyAtt pullback): from the arrays' cache (kernels/alloc.h), traced by
  * tracemalloc as NumPy traces array data.  NULL with MemoryError naming `what`;

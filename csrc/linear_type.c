@@ -28,8 +28,9 @@ static PyObject *Linear_vectorcall(PyObject *self, PyObject *const *args, size_t
 
 LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_features,
                             Py_ssize_t out_features, int bias, const myatt_dtype *dtype,
-                            linear_init init)
+                            linear_init init, int transposed)
 {
+    static const char what_w[] = "Linear(): weight [out_features, in_features]";
     npy_intp wdims[2] = {out_features, in_features};
     LinearObject *self = (LinearObject *)type->tp_alloc(type, 0);
     if (self == NULL)
@@ -38,8 +39,9 @@ LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_f
     self->in_features = in_features;
     self->out_features = out_features;
     self->dtype = dtype;
-    self->weight = new_param(2, wdims, dtype->typenum,
-                             "Linear(): weight [out_features, in_features]");
+    self->weight = transposed
+                   ? new_transposed_array(out_features, in_features, dtype->typenum, what_w)
+                   : new_param(2, wdims, dtype->typenum, what_w);
     if (self->weight == NULL)
         goto fail;
     if (bias) {
@@ -52,9 +54,19 @@ LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_f
         memset(PyArray_DATA(self->weight), 0, (size_t)PyArray_NBYTES(self->weight));
         if (b != NULL)
             memset(b, 0, (size_t)PyArray_NBYTES(self->bias));
-    } else
+    } else if (!transposed) {
         dtype->k->linear_init(&st->rng, PyArray_DATA(self->weight), b, out_features,
                               in_features);
+    } else {   /* drawn in torch's order into a buffer, then stored */
+        void *w = PyMem_Malloc((size_t)PyArray_NBYTES(self->weight) + 1);
+        if (w == NULL) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        dtype->k->linear_init(&st->rng, w, b, out_features, in_features);
+        store_rows(self->weight, w);
+        PyMem_Free(w);
+    }
     return self;
 fail:
     Py_DECREF(self);
@@ -89,7 +101,7 @@ static PyObject *Linear_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (bias < 0)
         return NULL;
     return (PyObject *)linear_create(st, type, in_features, out_features, bias, dtype,
-                                     rebuild ? LINEAR_INIT_ZEROS : LINEAR_INIT_TORCH);
+                                     rebuild ? LINEAR_INIT_ZEROS : LINEAR_INIT_TORCH, 0);
 }
 
 static void Linear_dealloc(LinearObject *self)

@@ -10,7 +10,9 @@ typedef struct {
     vectorcallfunc vectorcall;  /* layer(x) without an args tuple (linear_type.c) */
     Py_ssize_t in_features, out_features;
     const myatt_dtype *dtype;   /* a row of the dtype table (dtype.h) */
-    PyArrayObject *weight;      /* [out, in], C-contiguous, never handed out itself */
+    PyArrayObject *weight;      /* [out, in], C-contiguous (MultiheadAttention's out_proj:
+                                   stored transposed, Fortran-ordered); never handed out
+                                   itself */
     PyArrayObject *bias;        /* [out], or NULL for bias=False */
 } LinearObject;
 
@@ -20,9 +22,10 @@ typedef enum {
     LINEAR_INIT_ZEROS,   /* zeros, nothing drawn: a state_dict is loaded next (interop.c) */
 } linear_init;
 
-/* A new Linear (of `type`: Linear or a subclass), its parameters as `init` says. */
+/* A new Linear (of `type`: Linear or a subclass), its parameters as `init` says,
+ * its weight stored transposed when `transposed` (new_transposed_array). */
 LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_features,
                             Py_ssize_t out_features, int bias, const myatt_dtype *dtype,
-                            linear_init init);
+                            linear_init init, int transposed);
 
 #endif

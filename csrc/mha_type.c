@@ -79,47 +79,38 @@ static int dropout_arg(PyObject *obj, double *p)
     return 0;
 }
 
-/* A parameter of zeros.  The input projections' weights (P_IN..P_V, 2-D) are
- * stored transposed: the attribute is the [rows, cols] transpose of a
- * C-contiguous [cols, rows] array (Fortran-ordered).  A product of one token
- * with the weight, x @ w^T, then reads w^T's rows in place as they lie in
- * memory (gemm's one-row loop, gemm_small_tmpl.h), where a C-ordered weight
- * must be transposed in registers: one token's [3E, E] in-projection at
- * E = 512, float32, one Zen 5 core: 40 -> 26 us.  Larger products pack the
- * weight either way; every product gives the same bits in both layouts. */
+/* A parameter of zeros.  The projections' weights (the input projections
+ * here, out_proj's in linear_create) are stored transposed
+ * (new_transposed_array): the attribute is a Fortran-ordered [rows, cols]
+ * view.  A product of one token with a weight, x @ w^T, then reads w^T's
+ * rows in place as they lie in memory (gemm's one-row loop,
+ * gemm_small_tmpl.h), where a C-ordered weight is transposed in registers:
+ * one token's [3E, E] in-projection at E = 512, float32, one Zen 5 core:
+ * 40 -> 26 us.  Larger products pack the weight either way; every product
+ * gives the same bits in both layouts. */
 static PyArrayObject *new_param(int ndim, npy_intp *dims, const myatt_dtype *dt, int p)
 {
     char what[64];
     snprintf(what, sizeof what, OWNER "(): %s", param_names[p]);
-    const int transposed = p <= P_V;
-    npy_intp tdims[2] = {dims[transposed], dims[0]};
-    PyArrayObject *a = (PyArrayObject *)new_array(ndim, transposed ? tdims : dims,
-                                                  dt->typenum, what);
-    if (a == NULL)
-        return NULL;
-    memset(PyArray_DATA(a), 0, (size_t)PyArray_NBYTES(a));
-    if (!transposed)
-        return a;
-    PyArrayObject *t = (PyArrayObject *)PyArray_Transpose(a, NULL);   /* a is its base */
-    Py_DECREF(a);
-    return t;
+    if (p <= P_V)
+        return new_transposed_array(dims[0], dims[1], dt->typenum, what);
+    PyArrayObject *a = (PyArrayObject *)new_array(ndim, dims, dt->typenum, what);
+    if (a != NULL)
+        memset(PyArray_DATA(a), 0, (size_t)PyArray_NBYTES(a));
+    return a;
 }
 
-/* xavier_uniform_ of a transposed input-projection weight (new_param): drawn
- * in torch's order (row-major over [rows, cols]) into a buffer, then stored. */
+/* xavier_uniform_ of an input-projection weight: drawn in torch's order
+ * (row-major over [rows, cols]) into a buffer, then stored. */
 static int xavier_uniform_param(mt19937 *rng, const myatt_dtype *dt, PyArrayObject *w)
 {
-    const npy_intp rows = PyArray_DIM(w, 0), cols = PyArray_DIM(w, 1);
-    const size_t isz = (size_t)dt->itemsize;
-    char *buf = PyMem_Malloc((size_t)PyArray_NBYTES(w) + 1), *dst = PyArray_DATA(w);
+    void *buf = PyMem_Malloc((size_t)PyArray_NBYTES(w) + 1);
     if (buf == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    dt->k->xavier_uniform(rng, buf, rows, cols);
-    for (npy_intp i = 0; i < rows; i++)
-        for (npy_intp j = 0; j < cols; j++)
-            memcpy(dst + (size_t)(j * rows + i) * isz, buf + (size_t)(i * cols + j) * isz, isz);
+    dt->k->xavier_uniform(rng, buf, PyArray_DIM(w, 0), PyArray_DIM(w, 1));
+    store_rows(w, buf);
     PyMem_Free(buf);
     return 0;
 }
@@ -207,7 +198,7 @@ static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
      * xavier_uniform_ of the input projections, zeros for in_proj_bias and
      * out_proj.bias, xavier_normal_ of bias_k then bias_v. */
     self->out_proj = linear_create(st, st->linear_type, E, E, bias, dtype,
-                                   rebuild ? LINEAR_INIT_ZEROS : LINEAR_INIT_TORCH);
+                                   rebuild ? LINEAR_INIT_ZEROS : LINEAR_INIT_TORCH, 1);
     if (self->out_proj == NULL)
         goto fail;
     if (!rebuild) {
@@ -1097,7 +1088,9 @@ PyDoc_STRVAR(MHA_doc,
 "in_proj_weight : ndarray, shape (3 * embed_dim, embed_dim), or None\n"
 "q_proj_weight, k_proj_weight, v_proj_weight : ndarray or None\n"
 "    (E, E), (E, kdim), (E, vdim) when kdim or vdim differs from embed_dim\n"
-"    (in_proj_weight is then None).\n"
+"    (in_proj_weight is then None).  Like out_proj.weight, views of the\n"
+"    module's memory stored transposed (Fortran-ordered), for one token's\n"
+"    products; state_dict() gives C-contiguous copies.\n"
 "in_proj_bias : ndarray, shape (3 * embed_dim,), or None\n"
 "bias_k, bias_v : ndarray, shape (1, 1, embed_dim), or None\n"
 "out_proj : Linear\n"

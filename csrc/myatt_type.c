@@ -72,10 +72,10 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->output_size = os;
     self->dtype = dtype;
     /* torch's order of draws: attn's weight and bias, then attn_combine's. */
-    self->attn = linear_create(st, st->linear_type, qs + ks, v1, 1, self->dtype, init);
+    self->attn = linear_create(st, st->linear_type, qs + ks, v1, 1, self->dtype, init, 0);
     if (self->attn == NULL)
         goto fail;
-    self->attn_combine = linear_create(st, st->linear_type, qs + v2, os, 1, self->dtype, init);
+    self->attn_combine = linear_create(st, st->linear_type, qs + v2, os, 1, self->dtype, init, 0);
     if (self->attn_combine == NULL)
         goto fail;
     return (PyObject *)self;

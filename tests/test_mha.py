@@ -191,6 +191,29 @@ def test_parameters_are_live_views(rng, dtype, opts):
     assert not np.allclose(before, after)
 
 
+@pytest.mark.parametrize("opts", [{}, {"kdim": 5, "vdim": 7}, {"bias": False}], ids=opts_id)
+def test_projection_weights_are_stored_transposed(rng, dtype, opts):
+    """The projections' weights (in_proj_weight or q/k/v_proj_weight, out_proj.weight)
+    are Fortran-ordered views (their transposes are stored), so that one token's products
+    read w^T's rows in place; state_dict() copies are C-contiguous, a plain Linear's
+    weight too.  One token alone gives the bits of its row in a batch of tokens (the
+    one-row loop, here with columns past the last whole vector, and the packed panels
+    sum in the same order), and torch's result."""
+    m = randomise(make(136, 4, dtype, **opts), rng)
+    weights = [getattr(m, n) for n in ("in_proj_weight", "q_proj_weight", "k_proj_weight",
+                                       "v_proj_weight") if getattr(m, n) is not None]
+    for w in weights + [m.out_proj.weight]:
+        assert w.flags.f_contiguous and not w.flags.c_contiguous
+    assert all(v.flags.c_contiguous for v in m.state_dict().values())
+    assert myatt.Linear(136, 136, dtype=dtype).weight.flags.c_contiguous
+    q, k, v = inputs(rng, m, 1, 1, 9)          # nine batch items of one token each
+    for need_weights in (False, True):
+        batch = check(m, q, k, v, need_weights=need_weights)
+        for b in (0, 4, 8):
+            alone = m(q[:, b:b + 1], k[:, b:b + 1], v[:, b:b + 1], need_weights=need_weights)
+            np.testing.assert_array_equal(alone[0], batch[0][:, b:b + 1])
+
+
 @pytest.mark.parametrize("name", ["embed_dim", "num_heads", "head_dim", "kdim", "vdim",
                                   "batch_first", "dropout", "dtype", "out_proj",
                                   "add_zero_attn"])
