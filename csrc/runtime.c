@@ -149,7 +149,7 @@ PyDoc_STRVAR(empty_cache_doc,
 "Free the kernels' cached workspaces and the cached memory of freed results.\n"
 "\n"
 "Kernels keep freed workspaces (packed panels, row blocks) of 32 KiB and more,\n"
-"up to 32 MiB in all, and reuse them in later calls instead of asking the OS\n"
+"up to 256 MiB in all, and reuse them in later calls instead of asking the OS\n"
 "for fresh pages each time; the data of results of 32 KiB and more, once the\n"
 "arrays are freed, is kept the same way (up to 256 MiB) for later\n"
 "results. This gives that memory back; later calls allocate again as needed.\n"

@@ -332,7 +332,7 @@ def test_resident_size():
 def test_tracemalloc_sees_kernel_workspaces():
     """The kernels' workspaces are allocated through PyMem_RawMalloc, so tracemalloc
     counts them: the peak during a packed GEMM exceeds the result by the workspace.
-    When the call returns, the large ones stay in the workspace cache (bounded: 32 MiB)
+    When the call returns, the large ones stay in the workspace cache (bounded: 256 MiB)
     and the next call reuses them; empty_cache() frees them.  On one thread: on two, the
     two bands' packed B blocks were made one after the other (one block, reused) or side
     by side, as the pool thread woke in time or not, and a call after a sequential one

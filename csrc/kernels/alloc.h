@@ -6,8 +6,8 @@
  * kernel buffers.  All functions are safe to call without the GIL.
  * Blocks are 64-byte aligned (one cache line, one AVX-512 register).
  *
- * Freed blocks of MK_CACHE_MIN bytes and more are kept, up to 32 MiB in all
- * for workspaces and 256 MiB for array data, and handed out again (their pages
+ * Freed blocks of MK_CACHE_MIN bytes and more are kept, up to 256 MiB in all
+ * for workspaces and as much for array data, and handed out again (their pages
  * stay mapped from one call to the next); mk_empty_cache() gives them back.
  * Contents of a block are unspecified, as with malloc. */
 #ifndef MYATT_KERNELS_ALLOC_H

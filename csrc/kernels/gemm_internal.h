@@ -91,8 +91,8 @@ static inline int64_t gemm_sum_block(int64_t k)
 #define GEMM_B_PACK_BYTES (8 << 20)
 
 /* A transposed A of at most this many bytes is copied into rows before the
- * product (gemm_run_src): the size of the workspace cache (alloc.h), so the
- * copy's pages stay mapped from one call to the next. */
+ * product (gemm_run_src): held in the workspace cache (alloc.h), the copy's
+ * pages stay mapped from one call to the next. */
 #define GEMM_TRANSPOSE_MAX_BYTES (32.0 * 1024 * 1024)
 
 /* Fewest multiply-adds (m * n * k) per thread for gemm to use threads: below
