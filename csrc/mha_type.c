@@ -1167,7 +1167,9 @@ enum { P_in_proj_weight = P_IN, P_q_proj_weight = P_Q, P_k_proj_weight = P_K,
        P_bias_v = P_BIAS_V };
 
 static PyGetSetDef MHA_getset[] = {
-    PARAM_ATTR(in_proj_weight, "The packed input projections [3E, E] (q, k, v rows), or None."),
+    PARAM_ATTR(in_proj_weight, "The packed input projections [3E, E] (q, k, v rows), or None. "
+                               "Like every projection weight, stored transposed: a "
+                               "Fortran-ordered view."),
     PARAM_ATTR(q_proj_weight, "The query projection [E, E] when kdim or vdim != E, else None."),
     PARAM_ATTR(k_proj_weight, "The key projection [E, kdim] when kdim or vdim != E, else None."),
     PARAM_ATTR(v_proj_weight, "The value projection [E, vdim] when kdim or vdim != E, else None."),
