@@ -30,7 +30,10 @@
  * output follows the summation contract of gemm_internal.h exactly as the path's
  * packed micro-kernel does, so the two give the same bits: float32, the sum of
  * its kc blocks, each summed from zero in increasing p with GEMM_MADD and then
- * added onto c; float64 (GEMM_CHAINS), one GEMM_MADD chain continuing from c. */
+ * added onto c; float64 (GEMM_CHAINS), one GEMM_MADD chain continuing from c.
+ * One row against a B whose rows are contiguous and longer than two strips
+ * (a weight stored transposed) streams B's rows instead (the SIMD paths'
+ * GEMM_SMALL_ROW_B below), in the same order. */
 
 #if !defined(T) || !defined(GEMM_SMALL_NAME) || !defined(GEMM_SMALL_COLS) || !defined(GEMM_MADD)
 #error "gemm_small_tmpl.h: define T, GEMM_SMALL_NAME, GEMM_SMALL_COLS and GEMM_MADD"
