@@ -18,6 +18,12 @@ typedef struct {
 static void copy_rows(char *dst, const mk_cmat *m, int64_t item, int64_t r0, int64_t r1)
 {
     const int64_t row_bytes = m->cols * item;
+    if (m->cs == 1 && m->rs == m->cols) {   /* contiguous rows: one block (the seed's
+                                               copies were a memcpy call per row) */
+        memcpy(dst + r0 * row_bytes, (const char *)m->data + r0 * row_bytes,
+               (size_t)((r1 - r0) * row_bytes));
+        return;
+    }
     for (int64_t i = r0; i < r1; i++) {
         const char *row = (const char *)m->data + i * m->rs * item;
         char *d = dst + i * row_bytes;
