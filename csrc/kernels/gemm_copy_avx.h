@@ -47,14 +47,16 @@ static inline void gemm_copy_t_f32_from(float *strip, int NB, const float *b, in
             for (int64_t jj = 0; jj < 8; jj++)
                 strip[p * NB + j + jj] = b_j[jj * cs_b + p];
     }
-    if (j < NB)   /* the last columns and the zeros up to NB, a row of the strip at a time */
-        for (int64_t p = 0; p < kb; p++) {
+    if (j < NB)   /* the last columns and the zeros up to NB, a row of the strip at a time: */
+        for (int64_t p = 0; p < kb; p++) {   /* zeros by vectors, then the columns */
             float *s = strip + p * NB;
             int64_t jj = j;
-            for (; jj < nb; jj++)
-                s[jj] = b[jj * cs_b + p];
+            for (; jj + 8 <= NB; jj += 8)
+                _mm256_storeu_ps(s + jj, _mm256_setzero_ps());
             for (; jj < NB; jj++)
                 s[jj] = 0.0f;
+            for (jj = j; jj < nb; jj++)
+                s[jj] = b[jj * cs_b + p];
         }
 }
 
@@ -86,14 +88,16 @@ static inline void gemm_copy_t_f64_from(double *strip, int NB, const double *b, 
             for (int64_t jj = 0; jj < 4; jj++)
                 strip[p * NB + j + jj] = b_j[jj * cs_b + p];
     }
-    if (j < NB)   /* the last columns and the zeros up to NB, a row of the strip at a time */
-        for (int64_t p = 0; p < kb; p++) {
+    if (j < NB)   /* the last columns and the zeros up to NB, a row of the strip at a time: */
+        for (int64_t p = 0; p < kb; p++) {   /* zeros by vectors, then the columns */
             double *s = strip + p * NB;
             int64_t jj = j;
-            for (; jj < nb; jj++)
-                s[jj] = b[jj * cs_b + p];
+            for (; jj + 4 <= NB; jj += 4)
+                _mm256_storeu_pd(s + jj, _mm256_setzero_pd());
             for (; jj < NB; jj++)
                 s[jj] = 0.0;
+            for (jj = j; jj < nb; jj++)
+                s[jj] = b[jj * cs_b + p];
         }
 }
 

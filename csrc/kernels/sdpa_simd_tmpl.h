@@ -111,35 +111,36 @@ void FN(_store)(VEC(t) acc[SDPA_NV][SDPA_MR], T *tile, int64_t ld)
             VEC(storeu)(tile + i * ld + v * VL, acc[v][i]);
 }
 
-/* One tile of scores: s[0:MR, c0:c0+NR] (s rows KBP apart) from the strip's
- * query rows qs [MR, E] and the K^T panel kp [E, NR]; E summed in blocks of
- * ecb (float32), the partial sums kept in s between blocks.  Epilogue per
+/* One tile of scores: s[0:MR, c0:c0+NV*VL] (s rows KBP apart) from the
+ * strip's query rows qs [MR, E] and the K^T panel kp [E, NR] (its first NV
+ * vectors: the caller's NV covers the keys the strip sees); E summed in blocks
+ * of ecb (float32), the partial sums kept in s between blocks.  Epilogue per
  * row of the first `mr`: -inf where causal hides a key, * scale, + mask, -inf
  * past kb; the row's running maximum rmax[i] (NaN skipped) updated. */
 static inline __attribute__((always_inline))
-void FN(_score_tile)(const FN(_tile_ctx) *c, int mr, int64_t c0, const T *qs, int64_t E,
-                     int64_t ecb, const T *kp, T *s, VEC(t) *rmax)
+void FN(_score_tile)(int NV, const FN(_tile_ctx) *c, int mr, int64_t c0, const T *qs,
+                     int64_t E, int64_t ecb, const T *kp, T *s, VEC(t) *rmax)
 {
     VEC(t) acc[SDPA_NV][SDPA_MR];
     const VEC(mask) none = VEC(mask_first)(0);
     for (int64_t e0 = 0; e0 < E; e0 += ecb) {
         const int64_t e1 = e0 + ecb < E ? e0 + ecb : E;
         FN(_zero)(acc);
-        FN(_fma)(SDPA_NV, acc, e0, e1, qs, E, kp, NR, 0, none);
-        if (e0 > 0)
+        FN(_fma)(NV, acc, e0, e1, qs, E, kp, NR, 0, none);
 #pragma GCC unroll 8
-            for (int i = 0; i < SDPA_MR; i++)
+        for (int i = 0; i < SDPA_MR; i++)
 #pragma GCC unroll 4
-                for (int v = 0; v < SDPA_NV; v++)
-                    acc[v][i] = VEC(add)(VEC(loadu)(s + i * KBP + c0 + v * VL), acc[v][i]);
-        FN(_store)(acc, s + c0, KBP);
+            for (int v = 0; v < NV; v++) {
+                T *s_iv = s + i * KBP + c0 + v * VL;
+                VEC(storeu)(s_iv, e0 > 0 ? VEC(add)(VEC(loadu)(s_iv), acc[v][i]) : acc[v][i]);
+            }
     }
     const sdpa_problem *p = c->p;
     const VEC(t) ninf = VEC(set1)(-INFINITY), zero = VEC(zero)(), scale = VEC(set1)(c->scale);
     for (int i = 0; i < mr; i++) {
         T *s_row = s + i * KBP;
         VEC(t) mx = rmax[i];
-        for (int v = 0; v < SDPA_NV; v++) {
+        for (int v = 0; v < NV; v++) {
             const int64_t col = c0 + v * VL;
             VEC(t) x = VEC(loadu)(s_row + col);
             if (c->seen[i] < col + VL)   /* causal: -inf before the scale, as torch */
@@ -260,10 +261,10 @@ static int FN(_state)(const sdpa_problem *p, T *ws, const sdpa_rows *rows, const
     T *qbuf = ws;                                               /* [rows_pad, E] */
     T *kp = qbuf + FN(_round)(rows_pad * E, ALIGN_ELEMS);       /* [KBP / NR][E][NR] */
     T *vp = kp + FN(_round)(KBP * E, ALIGN_ELEMS);              /* [SDPA_KV_SPLIT, Ev] */
+    /* [MR, KBP]: each strip reads only what its score tiles wrote (all MR rows
+     * of the vectors that cover its keys; padding rows from zero query rows) */
     T *sbuf = vp + FN(_round)(p->v.cs != 1 ? SDPA_KV_SPLIT * Ev : 0, ALIGN_ELEMS);
     T *resc = sbuf + FN(_round)(SDPA_MR * KBP, ALIGN_ELEMS);    /* [MR] */
-    for (int64_t j = 0; j < SDPA_MR * KBP; j++)   /* padding rows of a last strip stay finite */
-        sbuf[j] = 0;
 
     /* 1. the query rows, contiguous (prescale: times +-sqrt(|scale|)); padding rows 0 */
     const T root = (T)sqrt(fabs(p->scale));
@@ -297,10 +298,12 @@ static int FN(_state)(const sdpa_problem *p, T *ws, const sdpa_rows *rows, const
             if (p->k.cs == 1) {   /* rows of k: the transposing copy through registers */
                 const int64_t nb = used - j0 < NR ? used - j0 : NR;
                 SDPA_COPY_T(panel, NR, k + (n + j0) * p->k.rs, p->k.rs, E, nb);
-                if (p->prescale)
-                    for (int64_t c = 0; c < E * NR; c += VL)
-                        VEC(storeu)(panel + c, VEC(mul)(VEC(loadu)(panel + c),
-                                                        VEC(set1)(k_factor)));
+                if (p->prescale)   /* the vectors that hold keys */
+                    for (int64_t c = 0; c < E; c++)
+                        for (int64_t j = 0; j < nb; j += VL)
+                            VEC(storeu)(panel + c * NR + j,
+                                        VEC(mul)(VEC(loadu)(panel + c * NR + j),
+                                                 VEC(set1)(k_factor)));
                 continue;
             }
             for (int64_t j = 0; j < NR; j++) {
@@ -353,8 +356,27 @@ static int FN(_state)(const sdpa_problem *p, T *ws, const sdpa_rows *rows, const
             for (int i = 0; i < SDPA_MR; i++)
                 rmax[i] = VEC(set1)(-INFINITY);
             const T *qs = qbuf + s0 * E;
-            for (int64_t c0 = 0; c0 < lim; c0 += NR)
-                FN(_score_tile)(&ctx, mr, c0, qs, E, ecb, kp + c0 * E, sbuf, rmax);
+            for (int64_t c0 = 0; c0 < lim; c0 += NR) {
+                const int64_t vecs = (lim - c0 + VL - 1) / VL;   /* few keys: fewer vectors */
+                switch (vecs < SDPA_NV ? (int)vecs : SDPA_NV) {
+#define SDPA_SCORES(NVC)                                                         \
+    case NVC:                                                                    \
+        FN(_score_tile)(NVC, &ctx, mr, c0, qs, E, ecb, kp + c0 * E, sbuf, rmax); \
+        break;
+                SDPA_SCORES(1)
+#if SDPA_NV >= 2
+                SDPA_SCORES(2)
+#endif
+#if SDPA_NV >= 3
+                SDPA_SCORES(3)
+#endif
+#if SDPA_NV >= 4
+                SDPA_SCORES(4)
+#endif
+#undef SDPA_SCORES
+                default: break;
+                }
+            }
 
             /* 4. per row: exp(s - max), its sum, the rescale */
             const int64_t body = kb - kb % VL;
