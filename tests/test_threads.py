@@ -69,7 +69,8 @@ def _workload(dtype):
         "bmm-many-items": lambda: (myatt.bmm(a_many, m_many),
                                    *myatt.bmm_backward(go_many, a_many, m_many)),
         "softmax-two-axes": lambda: (myatt.softmax(sm, 1), myatt.softmax(sm, -1)),
-        "softmax-threads": lambda: (myatt.softmax(sm_big, 1), myatt.softmax(sm_big, -1)),
+        "softmax-threads": lambda: (myatt.softmax(sm_big, 1), myatt.softmax(sm_big, -1),
+                                    myatt.softmax_backward(sm_big[::-1], sm_big, -1)),
     }
     assert not set(calls) & set(variants)
     calls.update(variants)

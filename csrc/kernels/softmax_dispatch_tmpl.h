@@ -17,6 +17,7 @@ typedef struct {
     const SUF(softmax_kernels) *kernels;
     T *out;
     const T *inp;
+    const T *y;   /* the backward's softmax output, else NULL */
     int64_t outer, n, inner, per_task;
 } SUF(softmax_job);
 
@@ -39,19 +40,36 @@ static void SUF(softmax_forward_run)(T *out, const T *inp, int64_t outer, int64_
         kernels->forward(out, inp, outer, n, inner);
         return;
     }
-    SUF(softmax_job) job = {kernels, out, inp, outer, n, inner, (outer + t - 1) / t};
+    SUF(softmax_job) job = {kernels, out, inp, NULL, outer, n, inner, (outer + t - 1) / t};
     mk_parallel_run(t, SUF(softmax_task), &job);
 }
 
+static void SUF(softmax_backward_task)(void *arg, int task)
+{
+    const SUF(softmax_job) *j = arg;
+    const int64_t o0 = task * j->per_task;
+    const int64_t count = j->outer - o0 < j->per_task ? j->outer - o0 : j->per_task;
+    if (count > 0)
+        j->kernels->backward_rows(j->out + o0 * j->n, j->inp + o0 * j->n, j->y + o0 * j->n,
+                                  count, j->n);
+}
+
 /* The backward: along the last axis the path's kernel (torch's, bit for bit),
- * along other axes (or on a path without one) the portable one.  One pass of
- * a dot product and a scale: bound by memory, single-threaded. */
+ * in bands of rows on the forward's threads (each row alone: the same bits),
+ * along other axes (or on a path without one) the portable one, single-threaded. */
 static void SUF(softmax_backward_run)(T *grad_inp, const T *grad_out, const T *out,
                                       int64_t outer, int64_t n, int64_t inner)
 {
     const SUF(softmax_kernels) *kernels = SUF(softmax_select)();
     if (inner == 1 && outer > 0 && n > 0 && kernels->backward_rows != NULL) {
-        kernels->backward_rows(grad_inp, grad_out, out, outer, n);
+        const int t = softmax_threads(outer, n, 1);
+        if (t <= 1) {
+            kernels->backward_rows(grad_inp, grad_out, out, outer, n);
+            return;
+        }
+        SUF(softmax_job) job = {kernels, grad_inp, grad_out, out, outer, n, 1,
+                                (outer + t - 1) / t};
+        mk_parallel_run(t, SUF(softmax_backward_task), &job);
         return;
     }
     PORTABLE(softmax_backward)(grad_inp, grad_out, out, outer, n, inner);
