@@ -3,6 +3,11 @@
 
 #include <stdint.h>
 
+#include "threads.h"
+
+/* Threads only when each gets at least this many elements (~0.1 ms of sums). */
+#define COLSUM_THREAD_MIN_ELEMS (256 * 1024)
+
 #define T float
 #define SUF(name) name##_f32
 #include "colsum_tmpl.h"

@@ -6,7 +6,7 @@
  * doubles whose lanes are columns: every column is an independent scalar sum,
  * in one of two orders chosen by its position (see colsum_tmpl.h and
  * docs/torch-softmax.md).  Threads split columns at whole blocks, so thread
- * counts never change torch's bits; this kernel is single-threaded.
+ * counts never change torch's bits; so does this kernel, for large x.
  *
  * x [m, n] is a strided view; out [n] is contiguous.  m == 0 gives zeros.
  * Cannot fail. */

@@ -90,6 +90,20 @@ static void SUF(colsum_columns)(T *out, const T *x, int64_t rs, int64_t cs, int6
     }
 }
 
+/* A band of the blocked columns per task (each column alone: the same bits) */
+typedef struct {
+    T *out;
+    const T *x;
+    int64_t rs, cs, m, blocked, band;
+} SUF(colsum_job);
+
+static void SUF(colsum_task)(void *arg, int task)
+{
+    const SUF(colsum_job) *j = arg;
+    const int64_t j0 = task * j->band, j1 = j0 + j->band < j->blocked ? j0 + j->band : j->blocked;
+    SUF(colsum_columns)(j->out, j->x, j->rs, j->cs, j->m, j0, j1, 0);
+}
+
 static void SUF(colsum_body)(T *out, const T *x, int64_t rs, int64_t cs, int64_t m, int64_t n)
 {
     enum { W = 32 / sizeof(T) };   /* lanes of torch's AVX2 vector */
@@ -118,9 +132,18 @@ static void SUF(colsum_body)(T *out, const T *x, int64_t rs, int64_t cs, int64_t
         return;
     }
     /* columns in whole blocks of 4 vectors (4 columns when n < W): one cascade
-     * over all rows; the rest: four interleaved cascades */
+     * over all rows (in bands of whole chunks on the threads when large); the
+     * rest: four interleaved cascades */
     const int64_t blocked = n >= W ? n / (4 * W) * (4 * W) : n / 4 * 4;
-    SUF(colsum_columns)(out, x, rs, cs, m, 0, blocked, 0);
+    const int64_t chunks = (blocked + COLSUM_CHUNK - 1) / COLSUM_CHUNK;
+    int t = (double)m * (double)blocked >= 2.0 * COLSUM_THREAD_MIN_ELEMS ? mk_get_num_threads() : 1;
+    t = t > chunks ? (int)chunks : t;
+    if (t > 1) {
+        SUF(colsum_job) job = {out, x, rs, cs, m, blocked, (chunks + t - 1) / t * COLSUM_CHUNK};
+        mk_parallel_run((int)((blocked + job.band - 1) / job.band), SUF(colsum_task), &job);
+    } else {
+        SUF(colsum_columns)(out, x, rs, cs, m, 0, blocked, 0);
+    }
     SUF(colsum_columns)(out, x, rs, cs, m, blocked, n, 1);
 }
 

@@ -189,6 +189,18 @@ int gemm_strided_f64(void *c, int64_t rs_c, int64_t cs_c,
                                  b, rs_b, cs_b, bias, m, n, k, accumulate);
 }
 
+int gemm_transpose_f32(float *dst, const float *a, int64_t cs, int64_t m, int64_t k,
+                       int nthreads)
+{
+    return gemm_transpose_body_f32(gemm_select_f32(), dst, a, cs, m, k, nthreads);
+}
+
+int gemm_transpose_f64(double *dst, const double *a, int64_t cs, int64_t m, int64_t k,
+                       int nthreads)
+{
+    return gemm_transpose_body_f64(gemm_select_f64(), dst, a, cs, m, k, nthreads);
+}
+
 int gemm_run_f32(const gemm_microkernel_f32 *uk,
                  float *c, int64_t rs_c, int64_t cs_c,
                  const float *a, int64_t rs_a, int64_t cs_a,

@@ -70,4 +70,15 @@ static inline int gemm_cat_f64(mk_mat c, mk_cmat a1, mk_cmat a2, mk_cmat b, cons
                             c.rows, c.cols, a1.cols + a2.cols, accumulate);
 }
 
+/* dst [m, k] (C-contiguous) = A, a transposed operand A[i, p] = a[i + p * cs]
+ * (rows 1 apart, columns cs apart), by the path's transposing copy on up to
+ * nthreads threads: how gemm turns such an A into rows before multiplying, so
+ * a caller with one transposed A for several products copies it once (the same
+ * bits).  Returns 0, or -1 when the path has no such copy (the portable one):
+ * dst is then untouched. */
+int gemm_transpose_f32(float *dst, const float *a, int64_t cs, int64_t m, int64_t k,
+                       int nthreads);
+int gemm_transpose_f64(double *dst, const double *a, int64_t cs, int64_t m, int64_t k,
+                       int nthreads);
+
 #endif

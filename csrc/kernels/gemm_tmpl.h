@@ -414,6 +414,25 @@ static void SUF(gemm_transpose_task)(void *arg, int task)
                         gemm_min(GEMM_TRANSPOSE_ROWS, i1 - i), job->k);
 }
 
+/* dst [m, k] (C-contiguous) = A, A[i, p] = a[i + p * cs], through uk->copy_t
+ * on up to nthreads threads; -1 (dst untouched) when the path has none. */
+static int SUF(gemm_transpose_body)(const SUF(gemm_microkernel) *uk, T *dst, const T *a,
+                                    int64_t cs, int64_t m, int64_t k, int nthreads)
+{
+    if (uk->copy_t == NULL || k > INT32_MAX)
+        return -1;
+    if (m <= 0 || k <= 0)
+        return 0;
+    SUF(gemm_tjob) tjob = {uk, dst, a, cs, m, k,
+                           gemm_round_up(gemm_ceil_div(m, nthreads > 0 ? nthreads : 1),
+                                         GEMM_TRANSPOSE_ROWS)};
+    if (nthreads > 1 && m > GEMM_TRANSPOSE_ROWS)
+        mk_parallel_run((int)gemm_ceil_div(m, tjob.band), SUF(gemm_transpose_task), &tjob);
+    else
+        SUF(gemm_transpose_task)(&tjob, 0);
+    return 0;
+}
+
 static int SUF(gemm_run_src)(const SUF(gemm_microkernel) *uk,
                              T *c, int64_t rs_c, int64_t cs_c,
                              const SUF(gemm_a) *A,
@@ -507,13 +526,9 @@ static int SUF(gemm_run_src)(const SUF(gemm_microkernel) *uk,
     if (!direct && A->k1 >= k && A->rs1 == 1 && A->cs1 != 1 && uk->copy_t != NULL
             && uk->kernel_rows != NULL && m >= uk->mr
             && (double)m * (double)k * (double)sizeof(T) <= GEMM_TRANSPOSE_MAX_BYTES
+            && k <= INT32_MAX
             && (a_rows = mk_alloc(mk_bytes(mk_bytes((size_t)m, (size_t)k), sizeof(T)))) != NULL) {
-        SUF(gemm_tjob) tjob = {uk, a_rows, A->a1, A->cs1, m, k,
-                               gemm_round_up(gemm_ceil_div(m, nthreads), GEMM_TRANSPOSE_ROWS)};
-        if (nthreads > 1 && m > GEMM_TRANSPOSE_ROWS)
-            mk_parallel_run((int)gemm_ceil_div(m, tjob.band), SUF(gemm_transpose_task), &tjob);
-        else
-            SUF(gemm_transpose_task)(&tjob, 0);
+        SUF(gemm_transpose_body)(uk, a_rows, A->a1, A->cs1, m, k, nthreads);
         A_one = (SUF(gemm_a)){a_rows, k, 1, k, NULL, 0, 0};
         A = &A_one;
     }

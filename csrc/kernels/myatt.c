@@ -15,6 +15,7 @@
 #include "colsum.h"
 #include "gemm.h"
 #include "softmax.h"
+#include "threads.h"
 
 /* Row blocks: a block of R rows of S keeps each [R, width] workspace panel
  * (applied in the forward; aw, ga, ad in the backward) within

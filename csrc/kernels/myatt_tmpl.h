@@ -80,6 +80,20 @@ static int SUF(myatt_forward_body)(T *out, T *attn_weights, T *applied_keep,
 
 /* ---- backward -------------------------------------------------------------- */
 
+/* x^T for x [rb, c] as the A of two products: when x's rows are contiguous,
+ * copied into rows once in tp (the copy gemm itself makes of such an A, made
+ * once instead of once per product: the same bits), else (or with no tp, or
+ * on a path without a transposing copy) x^T in place. */
+static mk_cmat SUF(myatt_rows_of_t)(T *tp, mk_cmat x)
+{
+    const mk_cmat xt = mk_t(x);   /* [c, rb] */
+    if (tp != NULL && xt.rs == 1
+            && SUF(gemm_transpose)(tp, xt.data, xt.cs, xt.rows, xt.cols,
+                                   mk_get_num_threads()) == 0)
+        return mk_cmat_c(tp, xt.rows, xt.cols);
+    return xt;
+}
+
 /* The fused backward (contract: myatt.h).  Row block by row block, R rows at a
  * time (R from the workspace bound: all of S when it fits): the block's
  * attn_weights and applied are recomputed (the same gemm and softmax calls as
@@ -89,6 +103,7 @@ static int SUF(myatt_forward_body)(T *out, T *attn_weights, T *applied_keep,
  *               ([R, dq]: the panel is max(v1, dq) wide)
  *   ga [R, v1]  grad of attn_weights, then (in place) grad of the scores
  *   ad [R, v2]  applied, then (once its uses are done) grad of applied
+ *   tp [R, max(o, v1)]  grad_out^T, then ga^T, as rows (large blocks only)
  * Weight, bias and V gradients are sums over S: the first block writes them,
  * later blocks accumulate.
  *
@@ -134,6 +149,9 @@ static int SUF(myatt_backward_body)(const myatt_grads *g, mk_cmat grad_out,
     T *aw = mk_alloc(mk_bytes(mk_bytes((size_t)rows, (size_t)w_aw), sizeof(T)));
     T *ga = mk_alloc(panel_v1);
     T *ad = mk_alloc(panel_v2);
+    const int64_t w_tp = o > v1 ? o : v1;
+    T *tp = rows >= MYATT_ROW_BLOCK && w_tp >= MYATT_ROW_BLOCK   /* optional: NULL is fine */
+            ? mk_alloc(mk_bytes(mk_bytes((size_t)rows, (size_t)w_tp), sizeof(T))) : NULL;
     /* several blocks: each block's bias sum of attn, added onto the others */
     T *b_blk = rows < S && grad_b_attn != NULL ? mk_alloc(mk_bytes((size_t)v1, sizeof(T))) : NULL;
     int status = aw == NULL || ga == NULL || ad == NULL || (rows < S && grad_b_attn != NULL
@@ -175,10 +193,9 @@ static int SUF(myatt_backward_body)(const myatt_grads *g, mk_cmat grad_out,
         /* 3. attn_combine: out = q @ cq^T + applied @ ca^T + b_comb
          *    grad_w_comb[:, :dq] += go^T @ q,  grad_w_comb[:, dq:] += go^T @ applied
          *    (grad_b_comb: above) */
-        status |= SUF(gemm)(mk_block(gwc, 0, 0, o, dq, sizeof(T)), mk_t(go_blk), q_blk,
-                            NULL, acc);
-        status |= SUF(gemm)(mk_block(gwc, 0, dq, o, v2, sizeof(T)), mk_t(go_blk), ap_c,
-                            NULL, acc);
+        const mk_cmat go_t = SUF(myatt_rows_of_t)(tp, go_blk);
+        status |= SUF(gemm)(mk_block(gwc, 0, 0, o, dq, sizeof(T)), go_t, q_blk, NULL, acc);
+        status |= SUF(gemm)(mk_block(gwc, 0, dq, o, v2, sizeof(T)), go_t, ap_c, NULL, acc);
         /*    gq = go @ cq,  ad = grad applied = go @ ca  (applied is no longer needed) */
         status |= SUF(gemm)(mk_mat_c(gq_blk, rb, dq), go_blk, wq_comb, NULL, 0);
         status |= SUF(gemm)(ad_m, go_blk, wa_comb, NULL, 0);
@@ -190,9 +207,16 @@ static int SUF(myatt_backward_body)(const myatt_grads *g, mk_cmat grad_out,
         if (grad_aw != NULL) {
             const T *gad = grad_aw->data;
             const int64_t rs_ga = grad_aw->rs, cs_ga = grad_aw->cs;
-            for (int64_t i = 0; i < rb; i++)
-                for (int64_t j = 0; j < v1; j++)
-                    ga[i * v1 + j] = ga[i * v1 + j] + gad[(r0 + i) * rs_ga + j * cs_ga];
+            for (int64_t i = 0; i < rb; i++) {
+                T *row = ga + i * v1;
+                const T *gr = gad + (r0 + i) * rs_ga;
+                if (cs_ga == 1)   /* contiguous rows: a loop the compiler vectorises */
+                    for (int64_t j = 0; j < v1; j++)
+                        row[j] = row[j] + gr[j];
+                else
+                    for (int64_t j = 0; j < v1; j++)
+                        row[j] = row[j] + gr[j * cs_ga];
+            }
         }
 
         /* 5. softmax: ga = grad scores, in place */
@@ -202,10 +226,9 @@ static int SUF(myatt_backward_body)(const myatt_grads *g, mk_cmat grad_out,
          *    grad_w_attn[:, :dq] += ga^T @ q,  grad_w_attn[:, dq:] += ga^T @ k,
          *    grad_b_attn += column sums of ga,  gq += ga @ wq (into aw first),
          *    gk = ga @ wk */
-        status |= SUF(gemm)(mk_block(gwa, 0, 0, v1, dq, sizeof(T)), mk_t(ga_c), q_blk,
-                            NULL, acc);
-        status |= SUF(gemm)(mk_block(gwa, 0, dq, v1, dk, sizeof(T)), mk_t(ga_c), k_blk,
-                            NULL, acc);
+        const mk_cmat ga_t = SUF(myatt_rows_of_t)(tp, ga_c);
+        status |= SUF(gemm)(mk_block(gwa, 0, 0, v1, dq, sizeof(T)), ga_t, q_blk, NULL, acc);
+        status |= SUF(gemm)(mk_block(gwa, 0, dq, v1, dk, sizeof(T)), ga_t, k_blk, NULL, acc);
         if (grad_b_attn != NULL && !acc) {
             SUF(colsum)(grad_b_attn, ga_c);
         } else if (grad_b_attn != NULL) {
@@ -222,6 +245,7 @@ static int SUF(myatt_backward_body)(const myatt_grads *g, mk_cmat grad_out,
     mk_free(aw);
     mk_free(ga);
     mk_free(ad);
+    mk_free(tp);
     mk_free(b_blk);
     return status == 0 ? 0 : -1;
 }
