@@ -526,7 +526,6 @@ static int SUF(gemm_run_src)(const SUF(gemm_microkernel) *uk,
     if (!direct && A->k1 >= k && A->rs1 == 1 && A->cs1 != 1 && uk->copy_t != NULL
             && uk->kernel_rows != NULL && m >= uk->mr
             && (double)m * (double)k * (double)sizeof(T) <= GEMM_TRANSPOSE_MAX_BYTES
-            && k <= INT32_MAX
             && (a_rows = mk_alloc(mk_bytes(mk_bytes((size_t)m, (size_t)k), sizeof(T)))) != NULL) {
         SUF(gemm_transpose_body)(uk, a_rows, A->a1, A->cs1, m, k, nthreads);
         A_one = (SUF(gemm_a)){a_rows, k, 1, k, NULL, 0, 0};

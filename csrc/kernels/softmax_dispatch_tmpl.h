@@ -26,9 +26,13 @@ static void SUF(softmax_task)(void *arg, int task)
     const SUF(softmax_job) *j = arg;
     const int64_t o0 = task * j->per_task;
     const int64_t count = j->outer - o0 < j->per_task ? j->outer - o0 : j->per_task;
-    const int64_t slice = j->n * j->inner;
-    if (count > 0)
-        j->kernels->forward(j->out + o0 * slice, j->inp + o0 * slice, count, j->n, j->inner);
+    const int64_t at = o0 * j->n * j->inner;
+    if (count <= 0)
+        return;
+    if (j->y != NULL)   /* the backward, along the last axis (inner == 1) */
+        j->kernels->backward_rows(j->out + at, j->inp + at, j->y + at, count, j->n);
+    else
+        j->kernels->forward(j->out + at, j->inp + at, count, j->n, j->inner);
 }
 
 static void SUF(softmax_forward_run)(T *out, const T *inp, int64_t outer, int64_t n,
@@ -42,16 +46,6 @@ static void SUF(softmax_forward_run)(T *out, const T *inp, int64_t outer, int64_
     }
     SUF(softmax_job) job = {kernels, out, inp, NULL, outer, n, inner, (outer + t - 1) / t};
     mk_parallel_run(t, SUF(softmax_task), &job);
-}
-
-static void SUF(softmax_backward_task)(void *arg, int task)
-{
-    const SUF(softmax_job) *j = arg;
-    const int64_t o0 = task * j->per_task;
-    const int64_t count = j->outer - o0 < j->per_task ? j->outer - o0 : j->per_task;
-    if (count > 0)
-        j->kernels->backward_rows(j->out + o0 * j->n, j->inp + o0 * j->n, j->y + o0 * j->n,
-                                  count, j->n);
 }
 
 /* The backward: along the last axis the path's kernel (torch's, bit for bit),
@@ -69,7 +63,7 @@ static void SUF(softmax_backward_run)(T *grad_inp, const T *grad_out, const T *o
         }
         SUF(softmax_job) job = {kernels, grad_inp, grad_out, out, outer, n, 1,
                                 (outer + t - 1) / t};
-        mk_parallel_run(t, SUF(softmax_backward_task), &job);
+        mk_parallel_run(t, SUF(softmax_task), &job);
         return;
     }
     PORTABLE(softmax_backward)(grad_inp, grad_out, out, outer, n, inner);
