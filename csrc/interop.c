@@ -16,9 +16,29 @@
 
 int interop_setup(myatt_state *st)
 {
+    static const char *const linear_names[LINEAR_GRADS] = {"input", "weight", "bias"};
+    static const char *const myatt_names[MYATT_GRADS] = {
+        "Q", "K", "V", "attn.weight", "attn.bias", "attn_combine.weight", "attn_combine.bias"};
     st->rebuild_token = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
     st->rebuild_key = PyUnicode_InternFromString(REBUILD_KEY);
-    return st->rebuild_token == NULL || st->rebuild_key == NULL ? -1 : 0;
+    if (st->rebuild_token == NULL || st->rebuild_key == NULL)
+        return -1;
+    for (int i = 0; i < LINEAR_GRADS; i++)
+        if ((st->linear_grad_keys[i] = PyUnicode_InternFromString(linear_names[i])) == NULL)
+            return -1;
+    for (int i = 0; i < MYATT_GRADS; i++)
+        if ((st->myatt_grad_keys[i] = PyUnicode_InternFromString(myatt_names[i])) == NULL)
+            return -1;
+    return 0;
+}
+
+PyObject *dict_of(PyObject *const keys[], PyObject *const values[], int n)
+{
+    PyObject *d = PyDict_New();
+    for (int i = 0; d != NULL && i < n; i++)
+        if (PyDict_SetItem(d, keys[i], values[i]) < 0)
+            Py_CLEAR(d);
+    return d;
 }
 
 int rebuild_requested(myatt_state *st, PyObject *kwds, PyObject **rest)

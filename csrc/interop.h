@@ -29,6 +29,10 @@ PyObject *from_state_method(PyTypeObject *cls, PyObject *args);
 PyObject *from_torch_with(PyTypeObject *cls, PyObject *module, const char *spec_func);
 PyObject *repr_html_method(PyObject *self, PyObject *ignored);
 
+/* {keys[i]: values[i] for i < n} (new references to both), or NULL with an
+ * exception: the gradients' dicts, keyed by the state's interned names. */
+PyObject *dict_of(PyObject *const keys[], PyObject *const values[], int n);
+
 /* module.func(arg), `module` a helper module of the package ("myatt._interop"). */
 PyObject *call_package_helper(const char *module, const char *func, PyObject *arg);
 

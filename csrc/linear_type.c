@@ -343,9 +343,9 @@ static PyObject *Linear_backward(LinearObject *self, PyObject *args, PyObject *k
             || (grads = linear_grad_apply(x, g, cmat_of(self->weight), self->bias != NULL,
                                           self->dtype)) == NULL)
         goto fail;
-    result = Py_BuildValue("{sOsOsO}", "input", PyTuple_GET_ITEM(grads, 0),
-                           "weight", PyTuple_GET_ITEM(grads, 1),
-                           "bias", PyTuple_GET_ITEM(grads, 2));
+    const myatt_state *st = myatt_state_of_type(Py_TYPE(self));
+    if (st != NULL)
+        result = dict_of(st->linear_grad_keys, &PyTuple_GET_ITEM(grads, 0), LINEAR_GRADS);
 fail:
     Py_XDECREF(rx);
     Py_XDECREF(rg);

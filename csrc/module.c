@@ -44,6 +44,10 @@ static int myatt_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->axis_error);
     Py_VISIT(st->rebuild_key);
     Py_VISIT(st->rebuild_token);
+    for (int i = 0; i < LINEAR_GRADS; i++)
+        Py_VISIT(st->linear_grad_keys[i]);
+    for (int i = 0; i < MYATT_GRADS; i++)
+        Py_VISIT(st->myatt_grad_keys[i]);
     return 0;
 }
 
@@ -57,6 +61,10 @@ static int myatt_clear(PyObject *module)
     Py_CLEAR(st->axis_error);
     Py_CLEAR(st->rebuild_key);
     Py_CLEAR(st->rebuild_token);
+    for (int i = 0; i < LINEAR_GRADS; i++)
+        Py_CLEAR(st->linear_grad_keys[i]);
+    for (int i = 0; i < MYATT_GRADS; i++)
+        Py_CLEAR(st->myatt_grad_keys[i]);
     return 0;
 }
 

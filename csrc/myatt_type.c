@@ -387,21 +387,20 @@ static int check_grad_shape(PyArrayObject *g, int ndim, const npy_intp *want, co
 
 PyObject *myatt_grads_run(const myatt_dtype *dt, const npy_intp dims[3][3],
                           const myatt_inputs *in, mk_cmat go, const mk_cmat *ga,
-                          const void *kept_aw, const void *kept_ap, const char *what)
+                          const void *kept_aw, const void *kept_ap, const char *what,
+                          PyObject *const keys[MYATT_GRADS])
 {
-    static const char *const names[7] = {"Q", "K", "V", "attn.weight", "attn.bias",
-                                         "attn_combine.weight", "attn_combine.bias"};
-    static const char *const grad_names[7] = {
+    static const char *const grad_names[MYATT_GRADS] = {
         "the gradient of Q", "the gradient of K", "the gradient of V",
         "the gradient of attn.weight", "the gradient of attn.bias",
         "the gradient of attn_combine.weight", "the gradient of attn_combine.bias"};
     const int typenum = dt->typenum;
     const npy_intp v1 = in->w_attn.rows, o = in->w_comb.rows;
     const npy_intp shapes[4][2] = {{v1, in->w_attn.cols}, {v1}, {o, in->w_comb.cols}, {o}};
-    PyArrayObject *g[7] = {NULL};
+    PyArrayObject *g[MYATT_GRADS] = {NULL};
     PyObject *result = NULL;
     /* Q and K gradients are zero outside batch item 0, which the kernel writes. */
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < MYATT_GRADS; i++) {
         g[i] = (PyArrayObject *)(i < 2 ? PyArray_ZEROS(3, (npy_intp *)dims[i], typenum, 0)
                                  : i == 2 ? new_array(3, dims[2], typenum, grad_names[i])
                                  : new_array(i % 2 ? 2 : 1, shapes[i - 3], typenum,
@@ -429,10 +428,9 @@ PyObject *myatt_grads_run(const myatt_dtype *dt, const npy_intp dims[3][3],
         PyErr_NoMemory();
         goto fail;
     }
-    result = Py_BuildValue("{sOsOsOsOsOsOsO}", names[0], g[0], names[1], g[1], names[2], g[2],
-                           names[3], g[3], names[4], g[4], names[5], g[5], names[6], g[6]);
+    result = dict_of(keys, (PyObject *const *)g, MYATT_GRADS);
 fail:
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < MYATT_GRADS; i++)
         Py_XDECREF(g[i]);
     return result;
 }
@@ -470,8 +468,12 @@ static PyObject *myatt_backward(MyAttObject *self, PyObject *Q, PyObject *K, PyO
     memcpy(dims[2], PyArray_DIMS(rv), sizeof dims[2]);
     const myatt_inputs in = myatt_inputs_of(self, cmat_of(q), cmat_of(k), cmat_of(v));
     const mk_cmat gav = ga != NULL ? cmat_of(ga) : (mk_cmat){NULL};
+    const myatt_state *st = myatt_state_of_type(Py_TYPE(self));
+    if (st == NULL)
+        goto fail;
     result = myatt_grads_run(dt, (const npy_intp (*)[3])dims, &in, cmat_of(go),
-                             ga != NULL ? &gav : NULL, NULL, NULL, "MyAtt.backward()");
+                             ga != NULL ? &gav : NULL, NULL, NULL, "MyAtt.backward()",
+                             st->myatt_grad_keys);
 fail:
     Py_XDECREF(rq);
     Py_XDECREF(rk);

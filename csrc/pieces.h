@@ -20,6 +20,6 @@ extern PyType_Spec pullback_type_spec;    /* vjp.c: myatt.Pullback, what vjp ret
 /* Module init of the pieces that keep state: 0, or -1 with an exception. */
 int runtime_setup(PyObject *module);      /* runtime.c: allocator, generator, ISA note */
 int checks_setup(myatt_state *st);        /* checks.c: numpy's AxisError */
-int interop_setup(myatt_state *st);       /* interop.c: the rebuild token */
+int interop_setup(myatt_state *st);       /* interop.c: the rebuild token, gradients' keys */
 
 #endif

@@ -22,6 +22,7 @@
  * from several threads at a time. */
 #include "vjp.h"
 
+#include "interop.h"
 #include "linear_ops.h"
 #include "linear_type.h"
 #include "pieces.h"
@@ -144,9 +145,9 @@ static PyObject *pull_linear_object(PullbackObject *self, PyArrayObject *raw)
     Py_DECREF(g);
     if (grads == NULL)
         return NULL;
-    PyObject *result = Py_BuildValue("{sOsOsO}", "input", PyTuple_GET_ITEM(grads, 0),
-                                     "weight", PyTuple_GET_ITEM(grads, 1),
-                                     "bias", PyTuple_GET_ITEM(grads, 2));
+    const myatt_state *st = myatt_state_of_type(Py_TYPE(self));
+    PyObject *result = st == NULL ? NULL
+                       : dict_of(st->linear_grad_keys, &PyTuple_GET_ITEM(grads, 0), LINEAR_GRADS);
     Py_DECREF(grads);
     return result;
 }
@@ -169,8 +170,12 @@ static PyObject *pull_myatt(PullbackObject *self, PyArrayObject *rgo, PyObject *
     myatt_inputs in;
     myatt_kept_inputs(kp, &in);
     const mk_cmat gav = ga != NULL ? cmat_of(ga) : (mk_cmat){NULL};
+    const myatt_state *st = myatt_state_of_type(Py_TYPE(self));
+    if (st == NULL)
+        goto fail;
     result = myatt_grads_run(kp->dtype, (const npy_intp (*)[3])kp->dims, &in, cmat_of(go),
-                             ga != NULL ? &gav : NULL, kp->aw, kp->applied, "pullback()");
+                             ga != NULL ? &gav : NULL, kp->aw, kp->applied, "pullback()",
+                             st->myatt_grad_keys);
 fail:
     Py_XDECREF(rga);
     Py_XDECREF(item);

@@ -4,7 +4,7 @@
 #ifndef MYATT_VJP_H
 #define MYATT_VJP_H
 
-#include "glue.h"
+#include "state.h"
 
 /* What a MyAtt forward keeps for its pullback: private copies (C-contiguous,
  * in the module's dtype) that nothing else writes, all in one block (at the
@@ -30,10 +30,12 @@ PyObject *myatt_forward_keep(PyObject *self, PyObject *args, PyObject *kwds, mya
  * allocates the gradients (Q, K shaped dims[0], dims[1], zero beyond batch item
  * 0; V dims[2]; the parameters' shapes from in), runs the fused backward on in,
  * recomputing attn_weights and applied, or reading kept_aw and kept_ap when
- * they are not NULL.  `what` starts the messages ("pullback()").  NULL on error. */
+ * they are not NULL.  `what` starts the messages ("pullback()"), `keys` the
+ * dict's (the module state's myatt_grad_keys).  NULL on error. */
 PyObject *myatt_grads_run(const myatt_dtype *dt, const npy_intp dims[3][3],
                           const myatt_inputs *in, mk_cmat go, const mk_cmat *ga,
-                          const void *kept_aw, const void *kept_ap, const char *what);
+                          const void *kept_aw, const void *kept_ap, const char *what,
+                          PyObject *const keys[MYATT_GRADS]);
 
 /* The kernel inputs read from kept's copies (q, k, v and the parameters). */
 void myatt_kept_inputs(const myatt_kept *kept, myatt_inputs *in);
