@@ -156,10 +156,10 @@ def test_linear_rows_do_not_depend_on_their_neighbours(rng, dtype, n, k):
     """The same for linear (B = weight^T, read through swapped strides): one row
     alone takes the direct loop (on the SIMD paths the weight transposed in
     registers, 32 columns at a time (AVX-512: float32 two groups of 16, then one;
-    float64 groups of 8, 4 terms a step, then the last 1-3 terms one at a time),
-    then groups of 8 (float32) or 4 (float64), then single columns; float32 in its
-    summation blocks, k = 1000, 400 and 193 cut into several), 50 rows the packed
-    panels."""
+    float64 four groups of 8, then one, 8 terms a step, then the last 1-7 terms one
+    at a time), then groups of 8 (float32) or 4 (float64), then single columns;
+    float32 in its summation blocks, k = 1000, 400 and 193 cut into several), 50
+    rows the packed panels."""
     x = scaled(rng, (50, k), dtype, k)
     w = scaled(rng, (n, k), dtype, k)
     bias = scaled(rng, (n,), dtype, k)

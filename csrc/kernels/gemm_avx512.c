@@ -320,67 +320,80 @@ static void gemm_copy_t_f64_avx512(double *strip, int NB, const double *b, int64
     gemm_copy_t_f64_from(strip, NB, b, cs_b, kb, nb, j);
 }
 
-/* gemm_row_wt_f64's contract, 8 rows of W a pass: 4 terms of the 8 rows a step
- * from 256-bit loads, rows i and i + 4 in the two halves of a zmm, then 4
- * unpacks and 4 lane shuffles for the 4 multiply-adds, the lanes of the sum
- * holding the rows in the order 0 1 4 5 2 3 6 7 (the 8 x 8 transpose above
- * takes 24 shuffles for 8).  The sum comes from c and goes back to it in
- * registers: through a stack array, the loads of the next pass waited on the
- * stores of this one (a failed store forward) and the passes' chains, each
- * k FMAs long, no longer overlapped.  On Zen 5, the seed's 1 x 64 @ 64 x 32:
- * 0.23 -> 0.1 us. */
+/* gemm_row_wt_f64's contract: G groups of 8 rows of W side by side (G chains a
+ * step: one chain alone waits on the FMA latency), each step 8 terms of each
+ * row (a cache line) transposed in registers.  The sums come from c and go
+ * back to it in registers: through a stack array, the loads of the next pass
+ * waited on the stores of this one (a failed store forward), so its chains
+ * could not overlap this pass's.  On Zen 5, four groups: the seed's 1 x 64 @
+ * 64 x 32 0.23 -> 0.1 us, 1 x 520 @ 520 x 1536 94 -> 73 us; two where the rows
+ * are a multiple of 1 KiB apart (they share L1 sets: four groups ran 1.3x
+ * slower than two at k = 256, 512 and 1024). */
+static inline __attribute__((always_inline))
+void gemm_row_wt_f64_avx512_groups(double *c, int64_t cs_c, const double *a, int64_t cs_a,
+                                   const double *b, int64_t cs_b, int64_t k, int c_holds_value,
+                                   const int G)
+{
+    __m512d acc[4];
+    for (int g = 0; g < G; g++) {
+        const double *c_g = c + 8 * g * cs_c;
+        acc[g] = !c_holds_value ? _mm512_setzero_pd()
+                 : cs_c == 1    ? _mm512_loadu_pd(c_g)
+                                : _mm512_set_pd(c_g[7 * cs_c], c_g[6 * cs_c], c_g[5 * cs_c],
+                                                c_g[4 * cs_c], c_g[3 * cs_c], c_g[2 * cs_c],
+                                                c_g[cs_c], c_g[0]);
+    }
+    int64_t p = 0;
+    for (; p + 8 <= k; p += 8) {
+        const double *w = b + p;   /* W[8g:8g+8, p:p+8] */
+        for (int g = 0; g < G; g++) {
+            __m512d r[8], o[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = _mm512_loadu_pd(w + i * cs_b);
+            gemm_row_wt_f64_avx512_transpose(r, o);
+            for (int q = 0; q < 8; q++)
+                acc[g] = _mm512_fmadd_pd(_mm512_set1_pd(a[(p + q) * cs_a]), o[q], acc[g]);
+            w += 8 * cs_b;
+            __asm__("" : "+r"(w));   /* as in gemm_row_wt_f64_groups */
+        }
+    }
+    for (; p < k; p++)   /* the last terms, one at a time */
+        for (int g = 0; g < G; g++) {
+            const double *w = b + 8 * g * cs_b + p;
+            acc[g] = _mm512_fmadd_pd(_mm512_set1_pd(a[p * cs_a]),
+                                     _mm512_set_pd(w[7 * cs_b], w[6 * cs_b], w[5 * cs_b],
+                                                   w[4 * cs_b], w[3 * cs_b], w[2 * cs_b],
+                                                   w[cs_b], w[0]),
+                                     acc[g]);
+        }
+    for (int g = 0; g < G; g++) {
+        double *c_g = c + 8 * g * cs_c;
+        if (cs_c == 1) {
+            _mm512_storeu_pd(c_g, acc[g]);
+        } else {
+            _Alignas(64) double t[8];
+            _mm512_store_pd(t, acc[g]);
+            for (int i = 0; i < 8; i++)
+                c_g[i * cs_c] = t[i];
+        }
+    }
+}
+
 static void gemm_row_wt_f64_avx512(double *c, int64_t cs_c, const double *a, int64_t cs_a,
                                    const double *b, int64_t cs_b, int64_t n, int64_t k,
                                    int64_t kc, int c_holds_value)
 {
-    const __m512i lane_of_row = _mm512_setr_epi64(0, 1, 4, 5, 2, 3, 6, 7);   /* its own inverse */
     int64_t j = 0;
-    for (; j + 8 <= n; j += 8) {   /* c[j:j+8] from W[j:j+8, :] */
-        const double *w = b + j * cs_b;
-        double *c_j = c + j * cs_c;
-        __m512d acc = _mm512_setzero_pd();
-        if (c_holds_value)
-            acc = _mm512_permutexvar_pd(
-                lane_of_row, cs_c == 1 ? _mm512_loadu_pd(c_j)
-                                       : _mm512_set_pd(c_j[7 * cs_c], c_j[6 * cs_c], c_j[5 * cs_c],
-                                                       c_j[4 * cs_c], c_j[3 * cs_c], c_j[2 * cs_c],
-                                                       c_j[cs_c], c_j[0]));
-        int64_t p = 0;
-        for (; p + 4 <= k; p += 4) {
-            __m512d r[4];   /* r[i]: W[j + i, p:p+4] | W[j + i + 4, p:p+4] */
-            for (int i = 0; i < 4; i++)
-                r[i] = _mm512_mask_broadcast_f64x4(
-                    _mm512_broadcast_f64x4(_mm256_loadu_pd(w + i * cs_b + p)), 0xF0,
-                    _mm256_loadu_pd(w + (i + 4) * cs_b + p));
-            const __m512d t0 = _mm512_unpacklo_pd(r[0], r[1]), t1 = _mm512_unpackhi_pd(r[0], r[1]);
-            const __m512d t2 = _mm512_unpacklo_pd(r[2], r[3]), t3 = _mm512_unpackhi_pd(r[2], r[3]);
-            acc = _mm512_fmadd_pd(_mm512_set1_pd(a[p * cs_a]), _mm512_shuffle_f64x2(t0, t2, 0x88),
-                                  acc);
-            acc = _mm512_fmadd_pd(_mm512_set1_pd(a[(p + 1) * cs_a]),
-                                  _mm512_shuffle_f64x2(t1, t3, 0x88), acc);
-            acc = _mm512_fmadd_pd(_mm512_set1_pd(a[(p + 2) * cs_a]),
-                                  _mm512_shuffle_f64x2(t0, t2, 0xDD), acc);
-            acc = _mm512_fmadd_pd(_mm512_set1_pd(a[(p + 3) * cs_a]),
-                                  _mm512_shuffle_f64x2(t1, t3, 0xDD), acc);
-        }
-        for (; p < k; p++) {   /* the last terms, one at a time */
-            const double *w_p = w + p;
-            acc = _mm512_fmadd_pd(_mm512_set1_pd(a[p * cs_a]),
-                                  _mm512_set_pd(w_p[7 * cs_b], w_p[6 * cs_b], w_p[3 * cs_b],
-                                                w_p[2 * cs_b], w_p[5 * cs_b], w_p[4 * cs_b],
-                                                w_p[cs_b], w_p[0]),
-                                  acc);
-        }
-        acc = _mm512_permutexvar_pd(lane_of_row, acc);   /* rows 0..7 */
-        if (cs_c == 1) {
-            _mm512_storeu_pd(c_j, acc);
-        } else {
-            _Alignas(64) double t[8];
-            _mm512_store_pd(t, acc);
-            for (int i = 0; i < 8; i++)
-                c_j[i * cs_c] = t[i];
-        }
-    }
+    if ((cs_b * (int64_t)sizeof(double)) % 1024 == 0)
+        for (; j + 16 <= n; j += 16)
+            gemm_row_wt_f64_avx512_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k,
+                                          c_holds_value, 2);
+    for (; j + 32 <= n; j += 32)
+        gemm_row_wt_f64_avx512_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k,
+                                      c_holds_value, 4);
+    for (; j + 8 <= n; j += 8)
+        gemm_row_wt_f64_avx512_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k,
+                                      c_holds_value, 1);
     if (j < n)   /* the last columns: 4 at a time, then one by one */
         gemm_row_wt_f64(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, n - j, k, kc,
                         c_holds_value);
