@@ -44,6 +44,24 @@
 #define GEMM_SMALL_STRIP GEMM_SMALL_CAT(GEMM_SMALL_NAME, _strip)
 #define GEMM_SMALL_STRIP_ELEMS (16384 / (int)sizeof(T))   /* the copy buffer */
 
+#ifdef VEC
+#define GEMM_SMALL_SUMS GEMM_SMALL_CAT(GEMM_SMALL_NAME, _sums)
+/* vacc[v] += a_row[p] * B[p, v VLEN : (v + 1) VLEN] for p < kb in increasing p
+ * (one GEMM_MADD chain per column), v < NB / VLEN: the strip's rows rs_s apart. */
+static inline __attribute__((always_inline))
+void GEMM_SMALL_SUMS(VEC(t) *vacc, const T *a_row, int64_t cs_a, const T *b_strip,
+                     int64_t rs_s, int64_t kb, const int NB)
+{
+    for (int64_t p = 0; p < kb; p++) {
+        const VEC(t) a_ip = VEC(set1)(a_row[p * cs_a]);
+        const T *b_p = b_strip + p * rs_s;       /* B[pc+p, j0:j0+NB] */
+#pragma GCC unroll 8
+        for (int v = 0; v < NB / VEC(len); v++)
+            vacc[v] = VEC(fma)(a_ip, VEC(loadu)(b_p + v * VEC(len)), vacc[v]);
+    }
+}
+#endif
+
 /* C[:, j0:j0+nb] for one strip of NB >= nb columns (b_blk = B[:, j0]).  NB is
  * a constant at every call site (the function is always inlined), so the j
  * loops have fixed trip counts and vectorise. */
@@ -79,55 +97,51 @@ void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
             b_strip = strip;
             rs_s = NB;
         }
-        for (int64_t i = 0; i < m; i++) {
-            const T *a_row = a + i * rs_a + pc * cs_a;   /* A[i, pc:pc+kb] */
-            T *c_blk = c + i * rs_c;                     /* C[i, j0:j0+nb] */
-            const int chain_from_c = GEMM_CHAINS(T) && onto_c;
-            const int add_onto_c = onto_c && !GEMM_CHAINS(T);
+        const int chain_from_c = GEMM_CHAINS(T) && onto_c;
+        const int add_onto_c = onto_c && !GEMM_CHAINS(T);
 #ifdef VEC
-            const int whole = cs_c == 1 && nb == NB;     /* c's row segment is contiguous */
-            /* vector accumulators, spelled out: in a plain T array the compiler
-             * stored and reloaded them on every step (1 x 64 @ 64 x 32 ran 3x
-             * slower than its FMA latency allows).  A whole row segment of c is
-             * read and written as vectors, else through io[] (the seed's
-             * backward is outer products, k = 1: per row, the copies through
-             * io[] cost more than the FMAs). */
-            enum { VLEN = VEC(len) };
-            VEC(t) vacc[GEMM_SMALL_COLS / VLEN];
-            T io[GEMM_SMALL_COLS];   /* c's segment, when it is not whole */
-            if (whole) {
+        /* Vector accumulators, spelled out: in a plain T array the compiler
+         * stored and reloaded them on every step (1 x 64 @ 64 x 32 ran 3x slower
+         * than its FMA latency allows).  Where c's row segments are contiguous
+         * (whole strips) they are read and written as vectors, in a loop of
+         * their own: chosen row by row, the compiler kept the accumulators in
+         * io[] of the other case, and the seed's backward, whose outer products
+         * (k = 1) are mostly stores, took 4 cycles a vector. */
+        enum { VLEN = VEC(len) };
+        if (cs_c == 1 && nb == NB) {
+            for (int64_t i = 0; i < m; i++) {
+                const T *a_row = a + i * rs_a + pc * cs_a;   /* A[i, pc:pc+kb] */
+                T *c_blk = c + i * rs_c;                     /* C[i, j0:j0+nb] */
+                VEC(t) vacc[GEMM_SMALL_COLS / VLEN];
 #pragma GCC unroll 8
                 for (int v = 0; v < NB / VLEN; v++)
                     vacc[v] = chain_from_c ? VEC(loadu)(c_blk + v * VLEN) : VEC(zero)();
-            } else {
-                for (int j = 0; j < NB; j++)
-                    io[j] = chain_from_c && j < nb ? c_blk[j * cs_c] : 0;
-#pragma GCC unroll 8
-                for (int v = 0; v < NB / VLEN; v++)
-                    vacc[v] = VEC(loadu)(io + v * VLEN);
-            }
-            for (int64_t p = 0; p < kb; p++) {
-                const VEC(t) a_ip = VEC(set1)(a_row[p * cs_a]);
-                const T *b_p = b_strip + p * rs_s;       /* B[pc+p, j0:j0+NB] */
-#pragma GCC unroll 8
-                for (int v = 0; v < NB / VLEN; v++)
-                    vacc[v] = VEC(fma)(a_ip, VEC(loadu)(b_p + v * VLEN), vacc[v]);
-            }
-            if (whole) {
+                GEMM_SMALL_SUMS(vacc, a_row, cs_a, b_strip, rs_s, kb, NB);
 #pragma GCC unroll 8
                 for (int v = 0; v < NB / VLEN; v++)
                     VEC(storeu)(c_blk + v * VLEN,
                                 add_onto_c ? VEC(add)(VEC(loadu)(c_blk + v * VLEN), vacc[v])
                                            : vacc[v]);
-                continue;
             }
+            continue;
+        }
+#endif
+        for (int64_t i = 0; i < m; i++) {
+            const T *a_row = a + i * rs_a + pc * cs_a;   /* A[i, pc:pc+kb] */
+            T *c_blk = c + i * rs_c;                     /* C[i, j0:j0+nb] */
+            T io[GEMM_SMALL_COLS];   /* the chain's start (float64 onto c), then the block sum */
+            for (int j = 0; j < NB; j++)
+                io[j] = chain_from_c && j < nb ? c_blk[j * cs_c] : 0;
+#ifdef VEC
+            VEC(t) vacc[GEMM_SMALL_COLS / VLEN];
+#pragma GCC unroll 8
+            for (int v = 0; v < NB / VLEN; v++)
+                vacc[v] = VEC(loadu)(io + v * VLEN);
+            GEMM_SMALL_SUMS(vacc, a_row, cs_a, b_strip, rs_s, kb, NB);
 #pragma GCC unroll 8
             for (int v = 0; v < NB / VLEN; v++)
                 VEC(storeu)(io + v * VLEN, vacc[v]);
 #else
-            T io[GEMM_SMALL_COLS];   /* the chain's start (float64 onto c), then the block sum */
-            for (int j = 0; j < NB; j++)
-                io[j] = chain_from_c && j < nb ? c_blk[j * cs_c] : 0;
             for (int64_t p = 0; p < kb; p++) {
                 const T a_ip = a_row[p * cs_a];
                 const T *b_p = b_strip + p * rs_s;       /* B[pc+p, j0:j0+NB] */
@@ -261,6 +275,7 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
 #undef GEMM_SMALL_CAT_
 #undef GEMM_SMALL_CAT
 #undef GEMM_SMALL_STRIP
+#undef GEMM_SMALL_SUMS
 #undef GEMM_SMALL_STRIP_ELEMS
 #undef GEMM_SMALL_ROW_B
 #undef GEMM_SMALL_ROW_B_ELEMS
