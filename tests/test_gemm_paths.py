@@ -9,7 +9,8 @@ Sizes are chosen around every kernel's blocking: micro-tiles MR x NR (float32 /
 float64) of 4 x 8 / 4 x 4 (portable), 6 x 16 / 4 x 12 (avx2), 6 x 64 / 8 x 24 (avx512),
 KC = the float32 summation block (k, k // 2 or 192) and 64 / 2048 (float64 portable / SIMD),
 MC = 6 .. 256, NC = 504 .. 4096 (n cut into equal blocks of at most NC), and the small
-direct loop (m * n * k <= 2048, or m < MR with contiguous rows of B). The SIMD paths read A in
+direct loop (m * n * k <= 2048, or m < MR, or m <= 16 and m * n * k <= 4 M, with contiguous
+rows of B). The SIMD paths read A in
 place where its rows have contiguous columns (the C-ordered operands here) and pack it where
 they do not or a tile is an edge tile, so a test with edge tiles runs both. Operands are scaled as
 nn.Linear initialises a weight, so products stay unit-scale and default assert_close
@@ -147,6 +148,26 @@ def test_rows_do_not_depend_on_their_neighbours(rng, dtype):
     for i in [0, 1, 11, 12, 13, 57, 99]:
         alone = myatt.bmm(a[None, i:i + 1], b[None])[0]
         np.testing.assert_array_equal(alone[0], whole[i])
+
+
+@pytest.mark.parametrize("k", [48, 1000])
+def test_few_rows_equal_their_rows_among_many(rng, dtype, k):
+    """Up to 16 rows against a B with contiguous rows (m * n * k up to 4 M) take the direct
+    loop: 4 rows side by side on AVX-512 (2 on AVX2), the rows left over one at a time, in
+    whole strips of columns and a last narrow one (n = 150); 100 rows take the packed
+    panels. Each block of rows equals its rows among the 100, with a bias and without (the
+    bias first in c: float64's chains continue from it, float32's block sums go onto it),
+    k = 1000 in several float32 summation blocks."""
+    a, b = operands(rng, 100, 150, k, dtype)
+    bias = scaled(rng, (150,), dtype, k)
+    w = b.T   # a weight whose transpose, b, has contiguous rows
+    whole = myatt.bmm(a[None], b[None])[0]
+    whole_lin = myatt.linear(a, w, bias)
+    for i, m in [(0, 2), (5, 3), (10, 4), (20, 5), (30, 7), (50, 13), (80, 16)]:
+        np.testing.assert_array_equal(myatt.bmm(a[None, i:i + m], b[None])[0], whole[i:i + m])
+        np.testing.assert_array_equal(myatt.linear(a[i:i + m], w, bias), whole_lin[i:i + m])
+    check_bmm(a[:7], b)
+    check_linear(a[:13], w, bias)
 
 
 @pytest.mark.parametrize("n,k", [(32, 64), (30, 60), (17, 120), (9, 200), (64, 31), (70, 29),

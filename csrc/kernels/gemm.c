@@ -41,7 +41,8 @@ static int gemm_use_direct(int64_t m, int64_t n, int64_t k, int mr, int64_t rs_b
 #else
     const double work = (double)m * (double)n * (double)k;
     return work <= GEMM_SMALL_WORK || (m == 1 && rs_b == 1)
-           || (m < mr && (cs_b == 1 || work <= GEMM_SMALL_ROWS_WORK));
+           || (m < mr && (cs_b == 1 || work <= GEMM_SMALL_ROWS_WORK))
+           || (m <= GEMM_DIRECT_ROWS && cs_b == 1 && work <= GEMM_DIRECT_ROWS_WORK);
 #endif
 }
 

@@ -50,6 +50,7 @@ MYATT_TARGET_PUSH(MYATT_TARGET_AVX2)
 #define GEMM_SMALL_COPY_T gemm_copy_t_f32
 #define GEMM_SMALL_ROW_WT gemm_row_wt_f32
 #define GEMM_SMALL_COLS 32
+#define GEMM_SMALL_ROWS 2
 #define GEMM_SMALL_NAME gemm_f32_avx2_small
 #include "gemm_small_tmpl.h"
 
@@ -66,6 +67,7 @@ MYATT_TARGET_PUSH(MYATT_TARGET_AVX2)
 #define GEMM_SMALL_COPY_T gemm_copy_t_f64
 #define GEMM_SMALL_ROW_WT gemm_row_wt_f64
 #define GEMM_SMALL_COLS 16
+#define GEMM_SMALL_ROWS 2
 #define GEMM_SMALL_NAME gemm_f64_avx2_small
 #include "gemm_small_tmpl.h"
 

@@ -226,6 +226,7 @@ static void gemm_row_wt_f32_avx512(float *c, int64_t cs_c, const float *a, int64
 #define GEMM_SMALL_COPY_T gemm_copy_t_f32_avx512
 #define GEMM_SMALL_ROW_WT gemm_row_wt_f32_avx512
 #define GEMM_SMALL_COLS 64
+#define GEMM_SMALL_ROWS 4
 #define GEMM_SMALL_NAME gemm_f32_avx512_small
 #include "gemm_small_tmpl.h"
 
@@ -405,6 +406,7 @@ static void gemm_row_wt_f64_avx512(double *c, int64_t cs_c, const double *a, int
 #define GEMM_SMALL_COPY_T gemm_copy_t_f64_avx512
 #define GEMM_SMALL_ROW_WT gemm_row_wt_f64_avx512
 #define GEMM_SMALL_COLS 32
+#define GEMM_SMALL_ROWS 4
 #define GEMM_SMALL_NAME gemm_f64_avx512_small
 #include "gemm_small_tmpl.h"
 

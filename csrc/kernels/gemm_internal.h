@@ -83,6 +83,15 @@ static inline int64_t gemm_sum_block(int64_t k)
  * @ 512 x 1536 float32 on a Zen 3: 395 us packed, 141 us direct). */
 #define GEMM_SMALL_ROWS_WORK 32768.0
 
+/* ... and up to GEMM_DIRECT_ROWS rows against a B with contiguous rows up to
+ * GEMM_DIRECT_ROWS_WORK multiply-adds: the SIMD paths' direct loop runs 4 (AVX2:
+ * 2) rows side by side against each vector of B, where the packed path's
+ * packing and edge tiles dominate (Zen 5, bmm float32 8 x 256 @ 256 x 64 3.9 ->
+ * 1.3 us, 16 x 256 @ 256 x 256 15.4 -> 10.3 us; at m = 32 or k = n = 1024 the
+ * two were even, beyond them packed panels win). */
+#define GEMM_DIRECT_ROWS 16
+#define GEMM_DIRECT_ROWS_WORK 4194304.0
+
 /* Most bytes one thread's packed B block may take (see gemm_packed in
  * gemm_tmpl.h).  It lives in L3 while every MC block of rows streams over it;
  * when k is so long that kc x NC does not fit, NC shrinks, so A is read (or

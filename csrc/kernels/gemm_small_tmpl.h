@@ -4,6 +4,9 @@
  *   GEMM_SMALL_NAME     the function's name
  *   GEMM_SMALL_COLS     columns of c computed side by side: as many as the
  *                       path's vector registers hold with room to spare
+ *   GEMM_SMALL_ROWS     (optional, SIMD paths) rows of a whole strip computed
+ *                       side by side (their accumulators: GEMM_SMALL_ROWS x
+ *                       GEMM_SMALL_COLS / VEC(len) vector registers); 1 if unset
  *   GEMM_SMALL_COPY_T   (optional) a faster transposing copy for B strips
  *                       with rs_b == 1 (see gemm_copy_avx.h)
  *   GEMM_SMALL_ROW_WT   (optional) one row of A against such a B, transposed
@@ -60,6 +63,51 @@ void GEMM_SMALL_SUMS(VEC(t) *vacc, const T *a_row, int64_t cs_a, const T *b_stri
             vacc[v] = VEC(fma)(a_ip, VEC(loadu)(b_p + v * VEC(len)), vacc[v]);
     }
 }
+
+#ifndef GEMM_SMALL_ROWS
+#define GEMM_SMALL_ROWS 1
+#endif
+#define GEMM_SMALL_WHOLE GEMM_SMALL_CAT(GEMM_SMALL_NAME, _whole)
+/* R rows of a whole strip (c's row segments contiguous, R <= GEMM_SMALL_ROWS):
+ * C[r, :NB] for r < R (c_blk = C[0, j0], rows rs_c apart) from A's rows (a_rows
+ * = A[0, pc], rs_a apart) against the strip.  Each output is one chain in
+ * increasing p, as GEMM_SMALL_SUMS: the R rows share each vector of B loaded,
+ * and their R x NB / VLEN chains are independent (one row's NB / VLEN chains
+ * wait on the FMA latency: 4 x 128 @ 128 x 256 ran at a fifth of the FMA rate). */
+static inline __attribute__((always_inline))
+void GEMM_SMALL_WHOLE(T *c_blk, int64_t rs_c, const T *a_rows, int64_t rs_a, int64_t cs_a,
+                      const T *b_strip, int64_t rs_s, int64_t kb, int chain_from_c,
+                      int add_onto_c, const int NB, const int R)
+{
+    enum { VLEN = VEC(len) };
+    VEC(t) vacc[GEMM_SMALL_ROWS][GEMM_SMALL_COLS / VLEN];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int v = 0; v < NB / VLEN; v++)
+            vacc[r][v] = chain_from_c ? VEC(loadu)(c_blk + r * rs_c + v * VLEN) : VEC(zero)();
+    for (int64_t p = 0; p < kb; p++) {
+        const T *b_p = b_strip + p * rs_s;       /* B[pc+p, j0:j0+NB] */
+        VEC(t) b_v[GEMM_SMALL_COLS / VLEN];
+#pragma GCC unroll 8
+        for (int v = 0; v < NB / VLEN; v++)
+            b_v[v] = VEC(loadu)(b_p + v * VLEN);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const VEC(t) a_rp = VEC(set1)(a_rows[r * rs_a + p * cs_a]);
+#pragma GCC unroll 8
+            for (int v = 0; v < NB / VLEN; v++)
+                vacc[r][v] = VEC(fma)(a_rp, b_v[v], vacc[r][v]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int v = 0; v < NB / VLEN; v++) {
+            T *c_v = c_blk + r * rs_c + v * VLEN;
+            VEC(storeu)(c_v, add_onto_c ? VEC(add)(VEC(loadu)(c_v), vacc[r][v]) : vacc[r][v]);
+        }
+}
 #endif
 
 /* C[:, j0:j0+nb] for one strip of NB >= nb columns (b_blk = B[:, j0]).  NB is
@@ -103,26 +151,21 @@ void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
         /* Vector accumulators, spelled out: in a plain T array the compiler
          * stored and reloaded them on every step (1 x 64 @ 64 x 32 ran 3x slower
          * than its FMA latency allows).  Where c's row segments are contiguous
-         * (whole strips) they are read and written as vectors, in a loop of
-         * their own: chosen row by row, the compiler kept the accumulators in
-         * io[] of the other case, and the seed's backward, whose outer products
-         * (k = 1) are mostly stores, took 4 cycles a vector. */
+         * (whole strips) they are read and written as vectors, GEMM_SMALL_ROWS
+         * rows at a time, in a loop of their own: chosen row by row, the
+         * compiler kept the accumulators in io[] of the other case, and the
+         * seed's backward, whose outer products (k = 1) are mostly stores, took
+         * 4 cycles a vector. */
         enum { VLEN = VEC(len) };
         if (cs_c == 1 && nb == NB) {
-            for (int64_t i = 0; i < m; i++) {
-                const T *a_row = a + i * rs_a + pc * cs_a;   /* A[i, pc:pc+kb] */
-                T *c_blk = c + i * rs_c;                     /* C[i, j0:j0+nb] */
-                VEC(t) vacc[GEMM_SMALL_COLS / VLEN];
-#pragma GCC unroll 8
-                for (int v = 0; v < NB / VLEN; v++)
-                    vacc[v] = chain_from_c ? VEC(loadu)(c_blk + v * VLEN) : VEC(zero)();
-                GEMM_SMALL_SUMS(vacc, a_row, cs_a, b_strip, rs_s, kb, NB);
-#pragma GCC unroll 8
-                for (int v = 0; v < NB / VLEN; v++)
-                    VEC(storeu)(c_blk + v * VLEN,
-                                add_onto_c ? VEC(add)(VEC(loadu)(c_blk + v * VLEN), vacc[v])
-                                           : vacc[v]);
-            }
+            int64_t i = 0;
+            for (; i + GEMM_SMALL_ROWS <= m; i += GEMM_SMALL_ROWS)
+                GEMM_SMALL_WHOLE(c + i * rs_c, rs_c, a + i * rs_a + pc * cs_a, rs_a, cs_a,
+                                 b_strip, rs_s, kb, chain_from_c, add_onto_c, NB,
+                                 GEMM_SMALL_ROWS);
+            for (; i < m; i++)
+                GEMM_SMALL_WHOLE(c + i * rs_c, rs_c, a + i * rs_a + pc * cs_a, rs_a, cs_a,
+                                 b_strip, rs_s, kb, chain_from_c, add_onto_c, NB, 1);
             continue;
         }
 #endif
@@ -276,6 +319,7 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
 #undef GEMM_SMALL_CAT
 #undef GEMM_SMALL_STRIP
 #undef GEMM_SMALL_SUMS
+#undef GEMM_SMALL_WHOLE
 #undef GEMM_SMALL_STRIP_ELEMS
 #undef GEMM_SMALL_ROW_B
 #undef GEMM_SMALL_ROW_B_ELEMS
@@ -288,3 +332,4 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
 #undef GEMM_SMALL_ROW_WT
 #undef GEMM_SMALL_NAME
 #undef GEMM_SMALL_COLS
+#undef GEMM_SMALL_ROWS
