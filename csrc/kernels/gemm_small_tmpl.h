@@ -48,32 +48,18 @@
 #define GEMM_SMALL_STRIP_ELEMS (16384 / (int)sizeof(T))   /* the copy buffer */
 
 #ifdef VEC
-#define GEMM_SMALL_SUMS GEMM_SMALL_CAT(GEMM_SMALL_NAME, _sums)
-/* vacc[v] += a_row[p] * B[p, v VLEN : (v + 1) VLEN] for p < kb in increasing p
- * (one GEMM_MADD chain per column), v < NB / VLEN: the strip's rows rs_s apart. */
-static inline __attribute__((always_inline))
-void GEMM_SMALL_SUMS(VEC(t) *vacc, const T *a_row, int64_t cs_a, const T *b_strip,
-                     int64_t rs_s, int64_t kb, const int NB)
-{
-    for (int64_t p = 0; p < kb; p++) {
-        const VEC(t) a_ip = VEC(set1)(a_row[p * cs_a]);
-        const T *b_p = b_strip + p * rs_s;       /* B[pc+p, j0:j0+NB] */
-#pragma GCC unroll 8
-        for (int v = 0; v < NB / VEC(len); v++)
-            vacc[v] = VEC(fma)(a_ip, VEC(loadu)(b_p + v * VEC(len)), vacc[v]);
-    }
-}
-
 #ifndef GEMM_SMALL_ROWS
 #define GEMM_SMALL_ROWS 1
 #endif
 #define GEMM_SMALL_WHOLE GEMM_SMALL_CAT(GEMM_SMALL_NAME, _whole)
-/* R rows of a whole strip (c's row segments contiguous, R <= GEMM_SMALL_ROWS):
- * C[r, :NB] for r < R (c_blk = C[0, j0], rows rs_c apart) from A's rows (a_rows
- * = A[0, pc], rs_a apart) against the strip.  Each output is one chain in
- * increasing p, as GEMM_SMALL_SUMS: the R rows share each vector of B loaded,
- * and their R x NB / VLEN chains are independent (one row's NB / VLEN chains
- * wait on the FMA latency: 4 x 128 @ 128 x 256 ran at a fifth of the FMA rate). */
+/* R rows of contiguous row segments (R <= GEMM_SMALL_ROWS): C[r, :NB] for r < R
+ * (c_blk = C[0, j0], rows rs_c apart: c itself in a whole strip, else the io[]
+ * buffer of one row) from A's rows (a_rows = A[0, pc], rs_a apart) against the
+ * strip.  Each output is one GEMM_MADD chain in increasing p (from c when
+ * chain_from_c, else from 0; the sum added onto c when add_onto_c): the R rows
+ * share each vector of B loaded, and their R x NB / VLEN chains are independent
+ * (one row's NB / VLEN chains wait on the FMA latency: 4 x 128 @ 128 x 256 ran at
+ * a fifth of the FMA rate). */
 static inline __attribute__((always_inline))
 void GEMM_SMALL_WHOLE(T *c_blk, int64_t rs_c, const T *a_rows, int64_t rs_a, int64_t cs_a,
                       const T *b_strip, int64_t rs_s, int64_t kb, int chain_from_c,
@@ -155,8 +141,7 @@ void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
          * rows at a time, in a loop of their own: chosen row by row, the
          * compiler kept the accumulators in io[] of the other case, and the
          * seed's backward, whose outer products (k = 1) are mostly stores, took
-         * 4 cycles a vector. */
-        enum { VLEN = VEC(len) };
+         * 4 cycles a vector.  Else each row goes through io[]. */
         if (cs_c == 1 && nb == NB) {
             int64_t i = 0;
             for (; i + GEMM_SMALL_ROWS <= m; i += GEMM_SMALL_ROWS)
@@ -176,14 +161,7 @@ void GEMM_SMALL_STRIP(T *c, int64_t rs_c, int64_t cs_c,
             for (int j = 0; j < NB; j++)
                 io[j] = chain_from_c && j < nb ? c_blk[j * cs_c] : 0;
 #ifdef VEC
-            VEC(t) vacc[GEMM_SMALL_COLS / VLEN];
-#pragma GCC unroll 8
-            for (int v = 0; v < NB / VLEN; v++)
-                vacc[v] = VEC(loadu)(io + v * VLEN);
-            GEMM_SMALL_SUMS(vacc, a_row, cs_a, b_strip, rs_s, kb, NB);
-#pragma GCC unroll 8
-            for (int v = 0; v < NB / VLEN; v++)
-                VEC(storeu)(io + v * VLEN, vacc[v]);
+            GEMM_SMALL_WHOLE(io, 0, a_row, 0, cs_a, b_strip, rs_s, kb, 1, 0, NB, 1);
 #else
             for (int64_t p = 0; p < kb; p++) {
                 const T a_ip = a_row[p * cs_a];
@@ -318,7 +296,6 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
 #undef GEMM_SMALL_CAT_
 #undef GEMM_SMALL_CAT
 #undef GEMM_SMALL_STRIP
-#undef GEMM_SMALL_SUMS
 #undef GEMM_SMALL_WHOLE
 #undef GEMM_SMALL_STRIP_ELEMS
 #undef GEMM_SMALL_ROW_B
