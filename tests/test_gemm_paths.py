@@ -210,11 +210,31 @@ def test_linear_row_against_weight_rows_1kib_apart(rng, dtype, n, k):
     check_linear(x[:1], w, bias)
 
 
+@pytest.mark.parametrize("n,k", [(64, 32), (96, 32), (128, 64), (100, 300), (72, 40),
+                                 (200, 1000), (256, 7), (160, 513), (48, 9)])
+def test_one_row_against_few_strips_of_b(rng, dtype, n, k):
+    """One row against a B with contiguous rows up to GEMM_SMALL_ROWS strips of the direct
+    loop wide (AVX-512: float64 2-4 strips of 32 columns, float32 of 64; AVX2: 2): all its
+    strips side by side in one pass over k (float32 in its summation blocks: k = 1000 and
+    513 take several), the columns past the last whole strip after them (n = 100, 72, 200,
+    160). The row equals its row among 50 (packed panels), with bias and without, and torch."""
+    x = scaled(rng, (50, k), dtype, k)
+    wt = scaled(rng, (k, n), dtype, k)   # weight^T, C-contiguous
+    bias = scaled(rng, (n,), dtype, k)
+    whole = myatt.linear(x, wt.T, bias)
+    whole_bmm = myatt.bmm(x[None], wt[None])[0]
+    for i in [0, 17, 49]:
+        np.testing.assert_array_equal(myatt.linear(x[i], wt.T, bias), whole[i])
+        np.testing.assert_array_equal(myatt.bmm(x[None, i:i + 1], wt[None])[0, 0], whole_bmm[i])
+    check_linear(x[:1], wt.T, bias)
+    check_bmm(x[:1], wt)
+
+
 @pytest.mark.parametrize("n,k", [(129, 64), (150, 200), (200, 385), (1536, 512), (2100, 300),
                                  (4500, 7), (257, 1000), (333, 3), (1030, 5)])
 def test_one_row_against_rows_of_b(rng, dtype, n, k):
-    """One row against a B whose rows are contiguous and longer than two strips of the
-    direct loop (a weight stored transposed, as MultiheadAttention's in-projections, or
+    """One row against a B whose rows are contiguous and longer than GEMM_SMALL_ROWS strips
+    of the direct loop (a weight stored transposed, as MultiheadAttention's in-projections, or
     bmm's mat2): on the SIMD paths B's rows stream through sums held in a buffer, 8 KiB of
     columns at a time (n = 2100 and 4500 take several), four rows per sweep (k = 7, 5, 3:
     the last rows one at a time), the columns past the last whole vector one chain each.

@@ -34,9 +34,9 @@
  * packed micro-kernel does, so the two give the same bits: float32, the sum of
  * its kc blocks, each summed from zero in increasing p with GEMM_MADD and then
  * added onto c; float64 (GEMM_CHAINS), one GEMM_MADD chain continuing from c.
- * One row against a B whose rows are contiguous and longer than two strips
- * (a weight stored transposed) streams B's rows instead (the SIMD paths'
- * GEMM_SMALL_ROW_B below), in the same order. */
+ * One row against a B whose rows are contiguous (the SIMD paths): up to
+ * GEMM_SMALL_ROWS strips side by side (GEMM_SMALL_ONE_ROW), and longer rows (a
+ * weight stored transposed) streamed (GEMM_SMALL_ROW_B), in the same order. */
 
 #if !defined(T) || !defined(GEMM_SMALL_NAME) || !defined(GEMM_SMALL_COLS) || !defined(GEMM_MADD)
 #error "gemm_small_tmpl.h: define T, GEMM_SMALL_NAME, GEMM_SMALL_COLS and GEMM_MADD"
@@ -65,34 +65,53 @@ void GEMM_SMALL_WHOLE(T *c_blk, int64_t rs_c, const T *a_rows, int64_t rs_a, int
                       const T *b_strip, int64_t rs_s, int64_t kb, int chain_from_c,
                       int add_onto_c, const int NB, const int R)
 {
-    enum { VLEN = VEC(len) };
-    VEC(t) vacc[GEMM_SMALL_ROWS][GEMM_SMALL_COLS / VLEN];
+    enum { VLEN = VEC(len), REGS = GEMM_SMALL_ROWS * GEMM_SMALL_COLS / VLEN };
+    const int NV = NB / VLEN;   /* R x NV <= REGS: one row may take R rows' registers */
+    VEC(t) vacc[REGS];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-        for (int v = 0; v < NB / VLEN; v++)
-            vacc[r][v] = chain_from_c ? VEC(loadu)(c_blk + r * rs_c + v * VLEN) : VEC(zero)();
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++)
+            vacc[r * NV + v] = chain_from_c ? VEC(loadu)(c_blk + r * rs_c + v * VLEN)
+                                            : VEC(zero)();
     for (int64_t p = 0; p < kb; p++) {
         const T *b_p = b_strip + p * rs_s;       /* B[pc+p, j0:j0+NB] */
-        VEC(t) b_v[GEMM_SMALL_COLS / VLEN];
-#pragma GCC unroll 8
-        for (int v = 0; v < NB / VLEN; v++)
+        VEC(t) b_v[REGS];
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++)
             b_v[v] = VEC(loadu)(b_p + v * VLEN);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const VEC(t) a_rp = VEC(set1)(a_rows[r * rs_a + p * cs_a]);
-#pragma GCC unroll 8
-            for (int v = 0; v < NB / VLEN; v++)
-                vacc[r][v] = VEC(fma)(a_rp, b_v[v], vacc[r][v]);
+#pragma GCC unroll 16
+            for (int v = 0; v < NV; v++)
+                vacc[r * NV + v] = VEC(fma)(a_rp, b_v[v], vacc[r * NV + v]);
         }
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-        for (int v = 0; v < NB / VLEN; v++) {
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; v++) {
             T *c_v = c_blk + r * rs_c + v * VLEN;
-            VEC(storeu)(c_v, add_onto_c ? VEC(add)(VEC(loadu)(c_v), vacc[r][v]) : vacc[r][v]);
+            VEC(storeu)(c_v, add_onto_c ? VEC(add)(VEC(loadu)(c_v), vacc[r * NV + v])
+                                        : vacc[r * NV + v]);
         }
+}
+
+#define GEMM_SMALL_ONE_ROW GEMM_SMALL_CAT(GEMM_SMALL_NAME, _one_row)
+/* c[:NB] = a[0, :] @ B[:, :NB] for one row of a against B's contiguous rows,
+ * NB columns side by side (NB <= GEMM_SMALL_ROWS x GEMM_SMALL_COLS), in kc
+ * blocks with the strips' arithmetic. */
+static inline __attribute__((always_inline))
+void GEMM_SMALL_ONE_ROW(T *c, const T *a, int64_t cs_a, const T *b, int64_t rs_b, int64_t k,
+                        int64_t kc, int c_holds_value, const int NB)
+{
+    for (int64_t pc = 0; pc < k; pc += kc) {
+        const int64_t kb = k - pc < kc ? k - pc : kc;
+        const int onto_c = c_holds_value || pc > 0;
+        GEMM_SMALL_WHOLE(c, 0, a + pc * cs_a, 0, cs_a, b + pc * rs_b, rs_b, kb,
+                         GEMM_CHAINS(T) && onto_c, onto_c && !GEMM_CHAINS(T), NB, 1);
+    }
 }
 #endif
 
@@ -271,13 +290,29 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
         return;
     }
 #endif
+    int64_t j0 = 0;
 #ifdef VEC
-    if (m == 1 && cs_b == 1 && n > 2 * COLS) {
+    if (m == 1 && cs_b == 1 && n > GEMM_SMALL_ROWS * COLS) {
         GEMM_SMALL_ROW_B(c, cs_c, a, cs_a, b, rs_b, n, k, kc, c_holds_value);
         return;
     }
+    /* One row against up to GEMM_SMALL_ROWS strips: all of them side by side,
+     * in the registers as many rows take (one strip's chains wait on the FMA
+     * latency: float64 1 x 32 @ 32 x 64 ran at half the FMA rate) */
+    if (m == 1 && cs_b == 1 && cs_c == 1 && n >= 2 * COLS) {
+        const int64_t strips = n / COLS;   /* 2 .. GEMM_SMALL_ROWS */
+        if (strips == 2)
+            GEMM_SMALL_ONE_ROW(c, a, cs_a, b, rs_b, k, kc, c_holds_value, 2 * COLS);
+#if GEMM_SMALL_ROWS >= 4
+        else if (strips == 3)
+            GEMM_SMALL_ONE_ROW(c, a, cs_a, b, rs_b, k, kc, c_holds_value, 3 * COLS);
+        else
+            GEMM_SMALL_ONE_ROW(c, a, cs_a, b, rs_b, k, kc, c_holds_value, 4 * COLS);
 #endif
-    for (int64_t j0 = 0; j0 < n; j0 += COLS) {
+        j0 = strips * COLS;
+    }
+#endif
+    for (; j0 < n; j0 += COLS) {
         const int64_t nb = n - j0 < COLS ? n - j0 : COLS;
         T *c_j = c + j0 * cs_c;             /* C[:, j0:j0+nb] */
         const T *b_j = b + j0 * cs_b;       /* B[:, j0:j0+nb] */
@@ -297,6 +332,7 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
 #undef GEMM_SMALL_CAT
 #undef GEMM_SMALL_STRIP
 #undef GEMM_SMALL_WHOLE
+#undef GEMM_SMALL_ONE_ROW
 #undef GEMM_SMALL_STRIP_ELEMS
 #undef GEMM_SMALL_ROW_B
 #undef GEMM_SMALL_ROW_B_ELEMS
