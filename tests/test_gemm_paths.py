@@ -193,15 +193,19 @@ def test_linear_rows_do_not_depend_on_their_neighbours(rng, dtype, n, k):
     check_linear(x[:1], w, bias)
 
 
-@pytest.mark.parametrize("n,k", [(33, 512), (40, 500), (56, 256), (100, 121), (9, 64)])
-def test_linear_row_against_weight_rows_1kib_apart(rng, dtype, n, k):
+@pytest.mark.parametrize("n,k,width", [(33, 512, 512), (40, 500, 512), (56, 256, 512),
+                                       (100, 121, 512), (9, 64, 512), (72, 1000, 1024),
+                                       (48, 256, 256), (40, 120, 128)])
+def test_linear_row_against_weight_rows_1kib_apart(rng, dtype, n, k, width):
     """Weight rows a multiple of 1 KiB apart, where the one-row direct loop takes a cache
-    line of each row per visit of a group (gemm_row_avx.h): the first k columns of an
-    [n, 512] weight (rows 2 KiB apart in float32, 4 KiB in float64), so that the blocks end
-    in steps of 4 (2) terms and single terms (k = 500, 121), with every tail of column
+    line of each row per visit of a group (gemm_row_avx.h), and takes fewer rows at once
+    where they share sets of L1 (gemm_rows_fit_l1_sets): the first k columns of an
+    [n, width] weight (width 512: rows 2 KiB apart in float32, 4 KiB in float64; 1024:
+    float32's 16-row groups fall in one set and 8-row ones run instead), so that the blocks
+    end in steps of 4 (2) terms and single terms (k = 500, 121), with every tail of column
     groups.  One row alone equals its row of the packed path, and torch."""
     x = scaled(rng, (50, k), dtype, k)
-    w = scaled(rng, (n, 512), dtype, k)[:, :k]
+    w = scaled(rng, (n, width), dtype, k)[:, :k]
     bias = scaled(rng, (n,), dtype, k)
     whole = myatt.linear(x, w, bias)
     for i in [0, 7, 49]:

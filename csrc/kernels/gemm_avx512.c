@@ -208,13 +208,16 @@ static void gemm_row_wt_f32_avx512(float *c, int64_t cs_c, const float *a, int64
                                    int c_holds_value)
 {
     int64_t j = 0;
-    for (; j + 32 <= n; j += 32)
-        gemm_row_wt_f32_avx512_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k, kc,
-                                      c_holds_value, 2);
-    for (; j + 16 <= n; j += 16)
-        gemm_row_wt_f32_avx512_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k, kc,
-                                      c_holds_value, 1);
-    if (j < n)   /* the last columns: 8 at a time, then one by one */
+    const int64_t row_bytes = cs_b * (int64_t)sizeof(float);
+    if (gemm_rows_fit_l1_sets(row_bytes, 32))
+        for (; j + 32 <= n; j += 32)
+            gemm_row_wt_f32_avx512_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k,
+                                          kc, c_holds_value, 2);
+    if (gemm_rows_fit_l1_sets(row_bytes, 16))
+        for (; j + 16 <= n; j += 16)
+            gemm_row_wt_f32_avx512_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k,
+                                          kc, c_holds_value, 1);
+    if (j < n)   /* the rest (all of it for rows 4 KiB apart): 8 at a time, then one by one */
         gemm_row_wt_f32(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, n - j, k, kc,
                         c_holds_value);
 }
@@ -327,9 +330,10 @@ static void gemm_copy_t_f64_avx512(double *strip, int NB, const double *b, int64
  * back to it in registers: through a stack array, the loads of the next pass
  * waited on the stores of this one (a failed store forward), so its chains
  * could not overlap this pass's.  On Zen 5, four groups: the seed's 1 x 64 @
- * 64 x 32 0.23 -> 0.1 us, 1 x 520 @ 520 x 1536 94 -> 73 us; two where the rows
- * are a multiple of 1 KiB apart (they share L1 sets: four groups ran 1.3x
- * slower than two at k = 256, 512 and 1024). */
+ * 64 x 32 0.23 -> 0.1 us, 1 x 520 @ 520 x 1536 94 -> 73 us; fewer where the
+ * rows share L1 sets (gemm_rows_fit_l1_sets: on Zen 5 four groups ran 1.3x
+ * slower than two at k = 256, 512 and 1024; on Zen 4 two 2x slower than one at
+ * k = 512 and 1024). */
 static inline __attribute__((always_inline))
 void gemm_row_wt_f64_avx512_groups(double *c, int64_t cs_c, const double *a, int64_t cs_a,
                                    const double *b, int64_t cs_b, int64_t k, int c_holds_value,
@@ -385,13 +389,15 @@ static void gemm_row_wt_f64_avx512(double *c, int64_t cs_c, const double *a, int
                                    int64_t kc, int c_holds_value)
 {
     int64_t j = 0;
-    if ((cs_b * (int64_t)sizeof(double)) % 1024 == 0)
+    const int64_t row_bytes = cs_b * (int64_t)sizeof(double);
+    if (gemm_rows_fit_l1_sets(row_bytes, 32))
+        for (; j + 32 <= n; j += 32)
+            gemm_row_wt_f64_avx512_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k,
+                                          c_holds_value, 4);
+    if (gemm_rows_fit_l1_sets(row_bytes, 16))
         for (; j + 16 <= n; j += 16)
             gemm_row_wt_f64_avx512_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k,
                                           c_holds_value, 2);
-    for (; j + 32 <= n; j += 32)
-        gemm_row_wt_f64_avx512_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k,
-                                      c_holds_value, 4);
     for (; j + 8 <= n; j += 8)
         gemm_row_wt_f64_avx512_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k,
                                       c_holds_value, 1);
