@@ -193,6 +193,30 @@ def test_linear_rows_do_not_depend_on_their_neighbours(rng, dtype, n, k):
     check_linear(x[:1], w, bias)
 
 
+@pytest.mark.parametrize("n,k,width", [(33, 64, 64), (100, 300, 300), (40, 500, 512),
+                                       (72, 1000, 1024), (9, 130, 256), (1030, 5, 5),
+                                       (50, 256, 256)])
+def test_few_rows_against_weight_equal_their_rows_among_many(rng, dtype, n, k, width):
+    """2-4 rows against a C-ordered weight (B = weight^T) take the direct loop at any size on
+    AVX-512, each 16 x 16 (float32) or 8 x 8 (float64) block of the weight transposed in
+    registers once for all of them, the columns past the last whole group row by row; 5 rows
+    and more the packed panels, as every size on the other paths. Weight rows 1-4 KiB apart
+    (width 256, 512, 1024: fewer of them at once, shared even where they fall in one set of
+    L1), float32 k in several summation blocks (300, 500, 1000), an input with strided rows.
+    Each block of rows equals its rows among 50, with bias and without, and torch."""
+    x = scaled(rng, (50, k), dtype, k)
+    w = scaled(rng, (n, width), dtype, k)[:, :k]
+    bias = scaled(rng, (n,), dtype, k)
+    whole = myatt.linear(x, w, bias)
+    whole_nb = myatt.linear(x, w)
+    x_f = np.asfortranarray(x)
+    for i, m in [(0, 2), (7, 3), (20, 4), (45, 5)]:
+        np.testing.assert_array_equal(myatt.linear(x[i:i + m], w, bias), whole[i:i + m])
+        np.testing.assert_array_equal(myatt.linear(x_f[i:i + m], w, bias), whole[i:i + m])
+        np.testing.assert_array_equal(myatt.linear(x[i:i + m], w), whole_nb[i:i + m])
+    check_linear(x[:3], w, bias)
+
+
 @pytest.mark.parametrize("n,k,width", [(33, 512, 512), (40, 500, 512), (56, 256, 512),
                                        (100, 121, 512), (9, 64, 512), (72, 1000, 1024),
                                        (48, 256, 256), (40, 120, 128)])

@@ -33,14 +33,15 @@ static inline int64_t gemm_ceil_div(int64_t x, int64_t d) { return (x + d - 1) /
 /* Whether gemm skips packing and runs the direct loop (see GEMM_SMALL_WORK).
  * A test build may define GEMM_FORCE_PATH as 1 (always packed) or 2 (always
  * direct) to compare the two paths bit for bit. */
-static int gemm_use_direct(int64_t m, int64_t n, int64_t k, int mr, int64_t rs_b, int64_t cs_b)
+static int gemm_use_direct(int64_t m, int64_t n, int64_t k, int mr, int rows_wt, int64_t rs_b,
+                           int64_t cs_b)
 {
 #ifdef GEMM_FORCE_PATH
-    (void)m, (void)n, (void)k, (void)mr, (void)rs_b, (void)cs_b;
+    (void)m, (void)n, (void)k, (void)mr, (void)rows_wt, (void)rs_b, (void)cs_b;
     return GEMM_FORCE_PATH == 2;
 #else
     const double work = (double)m * (double)n * (double)k;
-    return work <= GEMM_SMALL_WORK || (m == 1 && rs_b == 1)
+    return work <= GEMM_SMALL_WORK || ((m == 1 || m <= rows_wt) && rs_b == 1)
            || (m < mr && (cs_b == 1 || work <= GEMM_SMALL_ROWS_WORK))
            || (m <= GEMM_DIRECT_ROWS && cs_b == 1 && work <= GEMM_DIRECT_ROWS_WORK);
 #endif
@@ -127,12 +128,12 @@ static void gemm_f64_portable_kernel_4x4(int64_t kc, const double *a_panel, cons
 static const gemm_microkernel_f32 gemm_microkernel_f32_portable = {
     /* name        mr nr   mc  kc    nc   kernel                        small */
     "portable",    4, 8,  256, 64, 4096, gemm_f32_portable_kernel_4x8, gemm_f32_portable_small, NULL, NULL,
-    NULL,
+    NULL, 0,
 };
 
 static const gemm_microkernel_f64 gemm_microkernel_f64_portable = {
     "portable",    4, 4,  128, 64, 2048, gemm_f64_portable_kernel_4x4, gemm_f64_portable_small, NULL, NULL,
-    NULL,
+    NULL, 0,
 };
 
 /* The path mk_cpu_isa() chose (CPU detection + MYATT_KERNEL, decided once). */

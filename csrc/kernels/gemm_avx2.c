@@ -73,12 +73,12 @@ MYATT_TARGET_PUSH(MYATT_TARGET_AVX2)
 
 const gemm_microkernel_f32 gemm_microkernel_f32_avx2 = {
     "avx2", 6, 16, 12, 64, 1024, gemm_f32_avx2_kernel, gemm_f32_avx2_small, gemm_copy_t_f32, NULL,
-    gemm_f32_avx2_kernel_rows,
+    gemm_f32_avx2_kernel_rows, 0,
 };
 
 const gemm_microkernel_f64 gemm_microkernel_f64_avx2 = {
     "avx2", 4, 12, 8, 2048, 504, gemm_f64_avx2_kernel, gemm_f64_avx2_small, gemm_copy_t_f64, NULL,
-    gemm_f64_avx2_kernel_rows,
+    gemm_f64_avx2_kernel_rows, 0,
 };
 
 MYATT_TARGET_POP()

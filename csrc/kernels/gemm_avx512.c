@@ -104,7 +104,10 @@ static void gemm_f32_avx512_edge(int64_t kc, const float *a_panel, const float *
  * groups of 16 rows a pass, whose chains overlap (each output is one chain over
  * its terms, torch's order; 1, 3 or 4 groups ran slower).  On Zen 5, 1 x 512 @
  * 512 x 1536 (one token's in-projection) 66 -> 60 us, bound by the shuffles (about
- * one a cycle); MultiheadAttention's one token 92 -> 71 us. */
+ * one a cycle); MultiheadAttention's one token 92 -> 71 us.  Up to 4 rows of A
+ * (R) share each transposed block: 2-4 rows had packed the whole weight for a
+ * 6-row tile (Zen 4, 2 x 1000 @ W[1000, 1000]^T 250 -> 118 us; float64 516 ->
+ * 153 us). */
 static inline __attribute__((always_inline))
 void gemm_row_wt_f32_avx512_transpose(const __m512 r[16], __m512 o[16])
 {
@@ -135,44 +138,53 @@ void gemm_row_wt_f32_avx512_transpose(const __m512 r[16], __m512 o[16])
 }
 
 static inline __attribute__((always_inline))
-void gemm_row_wt_f32_avx512_groups(float *c, int64_t cs_c, const float *a, int64_t cs_a,
-                                   const float *b, int64_t cs_b, int64_t k, int64_t kc,
-                                   int c_holds_value, const int G)
+void gemm_row_wt_f32_avx512_groups(float *c, int64_t rs_c, int64_t cs_c, const float *a,
+                                   int64_t rs_a, int64_t cs_a, const float *b, int64_t cs_b,
+                                   int64_t k, int64_t kc, int c_holds_value, const int G,
+                                   const int R)
 {
     for (int64_t p0 = 0; p0 < k; p0 += kc) {
         const int64_t p1 = k - p0 < kc ? k : p0 + kc;   /* the block [p0, p1) */
-        __m512 acc[4];
-        for (int g = 0; g < G; g++)
-            acc[g] = _mm512_setzero_ps();
+        __m512 acc[4][2];
+        for (int r = 0; r < R; r++)
+            for (int g = 0; g < G; g++)
+                acc[r][g] = _mm512_setzero_ps();
         int64_t p = p0;
         for (; p + 16 <= p1; p += 16)
             for (int g = 0; g < G; g++) {   /* not unrolled: spills, 10-25 % slower */
-                __m512 r[16], o[16];
+                __m512 rw[16], o[16];
                 for (int i = 0; i < 16; i++)
-                    r[i] = _mm512_loadu_ps(b + (16 * g + i) * cs_b + p);
-                gemm_row_wt_f32_avx512_transpose(r, o);
+                    rw[i] = _mm512_loadu_ps(b + (16 * g + i) * cs_b + p);
+                gemm_row_wt_f32_avx512_transpose(rw, o);
                 for (int q = 0; q < 16; q++)
-                    acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(a[(p + q) * cs_a]), o[q], acc[g]);
+#pragma GCC unroll 4
+                    for (int r = 0; r < R; r++)
+                        acc[r][g] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * rs_a + (p + q) * cs_a]),
+                                                    o[q], acc[r][g]);
             }
         for (; p < p1; p++)   /* the block's last terms, one at a time */
             for (int g = 0; g < G; g++) {
                 _Alignas(64) float w[16];
                 for (int i = 0; i < 16; i++)
                     w[i] = b[(16 * g + i) * cs_b + p];
-                acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(a[p * cs_a]), _mm512_load_ps(w), acc[g]);
+                for (int r = 0; r < R; r++)
+                    acc[r][g] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * rs_a + p * cs_a]),
+                                                _mm512_load_ps(w), acc[r][g]);
             }
         const int onto_c = c_holds_value || p0 > 0;
-        for (int g = 0; g < G; g++) {
-            float *c_g = c + 16 * g * cs_c;
-            if (cs_c == 1) {
-                _mm512_storeu_ps(c_g, onto_c ? _mm512_add_ps(_mm512_loadu_ps(c_g), acc[g]) : acc[g]);
-            } else {
-                _Alignas(64) float t[16];
-                _mm512_store_ps(t, acc[g]);
-                for (int j = 0; j < 16; j++)
-                    c_g[j * cs_c] = onto_c ? c_g[j * cs_c] + t[j] : t[j];
+        for (int r = 0; r < R; r++)
+            for (int g = 0; g < G; g++) {
+                float *c_g = c + r * rs_c + 16 * g * cs_c;
+                if (cs_c == 1) {
+                    _mm512_storeu_ps(c_g, onto_c ? _mm512_add_ps(_mm512_loadu_ps(c_g), acc[r][g])
+                                                 : acc[r][g]);
+                } else {
+                    _Alignas(64) float t[16];
+                    _mm512_store_ps(t, acc[r][g]);
+                    for (int j = 0; j < 16; j++)
+                        c_g[j * cs_c] = onto_c ? c_g[j * cs_c] + t[j] : t[j];
+                }
             }
-        }
     }
 }
 
@@ -203,23 +215,48 @@ static void gemm_copy_t_f32_avx512(float *strip, int NB, const float *b, int64_t
     gemm_copy_t_f32_from(strip, NB, b, cs_b, kb, nb, j);
 }
 
-static void gemm_row_wt_f32_avx512(float *c, int64_t cs_c, const float *a, int64_t cs_a,
-                                   const float *b, int64_t cs_b, int64_t n, int64_t k, int64_t kc,
-                                   int c_holds_value)
+/* R rows of A (R <= 4) against B = weight^T: each transposed block of W serves
+ * all R rows (the shuffles are the work: see above). */
+static inline __attribute__((always_inline))
+void gemm_rows_wt_f32_avx512_r(float *c, int64_t rs_c, int64_t cs_c, const float *a,
+                               int64_t rs_a, int64_t cs_a, const float *b, int64_t cs_b,
+                               int64_t n, int64_t k, int64_t kc, int c_holds_value, const int R)
 {
     int64_t j = 0;
     const int64_t row_bytes = cs_b * (int64_t)sizeof(float);
     if (gemm_rows_fit_l1_sets(row_bytes, 32))
         for (; j + 32 <= n; j += 32)
-            gemm_row_wt_f32_avx512_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k,
-                                          kc, c_holds_value, 2);
-    if (gemm_rows_fit_l1_sets(row_bytes, 16))
+            gemm_row_wt_f32_avx512_groups(c + j * cs_c, rs_c, cs_c, a, rs_a, cs_a, b + j * cs_b,
+                                          cs_b, k, kc, c_holds_value, 2, R);
+    if (R > 1 || gemm_rows_fit_l1_sets(row_bytes, 16))   /* R > 1: shared, even so */
         for (; j + 16 <= n; j += 16)
-            gemm_row_wt_f32_avx512_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k,
-                                          kc, c_holds_value, 1);
-    if (j < n)   /* the rest (all of it for rows 4 KiB apart): 8 at a time, then one by one */
-        gemm_row_wt_f32(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, n - j, k, kc,
-                        c_holds_value);
+            gemm_row_wt_f32_avx512_groups(c + j * cs_c, rs_c, cs_c, a, rs_a, cs_a, b + j * cs_b,
+                                          cs_b, k, kc, c_holds_value, 1, R);
+    if (j < n)   /* the rest (all of it for one row 4 KiB apart): 8 at a time, then one by one */
+        for (int r = 0; r < R; r++)
+            gemm_row_wt_f32(c + r * rs_c + j * cs_c, cs_c, a + r * rs_a, cs_a, b + j * cs_b, cs_b,
+                            n - j, k, kc, c_holds_value);
+}
+
+/* GEMM_SMALL_ROWS_WT: up to GEMM_SMALL_ROWS_WT_MAX rows against B = weight^T. */
+static void gemm_rows_wt_f32_avx512(float *c, int64_t rs_c, int64_t cs_c, const float *a,
+                                    int64_t rs_a, int64_t cs_a, const float *b, int64_t cs_b,
+                                    int64_t m, int64_t n, int64_t k, int64_t kc,
+                                    int c_holds_value)
+{
+    switch (m) {
+    case 1:
+        gemm_rows_wt_f32_avx512_r(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 1);
+        break;
+    case 2:
+        gemm_rows_wt_f32_avx512_r(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 2);
+        break;
+    case 3:
+        gemm_rows_wt_f32_avx512_r(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 3);
+        break;
+    default:
+        gemm_rows_wt_f32_avx512_r(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 4);
+    }
 }
 
 /* The direct loop, with FMA (vectorised over up to four vector registers of columns). */
@@ -227,7 +264,8 @@ static void gemm_row_wt_f32_avx512(float *c, int64_t cs_c, const float *a, int64
 #define VEC(op) avx512_f32_##op
 #define GEMM_MADD(s, x, y) __builtin_fmaf((x), (y), (s))
 #define GEMM_SMALL_COPY_T gemm_copy_t_f32_avx512
-#define GEMM_SMALL_ROW_WT gemm_row_wt_f32_avx512
+#define GEMM_SMALL_ROWS_WT gemm_rows_wt_f32_avx512
+#define GEMM_SMALL_ROWS_WT_MAX 4
 #define GEMM_SMALL_COLS 64
 #define GEMM_SMALL_ROWS 4
 #define GEMM_SMALL_NAME gemm_f32_avx512_small
@@ -335,29 +373,32 @@ static void gemm_copy_t_f64_avx512(double *strip, int NB, const double *b, int64
  * slower than two at k = 256, 512 and 1024; on Zen 4 two 2x slower than one at
  * k = 512 and 1024). */
 static inline __attribute__((always_inline))
-void gemm_row_wt_f64_avx512_groups(double *c, int64_t cs_c, const double *a, int64_t cs_a,
-                                   const double *b, int64_t cs_b, int64_t k, int c_holds_value,
-                                   const int G)
+void gemm_row_wt_f64_avx512_groups(double *c, int64_t rs_c, int64_t cs_c, const double *a,
+                                   int64_t rs_a, int64_t cs_a, const double *b, int64_t cs_b,
+                                   int64_t k, int c_holds_value, const int G, const int R)
 {
-    __m512d acc[4];
-    for (int g = 0; g < G; g++) {
-        const double *c_g = c + 8 * g * cs_c;
-        acc[g] = !c_holds_value ? _mm512_setzero_pd()
-                 : cs_c == 1    ? _mm512_loadu_pd(c_g)
-                                : _mm512_set_pd(c_g[7 * cs_c], c_g[6 * cs_c], c_g[5 * cs_c],
-                                                c_g[4 * cs_c], c_g[3 * cs_c], c_g[2 * cs_c],
-                                                c_g[cs_c], c_g[0]);
-    }
+    __m512d acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < G; g++) {
+            const double *c_g = c + r * rs_c + 8 * g * cs_c;
+            acc[r][g] = !c_holds_value ? _mm512_setzero_pd()
+                        : cs_c == 1    ? _mm512_loadu_pd(c_g)
+                                       : _mm512_set_pd(c_g[7 * cs_c], c_g[6 * cs_c], c_g[5 * cs_c],
+                                                       c_g[4 * cs_c], c_g[3 * cs_c], c_g[2 * cs_c],
+                                                       c_g[cs_c], c_g[0]);
+        }
     int64_t p = 0;
     for (; p + 8 <= k; p += 8) {
         const double *w = b + p;   /* W[8g:8g+8, p:p+8] */
         for (int g = 0; g < G; g++) {
-            __m512d r[8], o[8];
+            __m512d rw[8], o[8];
             for (int i = 0; i < 8; i++)
-                r[i] = _mm512_loadu_pd(w + i * cs_b);
-            gemm_row_wt_f64_avx512_transpose(r, o);
+                rw[i] = _mm512_loadu_pd(w + i * cs_b);
+            gemm_row_wt_f64_avx512_transpose(rw, o);
             for (int q = 0; q < 8; q++)
-                acc[g] = _mm512_fmadd_pd(_mm512_set1_pd(a[(p + q) * cs_a]), o[q], acc[g]);
+                for (int r = 0; r < R; r++)
+                    acc[r][g] = _mm512_fmadd_pd(_mm512_set1_pd(a[r * rs_a + (p + q) * cs_a]), o[q],
+                                                acc[r][g]);
             w += 8 * cs_b;
             __asm__("" : "+r"(w));   /* as in gemm_row_wt_f64_groups */
         }
@@ -365,52 +406,77 @@ void gemm_row_wt_f64_avx512_groups(double *c, int64_t cs_c, const double *a, int
     for (; p < k; p++)   /* the last terms, one at a time */
         for (int g = 0; g < G; g++) {
             const double *w = b + 8 * g * cs_b + p;
-            acc[g] = _mm512_fmadd_pd(_mm512_set1_pd(a[p * cs_a]),
-                                     _mm512_set_pd(w[7 * cs_b], w[6 * cs_b], w[5 * cs_b],
-                                                   w[4 * cs_b], w[3 * cs_b], w[2 * cs_b],
-                                                   w[cs_b], w[0]),
-                                     acc[g]);
+            const __m512d wv = _mm512_set_pd(w[7 * cs_b], w[6 * cs_b], w[5 * cs_b], w[4 * cs_b],
+                                             w[3 * cs_b], w[2 * cs_b], w[cs_b], w[0]);
+            for (int r = 0; r < R; r++)
+                acc[r][g] = _mm512_fmadd_pd(_mm512_set1_pd(a[r * rs_a + p * cs_a]), wv, acc[r][g]);
         }
-    for (int g = 0; g < G; g++) {
-        double *c_g = c + 8 * g * cs_c;
-        if (cs_c == 1) {
-            _mm512_storeu_pd(c_g, acc[g]);
-        } else {
-            _Alignas(64) double t[8];
-            _mm512_store_pd(t, acc[g]);
-            for (int i = 0; i < 8; i++)
-                c_g[i * cs_c] = t[i];
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < G; g++) {
+            double *c_g = c + r * rs_c + 8 * g * cs_c;
+            if (cs_c == 1) {
+                _mm512_storeu_pd(c_g, acc[r][g]);
+            } else {
+                _Alignas(64) double t[8];
+                _mm512_store_pd(t, acc[r][g]);
+                for (int i = 0; i < 8; i++)
+                    c_g[i * cs_c] = t[i];
+            }
         }
-    }
 }
 
-static void gemm_row_wt_f64_avx512(double *c, int64_t cs_c, const double *a, int64_t cs_a,
-                                   const double *b, int64_t cs_b, int64_t n, int64_t k,
-                                   int64_t kc, int c_holds_value)
+/* R rows of A (R <= 4) against B = weight^T, sharing each transposed block;
+ * the groups as many as fit L1's sets and R x G accumulators (16 at most). */
+static inline __attribute__((always_inline))
+void gemm_rows_wt_f64_avx512_r(double *c, int64_t rs_c, int64_t cs_c, const double *a,
+                               int64_t rs_a, int64_t cs_a, const double *b, int64_t cs_b,
+                               int64_t n, int64_t k, int64_t kc, int c_holds_value, const int R)
 {
     int64_t j = 0;
     const int64_t row_bytes = cs_b * (int64_t)sizeof(double);
     if (gemm_rows_fit_l1_sets(row_bytes, 32))
         for (; j + 32 <= n; j += 32)
-            gemm_row_wt_f64_avx512_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k,
-                                          c_holds_value, 4);
+            gemm_row_wt_f64_avx512_groups(c + j * cs_c, rs_c, cs_c, a, rs_a, cs_a, b + j * cs_b,
+                                          cs_b, k, c_holds_value, 4, R);
     if (gemm_rows_fit_l1_sets(row_bytes, 16))
         for (; j + 16 <= n; j += 16)
-            gemm_row_wt_f64_avx512_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k,
-                                          c_holds_value, 2);
+            gemm_row_wt_f64_avx512_groups(c + j * cs_c, rs_c, cs_c, a, rs_a, cs_a, b + j * cs_b,
+                                          cs_b, k, c_holds_value, 2, R);
     for (; j + 8 <= n; j += 8)
-        gemm_row_wt_f64_avx512_groups(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, k,
-                                      c_holds_value, 1);
+        gemm_row_wt_f64_avx512_groups(c + j * cs_c, rs_c, cs_c, a, rs_a, cs_a, b + j * cs_b,
+                                      cs_b, k, c_holds_value, 1, R);
     if (j < n)   /* the last columns: 4 at a time, then one by one */
-        gemm_row_wt_f64(c + j * cs_c, cs_c, a, cs_a, b + j * cs_b, cs_b, n - j, k, kc,
-                        c_holds_value);
+        for (int r = 0; r < R; r++)
+            gemm_row_wt_f64(c + r * rs_c + j * cs_c, cs_c, a + r * rs_a, cs_a, b + j * cs_b, cs_b,
+                            n - j, k, kc, c_holds_value);
+}
+
+static void gemm_rows_wt_f64_avx512(double *c, int64_t rs_c, int64_t cs_c, const double *a,
+                                    int64_t rs_a, int64_t cs_a, const double *b, int64_t cs_b,
+                                    int64_t m, int64_t n, int64_t k, int64_t kc,
+                                    int c_holds_value)
+{
+    switch (m) {
+    case 1:
+        gemm_rows_wt_f64_avx512_r(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 1);
+        break;
+    case 2:
+        gemm_rows_wt_f64_avx512_r(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 2);
+        break;
+    case 3:
+        gemm_rows_wt_f64_avx512_r(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 3);
+        break;
+    default:
+        gemm_rows_wt_f64_avx512_r(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 4);
+    }
 }
 
 #define T double
 #define VEC(op) avx512_f64_##op
 #define GEMM_MADD(s, x, y) __builtin_fma((x), (y), (s))
 #define GEMM_SMALL_COPY_T gemm_copy_t_f64_avx512
-#define GEMM_SMALL_ROW_WT gemm_row_wt_f64_avx512
+#define GEMM_SMALL_ROWS_WT gemm_rows_wt_f64_avx512
+#define GEMM_SMALL_ROWS_WT_MAX 4
 #define GEMM_SMALL_COLS 32
 #define GEMM_SMALL_ROWS 4
 #define GEMM_SMALL_NAME gemm_f64_avx512_small
@@ -418,12 +484,12 @@ static void gemm_row_wt_f64_avx512(double *c, int64_t cs_c, const double *a, int
 
 const gemm_microkernel_f32 gemm_microkernel_f32_avx512 = {
     "avx512", 6, 64, 48, 64, 1024, gemm_f32_avx512_kernel, gemm_f32_avx512_small,
-    gemm_copy_t_f32_avx512, gemm_f32_avx512_edge, gemm_f32_avx512_kernel_rows,
+    gemm_copy_t_f32_avx512, gemm_f32_avx512_edge, gemm_f32_avx512_kernel_rows, 4,
 };
 
 const gemm_microkernel_f64 gemm_microkernel_f64_avx512 = {
     "avx512", 8, 24, 32, 2048, 504, gemm_f64_avx512_kernel, gemm_f64_avx512_small,
-    gemm_copy_t_f64_avx512, gemm_f64_avx512_edge, gemm_f64_avx512_kernel_rows,
+    gemm_copy_t_f64_avx512, gemm_f64_avx512_edge, gemm_f64_avx512_kernel_rows, 4,
 };
 
 MYATT_TARGET_POP()

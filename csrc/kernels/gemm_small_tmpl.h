@@ -11,6 +11,8 @@
  *                       with rs_b == 1 (see gemm_copy_avx.h)
  *   GEMM_SMALL_ROW_WT   (optional) one row of A against such a B, transposed
  *                       in registers (gemm_row_wt_f32 / _f64, gemm_row_avx.h)
+ *   GEMM_SMALL_ROWS_WT  (optional, instead) up to GEMM_SMALL_ROWS_WT_MAX rows
+ *                       (m, rs_c, rs_a too) sharing each transposed block
  *   GEMM_MADD(s, x, y)  the fused multiply-add s + x * y, one rounding:
  *                       fma/fmaf for the portable path (libm: the hardware
  *                       instruction when present), __builtin_fma* for the SIMD
@@ -284,7 +286,12 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
      * and every product took the scalar fallback below: 2x slower) */
     if (GEMM_CHAINS(T) && kc > GEMM_SMALL_STRIP_ELEMS / COLS)
         kc = GEMM_SMALL_STRIP_ELEMS / COLS;
-#ifdef GEMM_SMALL_ROW_WT
+#if defined(GEMM_SMALL_ROWS_WT)
+    if (m <= GEMM_SMALL_ROWS_WT_MAX && rs_b == 1 && cs_b != 1) {
+        GEMM_SMALL_ROWS_WT(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, m, n, k, kc, c_holds_value);
+        return;
+    }
+#elif defined(GEMM_SMALL_ROW_WT)
     if (m == 1 && rs_b == 1 && cs_b != 1) {
         GEMM_SMALL_ROW_WT(c, cs_c, a, cs_a, b, cs_b, n, k, kc, c_holds_value);
         return;
@@ -343,6 +350,8 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
 #undef VEC
 #undef GEMM_SMALL_COPY_T
 #undef GEMM_SMALL_ROW_WT
+#undef GEMM_SMALL_ROWS_WT
+#undef GEMM_SMALL_ROWS_WT_MAX
 #undef GEMM_SMALL_NAME
 #undef GEMM_SMALL_COLS
 #undef GEMM_SMALL_ROWS

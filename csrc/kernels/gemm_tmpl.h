@@ -458,7 +458,7 @@ static int SUF(gemm_run_src)(const SUF(gemm_microkernel) *uk,
      *    multiply-adds: they are bound by reading B, and a thread pays for far
      *    fewer of them (one token's 1 x 512 @ 512 x 1536 projection: 3 MiB of
      *    weight, 786 K multiply-adds, 63 -> 36 us on two threads). */
-    int direct = gemm_use_direct(m, n, k, uk->mr, rs_b, cs_b);
+    int direct = gemm_use_direct(m, n, k, uk->mr, uk->rows_wt, rs_b, cs_b);
     const double work = (double)m * (double)n * (double)k   /* multiply-adds */
                         * (direct && m < uk->mr ? GEMM_ROWS_THREAD_WEIGHT : 1.0);
     int nthreads = 1;   /* work below 2 * GEMM_THREAD_MIN_WORK: one thread whatever the
