@@ -238,26 +238,21 @@ void gemm_rows_wt_f32_avx512_r(float *c, int64_t rs_c, int64_t cs_c, const float
                             n - j, k, kc, c_holds_value);
 }
 
-/* GEMM_SMALL_ROWS_WT: up to GEMM_SMALL_ROWS_WT_MAX rows against B = weight^T. */
-static void gemm_rows_wt_f32_avx512(float *c, int64_t rs_c, int64_t cs_c, const float *a,
-                                    int64_t rs_a, int64_t cs_a, const float *b, int64_t cs_b,
-                                    int64_t m, int64_t n, int64_t k, int64_t kc,
-                                    int c_holds_value)
-{
-    switch (m) {
-    case 1:
-        gemm_rows_wt_f32_avx512_r(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 1);
-        break;
-    case 2:
-        gemm_rows_wt_f32_avx512_r(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 2);
-        break;
-    case 3:
-        gemm_rows_wt_f32_avx512_r(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 3);
-        break;
-    default:
-        gemm_rows_wt_f32_avx512_r(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 4);
+/* GEMM_SMALL_ROWS_WT: m (1 to GEMM_SMALL_ROWS_WT_MAX = 4) rows against B =
+ * weight^T, m the constant R of body (float32 and float64 alike). */
+#define GEMM_ROWS_WT_FN(T, NAME, BODY)                                                     \
+    static void NAME(T *c, int64_t rs_c, int64_t cs_c, const T *a, int64_t rs_a,           \
+                     int64_t cs_a, const T *b, int64_t cs_b, int64_t m, int64_t n,         \
+                     int64_t k, int64_t kc, int c_holds_value)                              \
+    {                                                                                       \
+        switch (m) {                                                                        \
+        case 1: BODY(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 1); break; \
+        case 2: BODY(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 2); break; \
+        case 3: BODY(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 3); break; \
+        default: BODY(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 4);     \
+        }                                                                                   \
     }
-}
+GEMM_ROWS_WT_FN(float, gemm_rows_wt_f32_avx512, gemm_rows_wt_f32_avx512_r)
 
 /* The direct loop, with FMA (vectorised over up to four vector registers of columns). */
 #define T float
@@ -451,25 +446,8 @@ void gemm_rows_wt_f64_avx512_r(double *c, int64_t rs_c, int64_t cs_c, const doub
                             n - j, k, kc, c_holds_value);
 }
 
-static void gemm_rows_wt_f64_avx512(double *c, int64_t rs_c, int64_t cs_c, const double *a,
-                                    int64_t rs_a, int64_t cs_a, const double *b, int64_t cs_b,
-                                    int64_t m, int64_t n, int64_t k, int64_t kc,
-                                    int c_holds_value)
-{
-    switch (m) {
-    case 1:
-        gemm_rows_wt_f64_avx512_r(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 1);
-        break;
-    case 2:
-        gemm_rows_wt_f64_avx512_r(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 2);
-        break;
-    case 3:
-        gemm_rows_wt_f64_avx512_r(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 3);
-        break;
-    default:
-        gemm_rows_wt_f64_avx512_r(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 4);
-    }
-}
+GEMM_ROWS_WT_FN(double, gemm_rows_wt_f64_avx512, gemm_rows_wt_f64_avx512_r)
+#undef GEMM_ROWS_WT_FN
 
 #define T double
 #define VEC(op) avx512_f64_##op
