@@ -7,8 +7,6 @@
 #include <immintrin.h>
 #include <stdint.h>
 
-#ifndef GEMM_ROW_AVX_H_ONCE
-#define GEMM_ROW_AVX_H_ONCE
 /* Whether `rows` consecutive rows of W, row_bytes apart, read at the same
  * column, fit an 8-way L1 of 4 KiB a way (Zen 4's; Zen 5's has 12): rows a
  * multiple of 64 bytes apart return to the same set every 4096 / (the largest
@@ -24,7 +22,6 @@ static inline int gemm_rows_fit_l1_sets(int64_t row_bytes, int rows)
     const int64_t period = 4096 / pow2;      /* rows between two in the same set */
     return (rows + period - 1) / period <= 8;
 }
-#endif
 
 /* acc + the 4 terms a0..a3 (broadcast) against W[0:8, 0:4] (w, rows cs_b apart), in
  * order: rows j and j + 4 in the two 128-bit lanes, a 4 x 4 transpose in each. */
