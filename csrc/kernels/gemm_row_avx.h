@@ -17,8 +17,10 @@
 static inline int gemm_rows_fit_l1_sets(int64_t row_bytes, int rows)
 {
     int64_t pow2 = row_bytes & -row_bytes;   /* the largest power of two dividing it */
-    if (pow2 < 64 || pow2 > 4096)
-        pow2 = pow2 < 64 ? 64 : 4096;
+    if (pow2 < 64)
+        pow2 = 64;
+    if (pow2 > 4096)
+        pow2 = 4096;
     const int64_t period = 4096 / pow2;      /* rows between two in the same set */
     return (rows + period - 1) / period <= 8;
 }

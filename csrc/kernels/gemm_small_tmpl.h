@@ -303,21 +303,24 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
         GEMM_SMALL_ROW_B(c, cs_c, a, cs_a, b, rs_b, n, k, kc, c_holds_value);
         return;
     }
+#if GEMM_SMALL_ROWS >= 2
     /* One row against up to GEMM_SMALL_ROWS strips: all of them side by side,
      * in the registers as many rows take (one strip's chains wait on the FMA
      * latency: float64 1 x 32 @ 32 x 64 ran at half the FMA rate) */
     if (m == 1 && cs_b == 1 && cs_c == 1 && n >= 2 * COLS) {
-        const int64_t strips = n / COLS;   /* 2 .. GEMM_SMALL_ROWS */
-        if (strips == 2)
+        j0 = n / COLS * COLS;   /* 2 .. GEMM_SMALL_ROWS strips */
+        if (j0 == 2 * COLS)
             GEMM_SMALL_ONE_ROW(c, a, cs_a, b, rs_b, k, kc, c_holds_value, 2 * COLS);
 #if GEMM_SMALL_ROWS >= 4
-        else if (strips == 3)
+        else if (j0 == 3 * COLS)
             GEMM_SMALL_ONE_ROW(c, a, cs_a, b, rs_b, k, kc, c_holds_value, 3 * COLS);
-        else
+        else if (j0 == 4 * COLS)
             GEMM_SMALL_ONE_ROW(c, a, cs_a, b, rs_b, k, kc, c_holds_value, 4 * COLS);
 #endif
-        j0 = strips * COLS;
+        else
+            j0 = 0;   /* (a GEMM_SMALL_ROWS of 3: the strips below) */
     }
+#endif
 #endif
     for (; j0 < n; j0 += COLS) {
         const int64_t nb = n - j0 < COLS ? n - j0 : COLS;
