@@ -198,12 +198,14 @@ def test_linear_rows_do_not_depend_on_their_neighbours(rng, dtype, n, k):
                                        (50, 256, 256)])
 def test_few_rows_against_weight_equal_their_rows_among_many(rng, dtype, n, k, width):
     """2-4 rows against a C-ordered weight (B = weight^T) take the direct loop at any size on
-    AVX-512, each 16 x 16 (float32) or 8 x 8 (float64) block of the weight transposed in
-    registers once for all of them, the columns past the last whole group row by row; 5 rows
-    and more the packed panels, as every size on the other paths. Weight rows 1-4 KiB apart
-    (width 256, 512, 1024: fewer of them at once, shared even where they fall in one set of
-    L1), float32 k in several summation blocks (300, 500, 1000), an input with strided rows.
-    Each block of rows equals its rows among 50, with bias and without, and torch."""
+    the SIMD paths, each block of the weight (AVX-512: 16 x 16 float32, 8 x 8 float64; AVX2:
+    8 x 4, 4 x 2) transposed in registers once for all of them, on AVX-512 the columns past
+    the last whole group by the AVX2 loop (AVX2 float32 below 32 K multiply-adds: the strip
+    copy, n = 33); 5 rows and more the packed panels, as every size on the portable path.
+    Weight rows 1-4 KiB apart (width 256, 512, 1024: fewer of them at once, on AVX-512 shared
+    even where they fall in one set of L1), float32 k in several summation blocks (300, 500,
+    1000), an input with strided rows. Each block of rows equals its rows among 50, with bias
+    and without, and torch."""
     x = scaled(rng, (50, k), dtype, k)
     w = scaled(rng, (n, width), dtype, k)[:, :k]
     bias = scaled(rng, (n,), dtype, k)

@@ -50,6 +50,12 @@ MYATT_TARGET_PUSH(MYATT_TARGET_AVX512)
 #include "gemm_copy_avx.h"
 #include "gemm_row_avx.h"
 
+/* The AVX kernels for the last columns of the zmm ones (fewer than 16 or 8),
+ * out of line: inlined into them, they slowed the zmm loops (Zen 4, float64
+ * 2 x 1000 @ W[1000, 1000]^T 155 -> 166 us). */
+GEMM_ROWS_WT_FN(float, gemm_rows_wt_f32_m, gemm_rows_wt_f32, __attribute__((noinline)))
+GEMM_ROWS_WT_FN(double, gemm_rows_wt_f64_m, gemm_rows_wt_f64, __attribute__((noinline)))
+
 /* float32: the 6 x 64 kernels (gemm_kernel_tmpl.h), the edge kernel, the direct loop */
 #define T float
 #define VEC(op) avx512_f32_##op
@@ -97,10 +103,10 @@ static void gemm_f32_avx512_edge(int64_t kc, const float *a_panel, const float *
 }
 
 /* One row against B = weight^T (rs_b == 1), float32: the contract of
- * gemm_row_wt_f32 (gemm_row_avx.h; the same bits), with 16 rows of W in the
+ * gemm_rows_wt_f32 (gemm_row_avx.h; the same bits), with 16 rows of W in the
  * lanes of a zmm.  Each step reads 16 terms of 16 rows (a cache line of each,
  * used whole) and transposes them in registers: 64 shuffles for 256
- * multiply-adds where gemm_row_wt_f32's 8 x 4 blocks take 12 for 32; two
+ * multiply-adds where gemm_rows_wt_f32's 8 x 4 blocks take 12 for 32; two
  * groups of 16 rows a pass, whose chains overlap (each output is one chain over
  * its terms, torch's order; 1, 3 or 4 groups ran slower).  On Zen 5, 1 x 512 @
  * 512 x 1536 (one token's in-projection) 66 -> 60 us, bound by the shuffles (about
@@ -233,26 +239,11 @@ void gemm_rows_wt_f32_avx512_r(float *c, int64_t rs_c, int64_t cs_c, const float
             gemm_row_wt_f32_avx512_groups(c + j * cs_c, rs_c, cs_c, a, rs_a, cs_a, b + j * cs_b,
                                           cs_b, k, kc, c_holds_value, 1, R);
     if (j < n)   /* the rest (all of it for one row 4 KiB apart): 8 at a time, then one by one */
-        for (int r = 0; r < R; r++)
-            gemm_row_wt_f32(c + r * rs_c + j * cs_c, cs_c, a + r * rs_a, cs_a, b + j * cs_b, cs_b,
-                            n - j, k, kc, c_holds_value);
+        gemm_rows_wt_f32_m(c + j * cs_c, rs_c, cs_c, a, rs_a, cs_a, b + j * cs_b, cs_b, R, n - j,
+                           k, kc, c_holds_value);
 }
 
-/* GEMM_SMALL_ROWS_WT: m (1 to GEMM_SMALL_ROWS_WT_MAX = 4) rows against B =
- * weight^T, m the constant R of body (float32 and float64 alike). */
-#define GEMM_ROWS_WT_FN(T, NAME, BODY)                                                     \
-    static void NAME(T *c, int64_t rs_c, int64_t cs_c, const T *a, int64_t rs_a,           \
-                     int64_t cs_a, const T *b, int64_t cs_b, int64_t m, int64_t n,         \
-                     int64_t k, int64_t kc, int c_holds_value)                              \
-    {                                                                                       \
-        switch (m) {                                                                        \
-        case 1: BODY(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 1); break; \
-        case 2: BODY(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 2); break; \
-        case 3: BODY(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 3); break; \
-        default: BODY(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 4);     \
-        }                                                                                   \
-    }
-GEMM_ROWS_WT_FN(float, gemm_rows_wt_f32_avx512, gemm_rows_wt_f32_avx512_r)
+GEMM_ROWS_WT_FN(float, gemm_rows_wt_f32_avx512, gemm_rows_wt_f32_avx512_r, )
 
 /* The direct loop, with FMA (vectorised over up to four vector registers of columns). */
 #define T float
@@ -357,7 +348,7 @@ static void gemm_copy_t_f64_avx512(double *strip, int NB, const double *b, int64
     gemm_copy_t_f64_from(strip, NB, b, cs_b, kb, nb, j);
 }
 
-/* gemm_row_wt_f64's contract: G groups of 8 rows of W side by side (G chains a
+/* gemm_rows_wt_f64's contract: G groups of 8 rows of W side by side (G chains a
  * step: one chain alone waits on the FMA latency), each step 8 terms of each
  * row (a cache line) transposed in registers.  The sums come from c and go
  * back to it in registers: through a stack array, the loads of the next pass
@@ -395,7 +386,7 @@ void gemm_row_wt_f64_avx512_groups(double *c, int64_t rs_c, int64_t cs_c, const 
                     acc[r][g] = _mm512_fmadd_pd(_mm512_set1_pd(a[r * rs_a + (p + q) * cs_a]), o[q],
                                                 acc[r][g]);
             w += 8 * cs_b;
-            __asm__("" : "+r"(w));   /* as in gemm_row_wt_f64_groups */
+            __asm__("" : "+r"(w));   /* as in gemm_rows_wt_f64_groups */
         }
     }
     for (; p < k; p++)   /* the last terms, one at a time */
@@ -441,13 +432,11 @@ void gemm_rows_wt_f64_avx512_r(double *c, int64_t rs_c, int64_t cs_c, const doub
         gemm_row_wt_f64_avx512_groups(c + j * cs_c, rs_c, cs_c, a, rs_a, cs_a, b + j * cs_b,
                                       cs_b, k, c_holds_value, 1, R);
     if (j < n)   /* the last columns: 4 at a time, then one by one */
-        for (int r = 0; r < R; r++)
-            gemm_row_wt_f64(c + r * rs_c + j * cs_c, cs_c, a + r * rs_a, cs_a, b + j * cs_b, cs_b,
-                            n - j, k, kc, c_holds_value);
+        gemm_rows_wt_f64_m(c + j * cs_c, rs_c, cs_c, a, rs_a, cs_a, b + j * cs_b, cs_b, R, n - j,
+                           k, kc, c_holds_value);
 }
 
-GEMM_ROWS_WT_FN(double, gemm_rows_wt_f64_avx512, gemm_rows_wt_f64_avx512_r)
-#undef GEMM_ROWS_WT_FN
+GEMM_ROWS_WT_FN(double, gemm_rows_wt_f64_avx512, gemm_rows_wt_f64_avx512_r, )
 
 #define T double
 #define VEC(op) avx512_f64_##op

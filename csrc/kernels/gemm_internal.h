@@ -81,8 +81,8 @@ static inline int64_t gemm_sum_block(int64_t k)
  * (m == 1, rs_b == 1) takes the direct loop at any size: packing would copy the
  * whole weight to use each element once (MultiheadAttention's one token, 1 x 512
  * @ 512 x 1536 float32 on a Zen 3: 395 us packed, 141 us direct), and so do up
- * to the path's rows_wt rows (AVX-512: 4, sharing each block of the weight
- * transposed in registers). */
+ * to the path's rows_wt rows (AVX-512 and AVX2: 4, sharing each block of the
+ * weight transposed in registers). */
 #define GEMM_SMALL_ROWS_WORK 32768.0
 
 /* ... and up to GEMM_DIRECT_ROWS rows against a B with contiguous rows up to
@@ -191,8 +191,8 @@ typedef struct {
     gemm_kernel_rows_f32_fn kernel_rows;   /* full tiles with A read in place, or NULL */
     int rows_wt;               /* up to this many rows against B = weight^T (rs_b == 1)
                                 * take the direct loop at any size, which shares each
-                                * block of B transposed in registers among them (AVX-512:
-                                * GEMM_SMALL_ROWS_WT); 0: only one row does */
+                                * block of B transposed in registers among them
+                                * (GEMM_SMALL_ROWS_WT); 0: only one row does */
 } gemm_microkernel_f32;
 
 typedef struct {

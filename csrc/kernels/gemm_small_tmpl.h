@@ -9,10 +9,11 @@
  *                       GEMM_SMALL_COLS / VEC(len) vector registers); 1 if unset
  *   GEMM_SMALL_COPY_T   (optional) a faster transposing copy for B strips
  *                       with rs_b == 1 (see gemm_copy_avx.h)
- *   GEMM_SMALL_ROW_WT   (optional) one row of A against such a B, transposed
- *                       in registers (gemm_row_wt_f32 / _f64, gemm_row_avx.h)
- *   GEMM_SMALL_ROWS_WT  (optional, instead) up to GEMM_SMALL_ROWS_WT_MAX rows
- *                       (m, rs_c, rs_a too) sharing each transposed block
+ *   GEMM_SMALL_ROWS_WT  (optional) up to GEMM_SMALL_ROWS_WT_MAX rows of A
+ *                       against such a B, each block of it transposed in
+ *                       registers once for all of them (gemm_row_avx.h); two
+ *                       rows and more only above GEMM_SMALL_ROWS_WT_WORK
+ *                       multiply-adds (optional, 0 if unset)
  *   GEMM_MADD(s, x, y)  the fused multiply-add s + x * y, one rounding:
  *                       fma/fmaf for the portable path (libm: the hardware
  *                       instruction when present), __builtin_fma* for the SIMD
@@ -286,14 +287,13 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
      * and every product took the scalar fallback below: 2x slower) */
     if (GEMM_CHAINS(T) && kc > GEMM_SMALL_STRIP_ELEMS / COLS)
         kc = GEMM_SMALL_STRIP_ELEMS / COLS;
-#if defined(GEMM_SMALL_ROWS_WT)
-    if (m <= GEMM_SMALL_ROWS_WT_MAX && rs_b == 1 && cs_b != 1) {
+#ifdef GEMM_SMALL_ROWS_WT
+#ifndef GEMM_SMALL_ROWS_WT_WORK
+#define GEMM_SMALL_ROWS_WT_WORK 0.0
+#endif
+    if (m <= GEMM_SMALL_ROWS_WT_MAX && rs_b == 1 && cs_b != 1
+            && (m == 1 || (double)m * (double)n * (double)k > GEMM_SMALL_ROWS_WT_WORK)) {
         GEMM_SMALL_ROWS_WT(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, m, n, k, kc, c_holds_value);
-        return;
-    }
-#elif defined(GEMM_SMALL_ROW_WT)
-    if (m == 1 && rs_b == 1 && cs_b != 1) {
-        GEMM_SMALL_ROW_WT(c, cs_c, a, cs_a, b, cs_b, n, k, kc, c_holds_value);
         return;
     }
 #endif
@@ -352,9 +352,9 @@ static void GEMM_SMALL_NAME(T *c, int64_t rs_c, int64_t cs_c,
 #undef GEMM_MADD
 #undef VEC
 #undef GEMM_SMALL_COPY_T
-#undef GEMM_SMALL_ROW_WT
 #undef GEMM_SMALL_ROWS_WT
 #undef GEMM_SMALL_ROWS_WT_MAX
+#undef GEMM_SMALL_ROWS_WT_WORK
 #undef GEMM_SMALL_NAME
 #undef GEMM_SMALL_COLS
 #undef GEMM_SMALL_ROWS
