@@ -120,7 +120,7 @@ static mk_cmat copy_view(void *dst, const mk_cmat *m, int64_t item)
  * place (no view object: the same pointer and strides the view a[0] would
  * have); anything else goes through batch0, and *hold keeps the converted copy
  * alive (NULL when reading in place). */
-static int batch0_view(PyArrayObject *a, int typenum, PyArrayObject **hold, mk_cmat *m)
+int batch0_view(PyArrayObject *a, int typenum, PyArrayObject **hold, mk_cmat *m)
 {
     if (PyArray_TYPE(a) == typenum && PyArray_ISALIGNED(a) && PyArray_ISNOTSWAPPED(a)) {
         const npy_intp item = (npy_intp)PyArray_ITEMSIZE(a);
@@ -439,7 +439,8 @@ static PyObject *myatt_backward(MyAttObject *self, PyObject *Q, PyObject *K, PyO
                                 PyObject *GO, PyObject *GA)
 {
     PyArrayObject *rq = NULL, *rk = NULL, *rv = NULL, *rgo = NULL, *rga = NULL;
-    PyArrayObject *q = NULL, *k = NULL, *v = NULL, *go = NULL, *ga = NULL;
+    PyArrayObject *hq = NULL, *hk = NULL, *hv = NULL, *hgo = NULL, *ga = NULL;
+    mk_cmat q, k, v, go;
     PyObject *result = NULL;
     const myatt_dtype *dt = self->dtype;
     const int typenum = dt->typenum;
@@ -457,8 +458,8 @@ static PyObject *myatt_backward(MyAttObject *self, PyObject *Q, PyObject *K, PyO
     if (check_grad_shape(rgo, 3, go_dims, "grad_output") < 0
             || (rga != NULL && check_grad_shape(rga, 2, ga_dims, "grad_attn_weights") < 0))
         goto fail;
-    if ((q = batch0(rq, typenum)) == NULL || (k = batch0(rk, typenum)) == NULL
-            || (v = batch0(rv, typenum)) == NULL || (go = batch0(rgo, typenum)) == NULL
+    if (batch0_view(rq, typenum, &hq, &q) < 0 || batch0_view(rk, typenum, &hk, &k) < 0
+            || batch0_view(rv, typenum, &hv, &v) < 0 || batch0_view(rgo, typenum, &hgo, &go) < 0
             || (rga != NULL && (ga = cast_array(rga, typenum, 0)) == NULL))
         goto fail;
 
@@ -466,12 +467,12 @@ static PyObject *myatt_backward(MyAttObject *self, PyObject *Q, PyObject *K, PyO
     memcpy(dims[0], PyArray_DIMS(rq), sizeof dims[0]);
     memcpy(dims[1], PyArray_DIMS(rk), sizeof dims[1]);
     memcpy(dims[2], PyArray_DIMS(rv), sizeof dims[2]);
-    const myatt_inputs in = myatt_inputs_of(self, cmat_of(q), cmat_of(k), cmat_of(v));
+    const myatt_inputs in = myatt_inputs_of(self, q, k, v);
     const mk_cmat gav = ga != NULL ? cmat_of(ga) : (mk_cmat){NULL};
     const myatt_state *st = myatt_state_of_type(Py_TYPE(self));
     if (st == NULL)
         goto fail;
-    result = myatt_grads_run(dt, (const npy_intp (*)[3])dims, &in, cmat_of(go),
+    result = myatt_grads_run(dt, (const npy_intp (*)[3])dims, &in, go,
                              ga != NULL ? &gav : NULL, NULL, NULL, "MyAtt.backward()",
                              st->myatt_grad_keys);
 fail:
@@ -480,10 +481,10 @@ fail:
     Py_XDECREF(rv);
     Py_XDECREF(rgo);
     Py_XDECREF(rga);
-    Py_XDECREF(q);
-    Py_XDECREF(k);
-    Py_XDECREF(v);
-    Py_XDECREF(go);
+    Py_XDECREF(hq);
+    Py_XDECREF(hk);
+    Py_XDECREF(hv);
+    Py_XDECREF(hgo);
     Py_XDECREF(ga);
     return result;
 }

@@ -156,15 +156,15 @@ static PyObject *pull_myatt(PullbackObject *self, PyArrayObject *rgo, PyObject *
 {
     const myatt_kept *kp = &self->kept;
     const int typenum = kp->dtype->typenum;
-    PyArrayObject *rga = NULL, *go = NULL, *ga = NULL, *item = NULL;
+    PyArrayObject *rga = NULL, *hgo = NULL, *ga = NULL;
     PyObject *result = NULL;
+    mk_cmat go;
     const npy_intp ga_dims[2] = {kp->q.rows, kp->w_attn.rows};   /* attn_weights' */
     if (GA != Py_None
             && ((rga = as_real_array(GA, "pullback(): grad_attn_weights")) == NULL
                 || check_cotangent(rga, 2, ga_dims, "grad_attn_weights") < 0))
         goto fail;
-    if ((item = (PyArrayObject *)PySequence_GetItem((PyObject *)rgo, 0)) == NULL
-            || (go = cast_array(item, typenum, 0)) == NULL
+    if (batch0_view(rgo, typenum, &hgo, &go) < 0
             || (rga != NULL && (ga = cast_array(rga, typenum, 0)) == NULL))
         goto fail;
     myatt_inputs in;
@@ -173,13 +173,12 @@ static PyObject *pull_myatt(PullbackObject *self, PyArrayObject *rgo, PyObject *
     const myatt_state *st = myatt_state_of_type(Py_TYPE(self));
     if (st == NULL)
         goto fail;
-    result = myatt_grads_run(kp->dtype, (const npy_intp (*)[3])kp->dims, &in, cmat_of(go),
+    result = myatt_grads_run(kp->dtype, (const npy_intp (*)[3])kp->dims, &in, go,
                              ga != NULL ? &gav : NULL, kp->aw, kp->applied, "pullback()",
                              st->myatt_grad_keys);
 fail:
     Py_XDECREF(rga);
-    Py_XDECREF(item);
-    Py_XDECREF(go);
+    Py_XDECREF(hgo);
     Py_XDECREF(ga);
     return result;
 }
