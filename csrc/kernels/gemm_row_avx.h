@@ -2,8 +2,9 @@
  * (GEMM_SMALL_ROWS_WT in gemm_small_tmpl.h), built from AVX2 + FMA
  * instructions: included by gemm_avx2.c and gemm_avx512.c after
  * MYATT_TARGET_PUSH, so compiled for each (gemm_avx512.c runs its own 16- and
- * 8-row zmm kernels first and these for the last columns).  The arithmetic is the contract of gemm_internal.h,
- * lane by lane: the same bits as every other route. */
+ * 8-row zmm kernels first and these for the last columns).  The arithmetic is
+ * the contract of gemm_internal.h, lane by lane: the same bits as every other
+ * route. */
 #include <immintrin.h>
 #include <stdint.h>
 
@@ -163,7 +164,9 @@ void gemm_rows_wt_f32(float *c, int64_t rs_c, int64_t cs_c, const float *a, int6
     else
         for (; j + 8 <= n; j += 8)
             GEMM_ROWS_WT_F32(1, lv);
-    switch ((n - j) / 8) {   /* the remaining whole groups of 8, with as many chains */
+    /* the remaining whole groups of 8 (fewer than the loop's G: the guards only keep
+     * variants that cannot run from being compiled), with as many chains */
+    switch ((n - j) / 8) {
     case 1:
         GEMM_ROWS_WT_F32(1, 0);
         break;
@@ -323,7 +326,7 @@ void gemm_rows_wt_f64(double *c, int64_t rs_c, int64_t cs_c, const double *a, in
     else
         for (; j + 8 <= n; j += 8)
             GEMM_ROWS_WT_F64(2, lv);
-    switch ((n - j) / 4) {   /* the remaining whole groups of 4, with as many chains */
+    switch ((n - j) / 4) {   /* the remaining whole groups of 4 (as float32's) */
 #define GEMM_ROWS_WT_CASE(G)                                                                   \
     case G:                                                                                    \
         if (G <= GMAX)                                                                         \
