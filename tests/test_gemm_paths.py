@@ -10,10 +10,10 @@ float64) of 4 x 8 / 4 x 4 (portable), 6 x 16 / 4 x 12 (avx2), 6 x 64 / 8 x 24 (a
 KC = the float32 summation block (k, k // 2 or 192) and 64 / 2048 (float64 portable / SIMD),
 MC = 6 .. 256, NC = 504 .. 4096 (n cut into equal blocks of at most NC), and the small
 direct loop (m * n * k <= 2048; m < MR, or m <= 16 and m * n * k <= 4 M, with contiguous
-rows of B; one row, and on AVX-512 up to 4, against B = weight^T at any size). The SIMD paths
-read A in place where its rows have contiguous columns (the C-ordered operands here) and pack
-it where they do not or a tile is an edge tile, so a test with edge tiles runs both. Operands are scaled as
-nn.Linear initialises a weight, so products stay unit-scale and default assert_close
+rows of B; one row, and on the SIMD paths up to 4, against B = weight^T at any size). The
+SIMD paths read A in place where its rows have contiguous columns (the C-ordered operands
+here) and pack it where they do not or a tile is an edge tile, so a test with edge tiles runs
+both. Operands are scaled as nn.Linear initialises a weight, so products stay unit-scale and default assert_close
 tolerances apply (see test_long_reductions.py for unit-scale long sums).
 """
 import json

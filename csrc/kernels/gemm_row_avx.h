@@ -354,9 +354,9 @@ void gemm_rows_wt_f64(double *c, int64_t rs_c, int64_t cs_c, const double *a, in
  * function's attributes. */
 #define GEMM_ROWS_WT_FN(T, NAME, BODY, ATTR)                                               \
     static ATTR                                                                             \
-    void NAME(T *c, int64_t rs_c, int64_t cs_c, const T *a, int64_t rs_a,                  \
-                     int64_t cs_a, const T *b, int64_t cs_b, int64_t m, int64_t n,         \
-                     int64_t k, int64_t kc, int c_holds_value)                              \
+    void NAME(T *c, int64_t rs_c, int64_t cs_c, const T *a, int64_t rs_a, int64_t cs_a,    \
+              const T *b, int64_t cs_b, int64_t m, int64_t n, int64_t k, int64_t kc,       \
+              int c_holds_value)                                                            \
     {                                                                                       \
         switch (m) {                                                                        \
         case 1: BODY(c, rs_c, cs_c, a, rs_a, cs_a, b, cs_b, n, k, kc, c_holds_value, 1); break; \
