@@ -227,9 +227,9 @@ def test_linear_row_against_weight_rows_1kib_apart(rng, dtype, n, k, width):
     line of each row per visit of a group (gemm_row_avx.h), and takes fewer rows at once
     where they share sets of L1 (gemm_rows_fit_l1_sets): the first k columns of an
     [n, width] weight (width 512: rows 2 KiB apart in float32, 4 KiB in float64; 1024:
-    float32's 16-row groups fall in one set and 8-row ones run instead), so that the blocks
-    end in steps of 4 (2) terms and single terms (k = 500, 121), with every tail of column
-    groups.  One row alone equals its row of the packed path, and torch."""
+    float32's rows in one set: AVX2 takes 8 at a time, AVX-512 16, whole lines), so that the
+    blocks end in steps of 4 (2) terms and single terms (k = 500, 121), with every tail of
+    column groups.  One row alone equals its row of the packed path, and torch."""
     x = scaled(rng, (50, k), dtype, k)
     w = scaled(rng, (n, width), dtype, k)[:, :k]
     bias = scaled(rng, (n,), dtype, k)
@@ -238,6 +238,28 @@ def test_linear_row_against_weight_rows_1kib_apart(rng, dtype, n, k, width):
         np.testing.assert_array_equal(myatt.linear(x[i], w, bias), whole[i])
         np.testing.assert_array_equal(myatt.linear(x[i], w), myatt.linear(x[i:i + 1], w)[0])
     check_linear(x[:1], w, bias)
+
+
+@pytest.mark.parametrize("offset", range(16))
+@pytest.mark.parametrize("k,width", [(5, 1024), (20, 1024), (193, 256), (1000, 1024)])
+def test_few_rows_against_weight_at_every_alignment(rng, dtype, offset, k, width):
+    """Weight rows a multiple of 64 bytes apart all start at the same place in a cache line:
+    `offset` elements past it (NumPy gives 16-byte aligned data).  AVX-512 float32 moves its
+    16-term windows onto the lines, with a part-window under a mask at each end of every
+    summation block (k = 5 and 20: a block shorter than the first part; 193 and 1000: several
+    blocks), and the terms keep their order: 1-4 rows equal their rows among 50, and torch."""
+    n, itemsize = 40, np.dtype(dtype).itemsize
+    buf = np.empty(n * width + 64 // itemsize + offset, dtype)
+    start = (-buf.ctypes.data % 64) // itemsize + offset
+    w = buf[start:start + n * width].reshape(n, width)[:, :k]
+    w[...] = scaled(rng, (n, k), dtype, k)
+    assert w.ctypes.data % 64 == offset * itemsize % 64
+    x = scaled(rng, (50, k), dtype, k)
+    bias = scaled(rng, (n,), dtype, k)
+    whole = myatt.linear(x, w, bias)
+    for i, m in [(0, 1), (5, 2), (10, 3), (20, 4)]:
+        np.testing.assert_array_equal(myatt.linear(x[i:i + m], w, bias), whole[i:i + m])
+    check_linear(x[:2], w, bias)
 
 
 @pytest.mark.parametrize("n,k", [(64, 32), (96, 32), (128, 64), (100, 300), (72, 40),

@@ -143,50 +143,84 @@ void gemm_row_wt_f32_avx512_transpose(const __m512 r[16], __m512 o[16])
     }
 }
 
+/* The terms [lo, hi) of a window of 16 (w = W[16 g, s], 0 <= lo < hi <= 16):
+ * the rows' lanes [lo, hi) loaded under a mask (the other lanes are never
+ * read: they may lie outside W), transposed, and their terms added in order
+ * (a = A[0, s]).  The windows at the ends of a block. */
+static inline __attribute__((always_inline))
+void gemm_row_wt_f32_avx512_part(__m512 *acc, const float *a, int64_t rs_a, int64_t cs_a,
+                                 const float *w, int64_t cs_b, int lo, int hi, const int R)
+{
+    const __mmask16 lanes = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+    __m512 rw[16], o[16];
+    for (int i = 0; i < 16; i++)
+        rw[i] = _mm512_maskz_loadu_ps(lanes, w + i * cs_b);
+    gemm_row_wt_f32_avx512_transpose(rw, o);
+    for (int q = lo; q < hi; q++)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * rs_a + q * cs_a]), o[q], acc[r]);
+}
+
+/* R rows of c against G groups of 16 columns (W's rows b, cs_b apart), kc
+ * blocks of 16-term windows.  h: where all of W's rows start the same number
+ * of floats past a 64-byte boundary (rows a multiple of 64 bytes apart), that
+ * number (else 0): the windows are then moved by it onto cache lines.  NumPy's
+ * 16-byte aligned rows 4 KiB apart (k = 1024), in one L1 set, had split every
+ * load over two lines: 2 x 1024 @ W[1024, 1024]^T ran at 40 % of the speed of
+ * k = 1040.  The order of the terms is the same either way (windows only group
+ * them). */
 static inline __attribute__((always_inline))
 void gemm_row_wt_f32_avx512_groups(float *c, int64_t rs_c, int64_t cs_c, const float *a,
                                    int64_t rs_a, int64_t cs_a, const float *b, int64_t cs_b,
-                                   int64_t k, int64_t kc, int c_holds_value, const int G,
+                                   int64_t k, int64_t kc, int c_holds_value, int h, const int G,
                                    const int R)
 {
     for (int64_t p0 = 0; p0 < k; p0 += kc) {
         const int64_t p1 = k - p0 < kc ? k : p0 + kc;   /* the block [p0, p1) */
-        __m512 acc[4][2];
-        for (int r = 0; r < R; r++)
-            for (int g = 0; g < G; g++)
-                acc[r][g] = _mm512_setzero_ps();
+        __m512 acc[2][4];
+        for (int g = 0; g < G; g++)
+            for (int r = 0; r < R; r++)
+                acc[g][r] = _mm512_setzero_ps();
         int64_t p = p0;
+        const int head = (int)((16 - (p0 + h) % 16) % 16);   /* terms before a line starts */
+        if (head > 0) {   /* the window from the line before: its last terms */
+            const int lo = 16 - head, hi = p1 - p0 < head ? lo + (int)(p1 - p0) : 16;
+            for (int g = 0; g < G; g++)
+                gemm_row_wt_f32_avx512_part(acc[g], a + (p0 - lo) * cs_a, rs_a, cs_a,
+                                            b + 16 * g * cs_b + p0 - lo, cs_b, lo, hi, R);
+            p += hi - lo;
+        }
         for (; p + 16 <= p1; p += 16)
             for (int g = 0; g < G; g++) {   /* not unrolled: spills, 10-25 % slower */
                 __m512 rw[16], o[16];
-                for (int i = 0; i < 16; i++)
-                    rw[i] = _mm512_loadu_ps(b + (16 * g + i) * cs_b + p);
+                const float *w = b + 16 * g * cs_b + p;
+                for (int i = 0; i < 16; i++) {
+                    rw[i] = _mm512_loadu_ps(w);
+                    w += cs_b;
+                    __asm__("" : "+r"(w));   /* one pointer, not 16 (they were spilled) */
+                }
                 gemm_row_wt_f32_avx512_transpose(rw, o);
                 for (int q = 0; q < 16; q++)
 #pragma GCC unroll 4
                     for (int r = 0; r < R; r++)
-                        acc[r][g] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * rs_a + (p + q) * cs_a]),
-                                                    o[q], acc[r][g]);
+                        acc[g][r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * rs_a + (p + q) * cs_a]),
+                                                    o[q], acc[g][r]);
             }
-        for (; p < p1; p++)   /* the block's last terms, one at a time */
-            for (int g = 0; g < G; g++) {
-                _Alignas(64) float w[16];
-                for (int i = 0; i < 16; i++)
-                    w[i] = b[(16 * g + i) * cs_b + p];
-                for (int r = 0; r < R; r++)
-                    acc[r][g] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * rs_a + p * cs_a]),
-                                                _mm512_load_ps(w), acc[r][g]);
-            }
+        if (p < p1)   /* the block's last terms */
+            for (int g = 0; g < G; g++)
+                gemm_row_wt_f32_avx512_part(acc[g], a + p * cs_a, rs_a, cs_a,
+                                            b + 16 * g * cs_b + p, cs_b, 0, (int)(p1 - p), R);
         const int onto_c = c_holds_value || p0 > 0;
         for (int r = 0; r < R; r++)
             for (int g = 0; g < G; g++) {
                 float *c_g = c + r * rs_c + 16 * g * cs_c;
                 if (cs_c == 1) {
-                    _mm512_storeu_ps(c_g, onto_c ? _mm512_add_ps(_mm512_loadu_ps(c_g), acc[r][g])
-                                                 : acc[r][g]);
+                    _mm512_storeu_ps(c_g, onto_c ? _mm512_add_ps(_mm512_loadu_ps(c_g), acc[g][r])
+                                                 : acc[g][r]);
                 } else {
                     _Alignas(64) float t[16];
-                    _mm512_store_ps(t, acc[r][g]);
+                    _mm512_store_ps(t, acc[g][r]);
                     for (int j = 0; j < 16; j++)
                         c_g[j * cs_c] = onto_c ? c_g[j * cs_c] + t[j] : t[j];
                 }
@@ -230,15 +264,17 @@ void gemm_rows_wt_f32_avx512_r(float *c, int64_t rs_c, int64_t cs_c, const float
 {
     int64_t j = 0;
     const int64_t row_bytes = cs_b * (int64_t)sizeof(float);
+    const int h = row_bytes % 64 == 0 ? (int)((uintptr_t)b % 64 / sizeof(float)) : 0;
     if (gemm_rows_fit_l1_sets(row_bytes, 32))
         for (; j + 32 <= n; j += 32)
             gemm_row_wt_f32_avx512_groups(c + j * cs_c, rs_c, cs_c, a, rs_a, cs_a, b + j * cs_b,
-                                          cs_b, k, kc, c_holds_value, 2, R);
-    if (R > 1 || gemm_rows_fit_l1_sets(row_bytes, 16))   /* R > 1: shared, even so */
+                                          cs_b, k, kc, c_holds_value, h, 2, R);
+    /* R > 1: the block shared, even so; rows a multiple of 64 bytes apart: whole lines */
+    if (R > 1 || row_bytes % 64 == 0 || gemm_rows_fit_l1_sets(row_bytes, 16))
         for (; j + 16 <= n; j += 16)
             gemm_row_wt_f32_avx512_groups(c + j * cs_c, rs_c, cs_c, a, rs_a, cs_a, b + j * cs_b,
-                                          cs_b, k, kc, c_holds_value, 1, R);
-    if (j < n)   /* the rest (all of it for one row 4 KiB apart): 8 at a time, then one by one */
+                                          cs_b, k, kc, c_holds_value, h, 1, R);
+    if (j < n)   /* the rest: 8 at a time, then one by one */
         gemm_rows_wt_f32_m(c + j * cs_c, rs_c, cs_c, a, rs_a, cs_a, b + j * cs_b, cs_b, R, n - j,
                            k, kc, c_holds_value);
 }
