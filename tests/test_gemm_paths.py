@@ -244,10 +244,12 @@ def test_linear_row_against_weight_rows_1kib_apart(rng, dtype, n, k, width):
 @pytest.mark.parametrize("k,width", [(5, 1024), (20, 1024), (193, 256), (1000, 1024)])
 def test_few_rows_against_weight_at_every_alignment(rng, dtype, offset, k, width):
     """Weight rows a multiple of 64 bytes apart all start at the same place in a cache line:
-    `offset` elements past it (NumPy gives 16-byte aligned data).  AVX-512 float32 moves its
-    16-term windows onto the lines, with a part-window under a mask at each end of every
-    summation block (k = 5 and 20: a block shorter than the first part; 193 and 1000: several
-    blocks), and the terms keep their order: 1-4 rows equal their rows among 50, and torch."""
+    `offset` elements past it (NumPy gives 16-byte aligned data).  With rows 4 KiB apart
+    (float32, width 1024) AVX-512 moves its 16-term windows onto the lines, with a part-window
+    under a mask at each end of every summation block (k = 5 and 20: a block shorter than the
+    first part; 1000: several blocks); 1 KiB apart (width 256, k = 193 in two blocks) it keeps
+    them in place, a part-window at each block's end.  The terms keep their order: 1-4 rows
+    equal their rows among 50, and torch."""
     n, itemsize = 40, np.dtype(dtype).itemsize
     buf = np.empty(n * width + 64 // itemsize + offset, dtype)
     start = (-buf.ctypes.data % 64) // itemsize + offset

@@ -163,13 +163,12 @@ void gemm_row_wt_f32_avx512_part(__m512 *acc, const float *a, int64_t rs_a, int6
 }
 
 /* R rows of c against G groups of 16 columns (W's rows b, cs_b apart), kc
- * blocks of 16-term windows.  h: where all of W's rows start the same number
- * of floats past a 64-byte boundary (rows a multiple of 64 bytes apart), that
- * number (else 0): the windows are then moved by it onto cache lines.  NumPy's
- * 16-byte aligned rows 4 KiB apart (k = 1024), in one L1 set, had split every
- * load over two lines: 2 x 1024 @ W[1024, 1024]^T ran at 40 % of the speed of
- * k = 1040.  The order of the terms is the same either way (windows only group
- * them). */
+ * blocks of 16-term windows.  h: 0, or the number of floats past a 64-byte
+ * boundary at which all of W's rows start (rows a multiple of 64 bytes apart),
+ * and the windows are moved by it onto cache lines.  NumPy's 16-byte aligned
+ * rows 4 KiB apart (k = 1024), in one L1 set, had split every load over two
+ * lines: 2 x 1024 @ W[1024, 1024]^T ran at 40 % of the speed of k = 1040.  The
+ * order of the terms is the same either way (windows only group them). */
 static inline __attribute__((always_inline))
 void gemm_row_wt_f32_avx512_groups(float *c, int64_t rs_c, int64_t cs_c, const float *a,
                                    int64_t rs_a, int64_t cs_a, const float *b, int64_t cs_b,
@@ -264,7 +263,11 @@ void gemm_rows_wt_f32_avx512_r(float *c, int64_t rs_c, int64_t cs_c, const float
 {
     int64_t j = 0;
     const int64_t row_bytes = cs_b * (int64_t)sizeof(float);
-    const int h = row_bytes % 64 == 0 ? (int)((uintptr_t)b % 64 / sizeof(float)) : 0;
+    /* 16 rows in fewer sets of L1 than they need (4 KiB apart, and more): their
+     * windows onto the lines (elsewhere the parts of windows cost more than the
+     * split loads: 1 x 256 @ [256, 256] 5.2 against 5.6 us) */
+    const int h = row_bytes % 64 == 0 && !gemm_rows_fit_l1_sets(row_bytes, 16)
+                  ? (int)((uintptr_t)b % 64 / sizeof(float)) : 0;
     if (gemm_rows_fit_l1_sets(row_bytes, 32))
         for (; j + 32 <= n; j += 32)
             gemm_row_wt_f32_avx512_groups(c + j * cs_c, rs_c, cs_c, a, rs_a, cs_a, b + j * cs_b,
