@@ -201,7 +201,9 @@ def test_few_rows_against_weight_equal_their_rows_among_many(rng, dtype, n, k, w
     the SIMD paths, each block of the weight (AVX-512: 16 x 16 float32, 8 x 8 float64; AVX2:
     8 x 4, 4 x 2) transposed in registers once for all of them, on AVX-512 the columns past
     the last whole group by the AVX2 loop (AVX2 float32 below 32 K multiply-adds: the strip
-    copy, n = 33); 5 rows and more the packed panels, as every size on the portable path.
+    copy, n = 33); so do 5-8 rows, 4 at a time, where they are more than one tile of the
+    packed path and not a whole number of them (float32: 7 and 8; AVX2 float64: 5-7); the
+    others the packed panels, as every size on the portable path.
     Weight rows 1-4 KiB apart (width 256, 512, 1024: fewer of them at once, on AVX-512 shared
     even where they fall in one set of L1), float32 k in several summation blocks (300, 500,
     1000), an input with strided rows. Each block of rows equals its rows among 50, with bias
@@ -212,11 +214,12 @@ def test_few_rows_against_weight_equal_their_rows_among_many(rng, dtype, n, k, w
     whole = myatt.linear(x, w, bias)
     whole_nb = myatt.linear(x, w)
     x_f = np.asfortranarray(x)
-    for i, m in [(0, 2), (7, 3), (20, 4), (45, 5)]:
+    for i, m in [(0, 2), (7, 3), (20, 4), (45, 5), (10, 6), (30, 7), (40, 8)]:
         np.testing.assert_array_equal(myatt.linear(x[i:i + m], w, bias), whole[i:i + m])
         np.testing.assert_array_equal(myatt.linear(x_f[i:i + m], w, bias), whole[i:i + m])
         np.testing.assert_array_equal(myatt.linear(x[i:i + m], w), whole_nb[i:i + m])
     check_linear(x[:3], w, bias)
+    check_linear(x[:7], w, bias)
 
 
 @pytest.mark.parametrize("n,k,width", [(33, 512, 512), (40, 500, 512), (56, 256, 512),

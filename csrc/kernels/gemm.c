@@ -41,7 +41,9 @@ static int gemm_use_direct(int64_t m, int64_t n, int64_t k, int mr, int rows_wt,
     return GEMM_FORCE_PATH == 2;
 #else
     const double work = (double)m * (double)n * (double)k;
-    return work <= GEMM_SMALL_WORK || ((m == 1 || m <= rows_wt) && rs_b == 1)
+    return work <= GEMM_SMALL_WORK
+           || ((m == 1 || m <= rows_wt || (m > mr && m % mr != 0 && m <= 2 * rows_wt))
+               && rs_b == 1)
            || (m < mr && (cs_b == 1 || work <= GEMM_SMALL_ROWS_WORK))
            || (m <= GEMM_DIRECT_ROWS && cs_b == 1 && work <= GEMM_DIRECT_ROWS_WORK);
 #endif

@@ -82,7 +82,9 @@ static inline int64_t gemm_sum_block(int64_t k)
  * whole weight to use each element once (MultiheadAttention's one token, 1 x 512
  * @ 512 x 1536 float32 on a Zen 3: 395 us packed, 141 us direct), and so do up
  * to the path's rows_wt rows (AVX-512 and AVX2: 4, sharing each block of the
- * weight transposed in registers). */
+ * weight transposed in registers), and up to twice that many in calls of
+ * rows_wt rows where they are more than one MR tile and not a whole number of
+ * tiles (gemm_small_rows in gemm_tmpl.h). */
 #define GEMM_SMALL_ROWS_WORK 32768.0
 
 /* ... and up to GEMM_DIRECT_ROWS rows against a B with contiguous rows up to
@@ -192,7 +194,8 @@ typedef struct {
     int rows_wt;               /* up to this many rows against B = weight^T (rs_b == 1)
                                 * take the direct loop at any size, which shares each
                                 * block of B transposed in registers among them
-                                * (GEMM_SMALL_ROWS_WT); 0: only one row does */
+                                * (GEMM_SMALL_ROWS_WT; more rows: gemm_use_direct);
+                                * 0: only one row does */
 } gemm_microkernel_f32;
 
 typedef struct {
