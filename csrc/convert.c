@@ -321,16 +321,6 @@ PyArrayObject *private_cast(PyArrayObject *a, int typenum)
     return c;
 }
 
-PyObject *private_array(PyObject *obj, int typenum, const char *what)
-{
-    PyArrayObject *raw = as_real_array(obj, what);
-    if (raw == NULL)
-        return NULL;
-    PyArrayObject *a = private_cast(raw, typenum);
-    Py_DECREF(raw);
-    return (PyObject *)a;
-}
-
 const myatt_dtype *result_dtype(PyArrayObject *const *ops, int n)
 {
     const myatt_dtype *best = MYATT_DTYPE_DEFAULT;
@@ -413,7 +403,7 @@ int dtype_converter(PyObject *obj, int *typenum)
     return 1;
 }
 
-int size_arg(PyObject *obj, const char *what, Py_ssize_t *size)
+int size_arg(PyObject *obj, const char *what, Py_ssize_t min, Py_ssize_t *size)
 {
     /* Python and NumPy integers (operator.index), but not bool or float. */
     if (PyBool_Check(obj) || !PyIndex_Check(obj)) {
@@ -429,8 +419,8 @@ int size_arg(PyObject *obj, const char *what, Py_ssize_t *size)
     Py_DECREF(index);
     if (v == -1 && PyErr_Occurred())
         return -1;
-    if (overflow < 0 || (overflow == 0 && v < 0)) {
-        PyErr_Format(PyExc_ValueError, "%s must be >= 0, got %R", what, obj);
+    if (overflow < 0 || (overflow == 0 && v < min)) {
+        PyErr_Format(PyExc_ValueError, "%s must be >= %zd, got %R", what, min, obj);
         return -1;
     }
     if (overflow > 0 || v > PY_SSIZE_T_MAX) {
@@ -481,6 +471,26 @@ void name_memory_error(const char *what)
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
+}
+
+int float_arg(PyObject *obj, const char *what, const char *more, double *out)
+{
+    if (!PyBool_Check(obj)) {
+        *out = PyFloat_AsDouble(obj);
+        if (!(*out == -1.0 && PyErr_Occurred()))
+            return 0;
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {   /* an int past DBL_MAX */
+            PyErr_Clear();
+            PyErr_Format(PyExc_OverflowError, "%s is too large for a float", what);
+            return -1;
+        }
+        if (!PyErr_ExceptionMatches(PyExc_TypeError))
+            return -1;   /* raised by the object's own __float__: its class */
+        PyErr_Clear();
+    }
+    PyErr_Format(PyExc_TypeError, "%s must be a float%s, got %.100s", what, more,
+                 Py_TYPE(obj)->tp_name);
+    return -1;
 }
 
 const char *type_short_name(PyTypeObject *type)

@@ -44,11 +44,6 @@ PyArrayObject *as_real_array(PyObject *obj, const char *what);
  * with `contiguous`, C-contiguous: `a` itself when it already is (new reference). */
 PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous);
 
-/* obj as an array of `typenum` that nothing else holds (myatt.vjp's copies):
- * converted as the forward converts it (as_real_array, cast_array), copied
- * when the conversion gave the caller's memory.  New reference, or NULL. */
-PyObject *private_array(PyObject *obj, int typenum, const char *what);
-
 /* cast_array(a, typenum, 0), copied when that is `a` itself: an array that
  * nothing else holds (new reference), or NULL. */
 PyArrayObject *private_cast(PyArrayObject *a, int typenum);
@@ -97,9 +92,9 @@ int dtype_arg(PyObject *obj, const char *owner, const myatt_dtype **dtype);
 /* dtype_arg as a PyArg "O&" converter (owner "myatt"): 1, or 0 with the error set. */
 int dtype_converter(PyObject *obj, int *typenum);
 
-/* A size argument (in_features, query_size, ...): an integer >= 0.
+/* A size argument (in_features, query_size, ...): an integer >= `min`.
  * Returns 0, or -1 with TypeError / ValueError / MemoryError naming `what`. */
-int size_arg(PyObject *obj, const char *what, Py_ssize_t *size);
+int size_arg(PyObject *obj, const char *what, Py_ssize_t min, Py_ssize_t *size);
 
 /* A new uninitialised C-contiguous array of `typenum` (a row of the dtype table),
  * or NULL with MemoryError naming `what` ("linear(): result") when its byte
@@ -109,6 +104,11 @@ PyObject *new_array(int ndim, const npy_intp *dims, int typenum, const char *wha
 /* If the current exception is a MemoryError (a copy of an input NumPy could not
  * allocate), replace it by one whose message starts with `what`. */
 void name_memory_error(const char *what);
+
+/* A real-number argument (a float, an int, anything with __float__; not a
+ * bool) as a double: 0, or -1 with TypeError "<what> must be a float<more>,
+ * got <type>" (more: e.g. " or None") or OverflowError naming `what`. */
+int float_arg(PyObject *obj, const char *what, const char *more, double *out);
 
 /* A vectorcall's arguments (args[0:nargs] positional, then the values of
  * kwnames) handed to a tp_call-style `call` as a tuple and a dict (or NULL):

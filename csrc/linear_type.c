@@ -8,6 +8,7 @@
 #include "linear_ops.h"
 #include "pieces.h"
 #include "state_dict.h"
+#include "vjp.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -92,8 +93,8 @@ static PyObject *Linear_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_DECREF(rest);
     if (!ok)
         return NULL;
-    if (size_arg(in_obj, "Linear(): in_features", &in_features) < 0
-            || size_arg(out_obj, "Linear(): out_features", &out_features) < 0)
+    if (size_arg(in_obj, "Linear(): in_features", 0, &in_features) < 0
+            || size_arg(out_obj, "Linear(): out_features", 0, &out_features) < 0)
         return NULL;
     if (dtype_obj != NULL && dtype_arg(dtype_obj, "Linear", &dtype) < 0)
         return NULL;
@@ -115,8 +116,22 @@ static void Linear_dealloc(LinearObject *self)
 
 /* ---- forward --------------------------------------------------------------- */
 
-static PyObject *linear_forward(LinearObject *self, PyObject *input)
+/* layer(input).  With `saved` (myatt.vjp) the same result, computed from private
+ * copies of the parameters and the input (in the layer's dtype), which
+ * saved[0..2] get (input, weight, bias or None; the caller releases them, also
+ * when NULL is returned): the pullback reads what the forward read. */
+static PyObject *linear_forward_impl(LinearObject *self, PyObject *input, PyObject *saved[3])
 {
+    const void *bias = self->bias ? PyArray_DATA(self->bias) : NULL;
+    PyArrayObject *weight = self->weight;
+    if (saved != NULL) {
+        if ((saved[1] = (PyObject *)copy_array(self->weight)) == NULL
+            || (saved[2] = self->bias ? (PyObject *)copy_array(self->bias)
+                                      : Py_NewRef(Py_None)) == NULL)
+            return NULL;
+        weight = (PyArrayObject *)saved[1];
+        bias = self->bias ? PyArray_DATA((PyArrayObject *)saved[2]) : NULL;
+    }
     PyArrayObject *raw = as_real_array(input, "Linear: input");
     if (raw == NULL)
         return NULL;
@@ -124,14 +139,32 @@ static PyObject *linear_forward(LinearObject *self, PyObject *input)
         Py_DECREF(raw);
         return NULL;
     }
-    PyArrayObject *x = cast_array(raw, self->dtype->typenum, 0);
+    PyArrayObject *x = saved != NULL ? private_cast(raw, self->dtype->typenum)
+                                     : cast_array(raw, self->dtype->typenum, 0);
     Py_DECREF(raw);
     if (x == NULL)
         return NULL;
-    PyObject *out = linear_apply(x, cmat_of(self->weight),
-                                 self->bias ? PyArray_DATA(self->bias) : NULL, self->dtype);
-    Py_DECREF(x);
+    PyObject *out = linear_apply(x, cmat_of(weight), bias, self->dtype);
+    if (saved != NULL)
+        saved[0] = (PyObject *)x;
+    else
+        Py_DECREF(x);
     return out;
+}
+
+static PyObject *linear_forward(LinearObject *self, PyObject *input)
+{
+    return linear_forward_impl(self, input, NULL);
+}
+
+PyObject *linear_forward_keep(PyObject *self, PyObject *args, PyObject *kwds,
+                              PyObject *saved[3])
+{
+    static char *kwlist[] = {"input", NULL};
+    PyObject *input;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:Linear.__call__", kwlist, &input))
+        return NULL;
+    return linear_forward_impl((LinearObject *)self, input, saved);
 }
 
 static PyObject *Linear_call(LinearObject *self, PyObject *args, PyObject *kwds)

@@ -56,7 +56,7 @@ static int flag_arg(PyObject *obj, int *flag)
 static int dim_arg(PyObject *obj, const char *what, Py_ssize_t embed_dim, Py_ssize_t *dim)
 {
     *dim = embed_dim;
-    return obj == NULL || obj == Py_None ? 0 : size_arg(obj, what, dim);
+    return obj == NULL || obj == Py_None ? 0 : size_arg(obj, what, 0, dim);
 }
 
 static int dropout_arg(PyObject *obj, double *p)
@@ -64,13 +64,7 @@ static int dropout_arg(PyObject *obj, double *p)
     *p = 0.0;
     if (obj == NULL)
         return 0;
-    if (PyBool_Check(obj) || !(PyFloat_Check(obj) || PyLong_Check(obj) || PyNumber_Check(obj))) {
-        PyErr_Format(PyExc_TypeError, OWNER "(): dropout must be a float, got %.100s",
-                     Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    *p = PyFloat_AsDouble(obj);
-    if (*p == -1.0 && PyErr_Occurred())
+    if (float_arg(obj, OWNER "(): dropout", "", p) < 0)
         return -1;
     if (!(*p >= 0.0 && *p <= 1.0)) {
         PyErr_Format(PyExc_ValueError, OWNER "(): dropout must be in [0, 1], got %R", obj);
@@ -140,14 +134,9 @@ static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Py_ssize_t E, H, kdim, vdim;
     int bias = 1, add_bias_kv = 0, add_zero_attn = 0, batch_first = 0;
     double dropout;
-    if (size_arg(e_obj, OWNER "(): embed_dim", &E) < 0
-            || size_arg(h_obj, OWNER "(): num_heads", &H) < 0)
+    if (size_arg(e_obj, OWNER "(): embed_dim", 1, &E) < 0
+            || size_arg(h_obj, OWNER "(): num_heads", 1, &H) < 0)
         return NULL;
-    if (E <= 0 || H <= 0) {
-        PyErr_Format(PyExc_ValueError, OWNER "(): embed_dim and num_heads must be greater than "
-                     "0, got embed_dim=%zd and num_heads=%zd", E, H);
-        return NULL;
-    }
     if (E % H != 0) {
         PyErr_Format(PyExc_ValueError, OWNER "(): embed_dim must be divisible by num_heads, "
                      "got embed_dim=%zd and num_heads=%zd", E, H);

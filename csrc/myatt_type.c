@@ -52,7 +52,7 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     const linear_init init = rebuild ? LINEAR_INIT_ZEROS : LINEAR_INIT_TORCH;
     for (int i = 0; i < 5; i++)
-        if (size_arg(objs[i], what[i], &sizes[i]) < 0)
+        if (size_arg(objs[i], what[i], 0, &sizes[i]) < 0)
             return NULL;
     if (dtype_obj != NULL && dtype_arg(dtype_obj, "MyAtt", &dtype) < 0)
         return NULL;

@@ -184,14 +184,7 @@ static int sdpa_parse(PyObject *module, PyObject *args, PyObject *kwds, int priv
     /* 1. Scalars: dropout_p in [0, 1], scale a real number or None. */
     double dropout_p = 0.0, scale = 0.0;
     if (dropout_obj != NULL) {
-        if (PyBool_Check(dropout_obj) || !(PyFloat_Check(dropout_obj) || PyLong_Check(dropout_obj)
-                                           || PyNumber_Check(dropout_obj))) {
-            PyErr_Format(PyExc_TypeError, WHAT "dropout_p must be a float, got %.100s",
-                         Py_TYPE(dropout_obj)->tp_name);
-            return -1;
-        }
-        dropout_p = PyFloat_AsDouble(dropout_obj);
-        if (dropout_p == -1.0 && PyErr_Occurred())
+        if (float_arg(dropout_obj, WHAT "dropout_p", "", &dropout_p) < 0)
             return -1;
         if (!(dropout_p >= 0.0 && dropout_p <= 1.0)) {
             PyErr_Format(PyExc_ValueError, WHAT "dropout_p must be in [0, 1], got %R",
@@ -199,21 +192,8 @@ static int sdpa_parse(PyObject *module, PyObject *args, PyObject *kwds, int priv
             return -1;
         }
     }
-    if (scale_obj != Py_None) {
-        if (PyBool_Check(scale_obj)) {
-            PyErr_SetString(PyExc_TypeError, WHAT "scale must be a float or None, got bool");
-            return -1;
-        }
-        scale = PyFloat_AsDouble(scale_obj);
-        if (scale == -1.0 && PyErr_Occurred()) {
-            if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-                PyErr_Clear();
-                PyErr_Format(PyExc_TypeError, WHAT "scale must be a float or None, got %.100s",
-                             Py_TYPE(scale_obj)->tp_name);
-            }
-            return -1;
-        }
-    }
+    if (scale_obj != Py_None && float_arg(scale_obj, WHAT "scale", " or None", &scale) < 0)
+        return -1;
 
     /* 2. Arrays and their shapes. */
     if ((rq = as_real_array(q_obj, WHAT "query")) == NULL

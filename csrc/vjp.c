@@ -22,6 +22,7 @@
  * from several threads at a time. */
 #include "vjp.h"
 
+#include "checks.h"
 #include "interop.h"
 #include "linear_ops.h"
 #include "linear_type.h"
@@ -247,8 +248,19 @@ static PyObject *Pullback_call(PullbackObject *self, PyObject *args, PyObject *k
 {
     static char *kw_two[] = {"grad_output", "grad_attn_weights", NULL};
     static char *kw_one[] = {"grad_output", NULL};
-    PyObject *GO, *GA = Py_None, *result = NULL;
-    if (self->kind == VJP_MYATT || self->kind == VJP_MHA
+    PyObject *GO, *GA = Py_None, *result = NULL, *key;
+    const int two = self->kind == VJP_MYATT || self->kind == VJP_MHA;
+    /* a keyword this pullback does not take, named (CPython's parser first counts
+     * the arguments: "takes at most 1 argument (2 given)") */
+    for (Py_ssize_t pos = 0; kwds != NULL && PyDict_Next(kwds, &pos, &key, NULL);)
+        if (!PyUnicode_Check(key) || !(PyUnicode_CompareWithASCIIString(key, kw_two[0]) == 0
+                                       || (two && PyUnicode_CompareWithASCIIString(
+                                                      key, kw_two[1]) == 0))) {
+            PyErr_Format(PyExc_TypeError, "pullback() got an unexpected keyword argument %R",
+                         key);
+            return NULL;
+        }
+    if (two
             ? !PyArg_ParseTupleAndKeywords(args, kwds, "O|O:pullback", kw_two, &GO, &GA)
             : !PyArg_ParseTupleAndKeywords(args, kwds, "O:pullback", kw_one, &GO))
         return NULL;
@@ -498,66 +510,62 @@ static int function_kind(PyObject *module, PyObject *fn)
     return strcmp(name, kind_names[VJP_SDPA]) == 0 ? VJP_SDPA : -1;
 }
 
-/* What a function's pullback keeps (its result already computed). */
-static int keep_function(PullbackObject *pb, PyObject *module, PyObject *args, PyObject *kwds,
-                         PyObject *result)
+/* fn(*args, **kwds) of a function, and what its pullback keeps.  linear and bmm
+ * run on private copies of their array arguments (once they are checked),
+ * converted as they convert them (to the result's dtype), which the pullback keeps: it reads what the
+ * forward read, even where converting an argument twice would not give the
+ * same values (a list that another thread changes).  softmax keeps a copy of
+ * its result (which the caller may change) and `dim`. */
+static PyObject *function_forward_keep(PullbackObject *pb, PyObject *module, PyObject *fn,
+                                       PyObject *args, PyObject *kwds)
 {
     static char *kw_linear[] = {"input", "weight", "bias", NULL};
     static char *kw_softmax[] = {"input", "dim", NULL};
     static char *kw_bmm[] = {"input", "mat2", NULL};
-    PyObject *a = NULL, *b = NULL, *c = NULL;
-    PyArrayObject *r = (PyArrayObject *)result;
-    const int typenum = PyArray_TYPE(r);
+    static const char *const what[][3] = {
+        {"linear(): input", "linear(): weight", "linear(): bias"}, {NULL},
+        {"bmm(): input", "bmm(): mat2", NULL}};
+    PyObject *ops[3] = {NULL, NULL, NULL}, *result = NULL;
     if ((pb->backward = PyObject_GetAttrString(module, backward_names[pb->kind])) == NULL)
-        return -1;
-    switch (pb->kind) {
-    case VJP_LINEAR:
-        if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:linear", kw_linear, &a, &b, &c))
-            return -1;
-        pb->nsaved = 3;
-        pb->saved[0] = private_array(a, typenum, "vjp(): input");
-        pb->saved[1] = private_array(b, typenum, "vjp(): weight");
-        pb->saved[2] = c == NULL || c == Py_None ? Py_NewRef(Py_None)
-                                                 : private_array(c, typenum, "vjp(): bias");
-        break;
-    case VJP_SOFTMAX:
-        if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:softmax", kw_softmax, &a, &b))
-            return -1;
-        pb->nsaved = b == NULL ? 1 : 2;
-        pb->saved[0] = (PyObject *)copy_array(r);   /* the result may change */
-        if (b != NULL)   /* an int (softmax took it): no reference back to anything */
-            pb->saved[1] = PyNumber_Index(b);
-        break;
-    default:
-        if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:bmm", kw_bmm, &a, &b))
-            return -1;
-        pb->nsaved = 2;
-        pb->saved[0] = private_array(a, typenum, "vjp(): input");
-        pb->saved[1] = private_array(b, typenum, "vjp(): mat2");
+        return NULL;
+    if (pb->kind == VJP_SOFTMAX) {
+        if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:softmax", kw_softmax, &ops[0],
+                                         &ops[1])
+                || (result = PyObject_Call(fn, args, kwds)) == NULL)
+            return NULL;
+        pb->nsaved = ops[1] == NULL ? 1 : 2;
+        pb->saved[0] = (PyObject *)copy_array((PyArrayObject *)result);
+        if (ops[1] != NULL)   /* an int (softmax took it): no reference back to anything */
+            pb->saved[1] = PyNumber_Index(ops[1]);
+    } else {
+        if (pb->kind == VJP_LINEAR
+                ? !PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:linear", kw_linear, &ops[0],
+                                               &ops[1], &ops[2])
+                : !PyArg_ParseTupleAndKeywords(args, kwds, "OO:bmm", kw_bmm, &ops[0], &ops[1]))
+            return NULL;
+        const int n = pb->kind == VJP_LINEAR ? 3 : 2;
+        PyArrayObject *raw[3] = {NULL, NULL, NULL};
+        int ok = 1;
+        for (int i = 0; i < n && ok; i++)
+            ok = (i == 2 && (ops[i] == NULL || ops[i] == Py_None))   /* no bias */
+                 || (raw[i] = as_real_array(ops[i], what[pb->kind][i])) != NULL;
+        ok = ok && (pb->kind == VJP_LINEAR ? check_linear_operands("linear()", raw[0], raw[1],
+                                                                   raw[2])
+                                           : check_bmm_operands("bmm()", raw[0], raw[1])) == 0;
+        const int typenum = ok ? result_dtype(raw, n)->typenum : 0;
+        pb->nsaved = n;
+        for (int i = 0; i < n && ok; i++)
+            ok = (pb->saved[i] = raw[i] == NULL ? Py_NewRef(Py_None)
+                                 : (PyObject *)private_cast(raw[i], typenum)) != NULL;
+        for (int i = 0; i < n; i++)
+            Py_XDECREF(raw[i]);
+        if (ok)
+            result = PyObject_Vectorcall(fn, pb->saved, (size_t)n, NULL);
     }
-    for (int i = 0; i < pb->nsaved; i++)
+    for (int i = 0; i < pb->nsaved && result != NULL; i++)
         if (pb->saved[i] == NULL)
-            return -1;
-    return 0;
-}
-
-static int keep_linear_object(PullbackObject *pb, LinearObject *layer, PyObject *args,
-                              PyObject *kwds)
-{
-    static char *kwlist[] = {"input", NULL};
-    PyObject *x;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:Linear.__call__", kwlist, &x))
-        return -1;
-    pb->dtype = layer->dtype;
-    pb->nsaved = 3;
-    pb->saved[0] = private_array(x, layer->dtype->typenum, "vjp(): input");
-    pb->saved[1] = (PyObject *)copy_array(layer->weight);
-    pb->saved[2] = layer->bias != NULL ? (PyObject *)copy_array(layer->bias)
-                                       : Py_NewRef(Py_None);
-    for (int i = 0; i < 3; i++)
-        if (pb->saved[i] == NULL)
-            return -1;
-    return 0;
+            Py_CLEAR(result);
+    return result;
 }
 
 PyDoc_STRVAR(vjp_doc,
@@ -571,7 +579,8 @@ PyDoc_STRVAR(vjp_doc,
 "----------\n"
 "fn : callable\n"
 "    `linear`, `softmax`, `bmm`, `scaled_dot_product_attention`, or a\n"
-"    `Linear`, `MyAtt` or `MultiheadAttention` object (subclasses included).\n"
+"    `Linear`, `MyAtt` or `MultiheadAttention` object (subclasses included:\n"
+"    vjp runs the type's own forward, not a `__call__` that overrides it).\n"
 "*args, **kwargs\n"
 "    The arguments of ``fn``, as it takes them.\n"
 "\n"
@@ -673,7 +682,13 @@ static PyObject *myatt_vjp(PyObject *module, PyObject *args, PyObject *kwds)
     memset(&pb->mkept, 0, sizeof pb->mkept);
 
     PyArrayObject *out;
-    if (kind == VJP_MYATT || kind == VJP_MHA) {
+    if (kind == VJP_LINEAR_OBJ) {
+        pb->dtype = ((LinearObject *)fn)->dtype;
+        pb->nsaved = 3;
+        if ((result = linear_forward_keep(fn, rest, kwds, pb->saved)) == NULL)
+            goto fail;
+        out = (PyArrayObject *)result;
+    } else if (kind == VJP_MYATT || kind == VJP_MHA) {
         result = kind == VJP_MYATT ? myatt_forward_keep(fn, rest, kwds, &pb->kept)
                                    : mha_forward_keep(fn, rest, kwds, &pb->mkept);
         if (result == NULL)
@@ -684,17 +699,9 @@ static PyObject *myatt_vjp(PyObject *module, PyObject *args, PyObject *kwds)
             goto fail;
         out = (PyArrayObject *)result;
     } else {
-        if ((result = PyObject_Call(fn, rest, kwds)) == NULL)
+        if ((result = function_forward_keep(pb, module, fn, rest, kwds)) == NULL)
             goto fail;
-        if (!PyArray_Check(result)) {   /* a subclass's __call__ that returns something else */
-            PyErr_Format(PyExc_TypeError, "vjp(): %R returned %.100s, not an array", fn,
-                         Py_TYPE(result)->tp_name);
-            goto fail;
-        }
         out = (PyArrayObject *)result;
-        if (kind == VJP_LINEAR_OBJ ? keep_linear_object(pb, (LinearObject *)fn, rest, kwds) < 0
-                                   : keep_function(pb, module, rest, kwds, result) < 0)
-            goto fail;
     }
     pb->out_ndim = PyArray_NDIM(out);
     if (pb->out_ndim > 0)   /* a 0-d result (softmax of a 0-d input) has no dims */

@@ -6,6 +6,13 @@
 
 #include "state.h"
 
+/* layer(*args, **kwds) of a Linear `self` (args parsed as Linear.__call__), its
+ * own forward on private copies of the input and the parameters, which saved[0],
+ * saved[1], saved[2] get (input, weight, bias or None; NULL-filled by the
+ * caller, which releases them, also when NULL is returned). */
+PyObject *linear_forward_keep(PyObject *self, PyObject *args, PyObject *kwds,
+                              PyObject *saved[3]);
+
 /* What a MyAtt forward keeps for its pullback: private copies (C-contiguous,
  * in the module's dtype) that nothing else writes, all in one block (at the
  * seed's shape, nine arrays cost more than the forward: vjp took 2.2 us for

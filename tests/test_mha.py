@@ -831,6 +831,7 @@ CTOR_TYPE_ERRORS = [
     ("heads-str", (4, "2"), {}, TypeError, ["num_heads"]),
     ("kdim-float", (4, 2), {"kdim": 3.0}, TypeError, ["kdim"]),
     ("dropout-str", (4, 2), {"dropout": "0.1"}, TypeError, ["dropout"]),
+    ("dropout-complex", (4, 2), {"dropout": 1j}, TypeError, ["dropout"]),
     ("dtype-int32", (4, 2), {"dtype": np.int32}, TypeError, ["dtype"]),
     ("dtype-float16", (4, 2), {"dtype": "float16"}, TypeError, ["dtype"]),
     ("dtype-positional", (4, 2, 0.0, True, False, False, None, None, False, np.float64), {},

@@ -567,6 +567,19 @@ def test_backward_nan_inf(where, value):
     check_backward(a["q"], a["k"], a["v"], attn_mask=a["mask"], equal_nan=True)
 
 
+@pytest.mark.parametrize("where", ["q", "k", "scale"])
+def test_backward_empty_output_gives_zeros(where):
+    """Ev == 0: the output depends on nothing, so every gradient is zero (torch's too),
+    also where NaN or inf scores would make the softmax's gradient NaN."""
+    rng = np.random.default_rng(34)
+    a = {"q": make(rng, (2, 4, 3), np.float64), "k": make(rng, (2, 5, 3), np.float64)}
+    kw = {"scale": np.inf} if where == "scale" else {}
+    if where != "scale":
+        a[where][1, 2, 0] = np.nan
+    *_, ours = check_backward(a["q"], a["k"], np.zeros((2, 5, 0)), **kw)
+    assert not any(g.any() for g in ours[:3])
+
+
 def test_backward_saturated_scores():
     """Scores of 1e4 and more (query * 1e4), where a long reduction meets a large
     log-sum-exp.  float64: torch's gradients at default tolerances.  float32: the scores
@@ -877,6 +890,11 @@ def _errors():
         ("dropout nan", ValueError, "dropout_p", lambda: sdpa(q, k, v, dropout_p=float("nan"))),
         ("dropout str", TypeError, "dropout_p", lambda: sdpa(q, k, v, dropout_p="0.1")),
         ("scale str", TypeError, "scale", lambda: sdpa(q, k, v, scale="1")),
+        ("dropout complex", TypeError, "dropout_p", lambda: sdpa(q, k, v, dropout_p=1j)),
+        ("dropout array", TypeError, "dropout_p",
+         lambda: sdpa(q, k, v, dropout_p=np.array([0.5, 0.1]))),
+        ("dropout huge", OverflowError, "dropout_p", lambda: sdpa(q, k, v, dropout_p=10**400)),
+        ("scale huge", OverflowError, "scale", lambda: sdpa(q, k, v, scale=10**400)),
     ]
 
 

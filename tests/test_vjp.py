@@ -301,6 +301,53 @@ def test_in_place_changes_after_vjp(rng, dtype):
     same_bits(pull(g1, g2), want)
 
 
+class _Drifting:
+    """An array-like whose every conversion gives new values (as a list that
+    another thread keeps changing)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __array__(self, dtype=None, copy=None):
+        self.a = self.a + 1
+        return self.a if dtype is None else self.a.astype(dtype)
+
+
+def test_forward_and_pullback_read_the_same_values(rng, dtype):
+    """The pullback's gradients are those at the values the result was computed
+    from: an input converted once, a layer's own forward on the copies it keeps
+    (a subclass's __call__ is not called, as for MyAtt and MultiheadAttention)."""
+    go = data(rng, (5, 6), dtype)
+    w = np.eye(6, dtype=dtype)                       # y is the x the forward read
+    x = _Drifting(data(rng, (5, 6), dtype))
+    y, pull = myatt.vjp(myatt.linear, x, w)
+    same_bits(pull(go), myatt.linear_backward(go, y, w))
+    a = _Drifting(data(rng, (1, 5, 6), dtype))
+    y, pull = myatt.vjp(myatt.bmm, a, w[None])
+    same_bits(pull(go[None]), myatt.bmm_backward(go[None], y, w[None]))
+
+    class Rogue(myatt.Linear):
+        def __call__(self, x):                       # another shape, and the weights gone
+            self.weight[...] = 0
+            return np.zeros(1, dtype)
+
+    lin = Rogue(6, 50_000, dtype=dtype)
+    saved = lin.weight.copy()
+    x = data(rng, (2, 6), dtype)
+    y, pull = myatt.vjp(lin, x)
+    same_bits(lin.weight, saved)
+    same_bits((y,), (myatt.Linear.__call__(lin, x),))
+    with pytest.raises(ValueError, match=r"grad_output must have shape \(2, 50000\)"):
+        pull(np.ones(1, dtype))
+    go = data(rng, (2, 50_000), dtype)
+    same_bits(pull(go), lin.backward(x, go))
+    x = _Drifting(data(rng, (2, 6), dtype))
+    lin = myatt.Linear(6, 6, bias=False, dtype=dtype)
+    lin.weight = np.eye(6)
+    y, pull = myatt.vjp(lin, x)
+    same_bits(pull(go[:, :6]), lin.backward(y, go[:, :6]))
+
+
 # --------------------------------------------------------------------------- #
 # repr, errors
 # --------------------------------------------------------------------------- #
@@ -361,11 +408,15 @@ def test_bad_cotangents(rng):
         pull()
     with pytest.raises(TypeError):
         pull(np.ones((1, 4, 32)), None, None)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'grad_weights'"):
+        pull(np.ones((1, 4, 32)), grad_weights=None)
     _, pull = myatt.vjp(myatt.linear, np.ones((2, 3)), np.ones((4, 3)))
     with pytest.raises(ValueError, match=r"pullback\(\): grad_output must have shape \(2, 4\)"):
         pull(np.ones((2, 3)))
     with pytest.raises(TypeError):               # one cotangent for a function
         pull(np.ones((2, 4)), np.ones((2, 4)))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'grad_attn_weights'"):
+        pull(np.ones((2, 4)), grad_attn_weights=None)
     with pytest.raises(TypeError, match="grad_output"):
         pull(None)
 

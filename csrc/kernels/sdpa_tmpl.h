@@ -879,9 +879,10 @@ static int SUF(sdpa_backward_impl)(const sdpa_grads *g, const sdpa_problem *p)
         nb *= p->batch[d];
     const int64_t nq = sdpa_own_items(p, &p->q), nk = sdpa_own_items(p, &p->k);
     const int64_t nv = sdpa_own_items(p, &p->v);
-    if (nb == 0 || L == 0) {
-        /* no output rows: the gradients are sums of no terms, zeros (without this,
-         * a batch of 2**50 empty items, broadcast, ran for hours: fuzz_python.py) */
+    if (nb == 0 || L == 0 || Ev == 0) {
+        /* no output elements: the gradients are sums of no terms, zeros (without
+         * this, a batch of 2**50 empty items, broadcast, ran for hours:
+         * fuzz_python.py; with Ev == 0, scores of NaN gave NaN where torch gives 0) */
         for (int64_t i = 0; i < nq * L * E; i++)
             ((T *)g->dq)[i] = 0;
         for (int64_t i = 0; i < nk * S * E; i++)
