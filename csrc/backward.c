@@ -72,9 +72,9 @@ static PyObject *myatt_linear_backward(PyObject *module, PyObject *args, PyObjec
         goto fail;
     PyArrayObject *ops[4] = {rg, rx, rw, rb};
     const myatt_dtype *dt = result_dtype(ops, 4);
-    if ((g = cast_array(rg, dt->typenum, 0)) == NULL
-            || (x = cast_array(rx, dt->typenum, 0)) == NULL
-            || (w = cast_array(rw, dt->typenum, 0)) == NULL)
+    if ((g = cast_array(rg, dt->typenum, 0, "linear_backward(): grad_output")) == NULL
+            || (x = cast_array(rx, dt->typenum, 0, "linear_backward(): input")) == NULL
+            || (w = cast_array(rw, dt->typenum, 0, "linear_backward(): weight")) == NULL)
         goto fail;
     result = linear_grad_apply(x, g, cmat_of(w), rb != NULL, dt);
 fail:
@@ -153,8 +153,8 @@ static PyObject *myatt_softmax_backward(PyObject *module, PyObject *args, PyObje
         goto fail;
     PyArrayObject *ops[2] = {rg, ry};
     const myatt_dtype *dt = result_dtype(ops, 2);
-    if ((g = cast_array(rg, dt->typenum, 1)) == NULL
-            || (y = cast_array(ry, dt->typenum, 1)) == NULL
+    if ((g = cast_array(rg, dt->typenum, 1, "softmax_backward(): grad_output")) == NULL
+            || (y = cast_array(ry, dt->typenum, 1, "softmax_backward(): output")) == NULL
             || (out = new_array(ndim, PyArray_DIMS(y), dt->typenum,
                                 "softmax_backward(): the result")) == NULL)
         goto fail;
@@ -239,9 +239,9 @@ static PyObject *myatt_bmm_backward(PyObject *module, PyObject *args, PyObject *
     }
     PyArrayObject *ops[3] = {rg, ra, rb};
     const myatt_dtype *dt = result_dtype(ops, 3);
-    if ((g = cast_array(rg, dt->typenum, 0)) == NULL
-            || (a = cast_array(ra, dt->typenum, 0)) == NULL
-            || (b = cast_array(rb, dt->typenum, 0)) == NULL
+    if ((g = cast_array(rg, dt->typenum, 0, "bmm_backward(): grad_output")) == NULL
+            || (a = cast_array(ra, dt->typenum, 0, "bmm_backward(): input")) == NULL
+            || (b = cast_array(rb, dt->typenum, 0, "bmm_backward(): mat2")) == NULL
             || (ga = (PyArrayObject *)new_array(3, PyArray_DIMS(a), dt->typenum,
                                                 "bmm_backward(): grad_input")) == NULL
             || (gb = (PyArrayObject *)new_array(3, PyArray_DIMS(b), dt->typenum,

@@ -156,7 +156,7 @@ PyArrayObject *as_real_array(PyObject *obj, const char *what)
     return (PyArrayObject *)arr;
 }
 
-PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous)
+PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous, const char *what)
 {
     /* Already as asked (the common case): `a` itself, as PyArray_FromArray
      * would return it, without building and checking a descriptor. */
@@ -168,7 +168,11 @@ PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous)
         flags |= NPY_ARRAY_C_CONTIGUOUS;
     /* PyArray_FromArray steals the descriptor and returns `a` itself (a new
      * reference) when nothing needs to change. */
-    return (PyArrayObject *)PyArray_FromArray(a, PyArray_DescrFromType(typenum), flags);
+    PyArrayObject *c = (PyArrayObject *)PyArray_FromArray(a, PyArray_DescrFromType(typenum),
+                                                          flags);
+    if (c == NULL)
+        name_memory_error(what);
+    return c;
 }
 
 /* ---- result memory ----------------------------------------------------------
@@ -311,12 +315,13 @@ void private_block_free(void *p)
     mk_data_free(p);
 }
 
-PyArrayObject *private_cast(PyArrayObject *a, int typenum)
+PyArrayObject *private_cast(PyArrayObject *a, int typenum, const char *what)
 {
-    PyArrayObject *c = cast_array(a, typenum, 0);
+    PyArrayObject *c = cast_array(a, typenum, 0, what);
     if (c == a) {
         Py_DECREF(c);
-        c = copy_array(a);
+        if ((c = copy_array(a)) == NULL)
+            name_memory_error(what);
     }
     return c;
 }
@@ -448,14 +453,24 @@ PyObject *new_array(int ndim, const npy_intp *dims, int typenum, const char *wha
     PyObject *old = data_handler_begin((size_t)bytes);
     PyObject *a = PyArray_SimpleNew(ndim, (npy_intp *)dims, typenum);
     data_handler_end(old);
-    /* NumPy says ValueError ("array is too big") for some sizes it will not
-     * allocate, MemoryError for others: both are MemoryError here, naming `what`. */
+    /* NumPy says ValueError ("array is too big") for some shapes it will not
+     * allocate (also of 0 bytes: a dimension past its limit), MemoryError for
+     * others: both are MemoryError here, naming `what` (and NumPy's reason). */
     if (a == NULL && (PyErr_ExceptionMatches(PyExc_MemoryError)
                       || PyErr_ExceptionMatches(PyExc_ValueError))) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_MemoryError, "%s of shape %s (%zd bytes) cannot be allocated",
-                     what, shape_str(shape, sizeof shape, ndim, dims),
-                     (Py_ssize_t)bytes);
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        shape_str(shape, sizeof shape, ndim, dims);
+        if (type == PyExc_ValueError)
+            PyErr_Format(PyExc_MemoryError, "%s of shape %s (%zd bytes) cannot be allocated: %S",
+                         what, shape, (Py_ssize_t)bytes, value ? value : Py_None);
+        else
+            PyErr_Format(PyExc_MemoryError, "%s of shape %s (%zd bytes) cannot be allocated",
+                         what, shape, (Py_ssize_t)bytes);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
     }
     return a;
 }

@@ -71,9 +71,9 @@ static PyObject *linear_impl(PyObject *input_obj, PyObject *weight_obj, PyObject
         goto fail;
     PyArrayObject *ops[3] = {rx, rw, rb};
     const myatt_dtype *dt = result_dtype(ops, 3);
-    if ((x = cast_array(rx, dt->typenum, 0)) == NULL
-            || (w = cast_array(rw, dt->typenum, 0)) == NULL
-            || (rb != NULL && (b = cast_array(rb, dt->typenum, 1)) == NULL))
+    if ((x = cast_array(rx, dt->typenum, 0, "linear(): input")) == NULL
+            || (w = cast_array(rw, dt->typenum, 0, "linear(): weight")) == NULL
+            || (rb != NULL && (b = cast_array(rb, dt->typenum, 1, "linear(): bias")) == NULL))
         goto fail;
     result = linear_apply(x, cmat_of(w), b ? PyArray_DATA(b) : NULL, dt);
 fail:
@@ -160,12 +160,10 @@ static PyObject *softmax_impl(PyObject *module, PyObject *input_obj, PyObject *d
         return NULL;
     }
     const myatt_dtype *dt = result_dtype(&raw, 1);
-    PyArrayObject *x = cast_array(raw, dt->typenum, 1);
+    PyArrayObject *x = cast_array(raw, dt->typenum, 1, "softmax(): a contiguous copy of input");
     Py_DECREF(raw);
-    if (x == NULL) {
-        name_memory_error("softmax(): a contiguous copy of input");
+    if (x == NULL)
         return NULL;
-    }
     PyObject *out = new_array(ndim, PyArray_DIMS(x), dt->typenum, "softmax(): the result");
     if (out == NULL) {
         Py_DECREF(x);
@@ -253,8 +251,8 @@ static PyObject *bmm_impl(PyObject *a_obj, PyObject *b_obj)
         goto fail;
     PyArrayObject *ops[2] = {ra, rb};
     const myatt_dtype *dt = result_dtype(ops, 2);
-    if ((a = cast_array(ra, dt->typenum, 0)) == NULL
-            || (b = cast_array(rb, dt->typenum, 0)) == NULL)
+    if ((a = cast_array(ra, dt->typenum, 0, "bmm(): input")) == NULL
+            || (b = cast_array(rb, dt->typenum, 0, "bmm(): mat2")) == NULL)
         goto fail;
     npy_intp bt = PyArray_DIM(a, 0), n = PyArray_DIM(a, 1), m = PyArray_DIM(a, 2);
     npy_intp p = PyArray_DIM(b, 2), dims[3] = {bt, n, p};

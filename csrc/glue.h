@@ -41,12 +41,13 @@
 PyArrayObject *as_real_array(PyObject *obj, const char *what);
 
 /* `a` as `typenum` (a row of the dtype table), aligned, native byte order and,
- * with `contiguous`, C-contiguous: `a` itself when it already is (new reference). */
-PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous);
+ * with `contiguous`, C-contiguous: `a` itself when it already is (new reference),
+ * or NULL (a MemoryError names `what`, as "linear(): input: Unable to ..."). */
+PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous, const char *what);
 
 /* cast_array(a, typenum, 0), copied when that is `a` itself: an array that
- * nothing else holds (new reference), or NULL. */
-PyArrayObject *private_cast(PyArrayObject *a, int typenum);
+ * nothing else holds (new reference), or NULL (a MemoryError names `what`). */
+PyArrayObject *private_cast(PyArrayObject *a, int typenum, const char *what);
 
 /* A copy of `a` (an ndarray, same dtype): one memcpy where `a` is C- or
  * Fortran-contiguous (the copy then has the same layout: MultiheadAttention's

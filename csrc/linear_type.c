@@ -17,21 +17,16 @@
 
 /* ---- construction ---------------------------------------------------------- */
 
-/* A new uninitialised parameter array; MemoryError naming it (not numpy's
- * ValueError) when its byte count overflows or it cannot be allocated. */
-static PyArrayObject *new_param(int ndim, npy_intp *dims, int typenum, const char *what)
-{
-    return (PyArrayObject *)new_array(ndim, dims, typenum, what);
-}
-
 static PyObject *Linear_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                                    PyObject *kwnames);
 
 LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_features,
                             Py_ssize_t out_features, int bias, const myatt_dtype *dtype,
-                            linear_init init, int transposed)
+                            linear_init init, int transposed, const char *name)
 {
-    static const char what_w[] = "Linear(): weight [out_features, in_features]";
+    char what_w[128], what_b[128];   /* a MemoryError names the parameter */
+    snprintf(what_w, sizeof what_w, "%sweight [out_features, in_features]", name);
+    snprintf(what_b, sizeof what_b, "%sbias [out_features]", name);
     npy_intp wdims[2] = {out_features, in_features};
     LinearObject *self = (LinearObject *)type->tp_alloc(type, 0);
     if (self == NULL)
@@ -42,11 +37,11 @@ LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_f
     self->dtype = dtype;
     self->weight = transposed
                    ? new_transposed_array(out_features, in_features, dtype->typenum, what_w)
-                   : new_param(2, wdims, dtype->typenum, what_w);
+                   : (PyArrayObject *)new_array(2, wdims, dtype->typenum, what_w);
     if (self->weight == NULL)
         goto fail;
     if (bias) {
-        self->bias = new_param(1, wdims, dtype->typenum, "Linear(): bias [out_features]");
+        self->bias = (PyArrayObject *)new_array(1, wdims, dtype->typenum, what_b);
         if (self->bias == NULL)
             goto fail;
     }
@@ -102,7 +97,8 @@ static PyObject *Linear_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (bias < 0)
         return NULL;
     return (PyObject *)linear_create(st, type, in_features, out_features, bias, dtype,
-                                     rebuild ? LINEAR_INIT_ZEROS : LINEAR_INIT_TORCH, 0);
+                                     rebuild ? LINEAR_INIT_ZEROS : LINEAR_INIT_TORCH, 0,
+                                     "Linear(): ");
 }
 
 static void Linear_dealloc(LinearObject *self)
@@ -139,8 +135,8 @@ static PyObject *linear_forward_impl(LinearObject *self, PyObject *input, PyObje
         Py_DECREF(raw);
         return NULL;
     }
-    PyArrayObject *x = saved != NULL ? private_cast(raw, self->dtype->typenum)
-                                     : cast_array(raw, self->dtype->typenum, 0);
+    PyArrayObject *x = saved != NULL ? private_cast(raw, self->dtype->typenum, "Linear: input")
+                                     : cast_array(raw, self->dtype->typenum, 0, "Linear: input");
     Py_DECREF(raw);
     if (x == NULL)
         return NULL;
@@ -371,8 +367,9 @@ static PyObject *Linear_backward(LinearObject *self, PyObject *args, PyObject *k
     if (check_in_features("Linear.backward(): input", rx, self->in_features) < 0
             || check_grad_output_rows("Linear.backward()", rx, rg, self->out_features) < 0)
         goto fail;
-    if ((x = cast_array(rx, self->dtype->typenum, 0)) == NULL
-            || (g = cast_array(rg, self->dtype->typenum, 0)) == NULL
+    if ((x = cast_array(rx, self->dtype->typenum, 0, "Linear.backward(): input")) == NULL
+            || (g = cast_array(rg, self->dtype->typenum, 0, "Linear.backward(): grad_output"))
+                   == NULL
             || (grads = linear_grad_apply(x, g, cmat_of(self->weight), self->bias != NULL,
                                           self->dtype)) == NULL)
         goto fail;

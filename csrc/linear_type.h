@@ -23,9 +23,10 @@ typedef enum {
 } linear_init;
 
 /* A new Linear (of `type`: Linear or a subclass), its parameters as `init` says,
- * its weight stored transposed when `transposed` (new_transposed_array). */
+ * its weight stored transposed when `transposed` (new_transposed_array); a
+ * MemoryError names the parameter after `name` ("Linear(): ", "MyAtt(): attn."). */
 LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_features,
                             Py_ssize_t out_features, int bias, const myatt_dtype *dtype,
-                            linear_init init, int transposed);
+                            linear_init init, int transposed, const char *name);
 
 #endif

@@ -187,7 +187,8 @@ static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
      * xavier_uniform_ of the input projections, zeros for in_proj_bias and
      * out_proj.bias, xavier_normal_ of bias_k then bias_v. */
     self->out_proj = linear_create(st, st->linear_type, E, E, bias, dtype,
-                                   rebuild ? LINEAR_INIT_ZEROS : LINEAR_INIT_TORCH, 1);
+                                   rebuild ? LINEAR_INIT_ZEROS : LINEAR_INIT_TORCH, 1,
+                                   OWNER "(): out_proj.");
     if (self->out_proj == NULL)
         goto fail;
     if (!rebuild) {
@@ -246,13 +247,13 @@ static PyArrayObject *canonical_mask(PyArrayObject *m, const char *name, const m
                      name, (PyObject *)PyArray_DESCR(m));
         return NULL;
     }
-    if (t != NPY_BOOL)
-        return cast_array(m, dt->typenum, 1);
-    PyArrayObject *b = cast_array(m, NPY_BOOL, 1);
-    if (b == NULL)
-        return NULL;
     char what[64];
     snprintf(what, sizeof what, FWD "%s", name);
+    if (t != NPY_BOOL)
+        return cast_array(m, dt->typenum, 1, what);
+    PyArrayObject *b = cast_array(m, NPY_BOOL, 1, what);
+    if (b == NULL)
+        return NULL;
     PyArrayObject *f = (PyArrayObject *)new_array(PyArray_NDIM(b), PyArray_DIMS(b),
                                                  dt->typenum, what);
     if (f != NULL) {
@@ -394,13 +395,15 @@ static int forward_args(MHAObject *self, PyObject *q_obj, PyObject *k_obj, PyObj
     }
 
     /* 3. conversion to the module's dtype, C-contiguous (one copy of a shared array) */
-    if ((a->q = cast_array(rq, dt->typenum, 1)) == NULL)
+    if ((a->q = cast_array(rq, dt->typenum, 1, FWD "query")) == NULL)
         goto done;
-    a->k = rk == rq ? (PyArrayObject *)Py_NewRef(a->q) : cast_array(rk, dt->typenum, 1);
+    a->k = rk == rq ? (PyArrayObject *)Py_NewRef(a->q)
+                    : cast_array(rk, dt->typenum, 1, FWD "key");
     if (a->k == NULL)
         goto done;
     a->v = rv == rk ? (PyArrayObject *)Py_NewRef(a->k)
-           : rv == rq ? (PyArrayObject *)Py_NewRef(a->q) : cast_array(rv, dt->typenum, 1);
+           : rv == rq ? (PyArrayObject *)Py_NewRef(a->q)
+                      : cast_array(rv, dt->typenum, 1, FWD "value");
     if (a->v == NULL)
         goto done;
     if (rkpm != NULL && (a->kpm = canonical_mask(rkpm, "key_padding_mask", dt)) == NULL)
@@ -639,9 +642,10 @@ PyObject *mha_grads_run(const mha_kept *kept, PyArrayObject *grad_output, PyArra
     PyArrayObject *go = NULL, *gwc = NULL;
     PyArrayObject *g[MHA_KEPT_INPUTS + MHA_KEPT_PARAMS] = {NULL};   /* as mha_kept_names */
     PyObject *result = NULL;
-    if (gw != NULL && (gwc = cast_array(gw, dt->typenum, 1)) == NULL)
+    if (gw != NULL
+            && (gwc = cast_array(gw, dt->typenum, 1, "pullback(): grad_attn_weights")) == NULL)
         goto done;
-    if ((go = cast_array(grad_output, dt->typenum, 1)) == NULL)
+    if ((go = cast_array(grad_output, dt->typenum, 1, "pullback(): grad_output")) == NULL)
         goto done;
     /* every gradient shaped as what it differentiates; query, key and value apart */
     for (int i = 0; i < MHA_KEPT_INPUTS + MHA_KEPT_PARAMS; i++) {

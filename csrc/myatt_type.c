@@ -72,10 +72,12 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->output_size = os;
     self->dtype = dtype;
     /* torch's order of draws: attn's weight and bias, then attn_combine's. */
-    self->attn = linear_create(st, st->linear_type, qs + ks, v1, 1, self->dtype, init, 0);
+    self->attn = linear_create(st, st->linear_type, qs + ks, v1, 1, self->dtype, init, 0,
+                               "MyAtt(): attn.");
     if (self->attn == NULL)
         goto fail;
-    self->attn_combine = linear_create(st, st->linear_type, qs + v2, os, 1, self->dtype, init, 0);
+    self->attn_combine = linear_create(st, st->linear_type, qs + v2, os, 1, self->dtype, init, 0,
+                                       "MyAtt(): attn_combine.");
     if (self->attn_combine == NULL)
         goto fail;
     return (PyObject *)self;
@@ -97,12 +99,12 @@ static void MyAtt_dealloc(MyAttObject *self)
 
 /* Batch item 0 of a checked 3-D array, in the module's dtype (only it is used,
  * so only it is converted). */
-static PyArrayObject *batch0(PyArrayObject *a, int typenum)
+static PyArrayObject *batch0(PyArrayObject *a, int typenum, const char *what)
 {
     PyObject *item = PySequence_GetItem((PyObject *)a, 0);
     if (item == NULL)
         return NULL;
-    PyArrayObject *cast = cast_array((PyArrayObject *)item, typenum, 0);
+    PyArrayObject *cast = cast_array((PyArrayObject *)item, typenum, 0, what);
     Py_DECREF(item);
     return cast;
 }
@@ -120,7 +122,8 @@ static mk_cmat copy_view(void *dst, const mk_cmat *m, int64_t item)
  * place (no view object: the same pointer and strides the view a[0] would
  * have); anything else goes through batch0, and *hold keeps the converted copy
  * alive (NULL when reading in place). */
-int batch0_view(PyArrayObject *a, int typenum, PyArrayObject **hold, mk_cmat *m)
+int batch0_view(PyArrayObject *a, int typenum, const char *what, PyArrayObject **hold,
+                mk_cmat *m)
 {
     if (PyArray_TYPE(a) == typenum && PyArray_ISALIGNED(a) && PyArray_ISNOTSWAPPED(a)) {
         const npy_intp item = (npy_intp)PyArray_ITEMSIZE(a);
@@ -129,7 +132,7 @@ int batch0_view(PyArrayObject *a, int typenum, PyArrayObject **hold, mk_cmat *m)
                        PyArray_STRIDES(a)[1] / item, PyArray_STRIDES(a)[2] / item};
         return 0;
     }
-    if ((*hold = batch0(a, typenum)) == NULL)
+    if ((*hold = batch0(a, typenum, what)) == NULL)
         return -1;
     *m = cmat_of(*hold);
     return 0;
@@ -269,9 +272,9 @@ static PyObject *myatt_forward_impl(MyAttObject *self, PyObject *Q, PyObject *K,
             || (rk = as_real_array(K, "MyAtt: K")) == NULL
             || (rv = as_real_array(V, "MyAtt: V")) == NULL
             || check_qkv(self, rq, rk, rv) < 0
-            || batch0_view(rq, typenum, &hq, &q) < 0
-            || batch0_view(rk, typenum, &hk, &k) < 0
-            || batch0_view(rv, typenum, &hv, &v) < 0)
+            || batch0_view(rq, typenum, "MyAtt: Q", &hq, &q) < 0
+            || batch0_view(rk, typenum, "MyAtt: K", &hk, &k) < 0
+            || batch0_view(rv, typenum, "MyAtt: V", &hv, &v) < 0)
         goto fail;
     myatt_inputs in = myatt_inputs_of(self, q, k, v);
     if (kept != NULL) {
@@ -458,9 +461,12 @@ static PyObject *myatt_backward(MyAttObject *self, PyObject *Q, PyObject *K, PyO
     if (check_grad_shape(rgo, 3, go_dims, "grad_output") < 0
             || (rga != NULL && check_grad_shape(rga, 2, ga_dims, "grad_attn_weights") < 0))
         goto fail;
-    if (batch0_view(rq, typenum, &hq, &q) < 0 || batch0_view(rk, typenum, &hk, &k) < 0
-            || batch0_view(rv, typenum, &hv, &v) < 0 || batch0_view(rgo, typenum, &hgo, &go) < 0
-            || (rga != NULL && (ga = cast_array(rga, typenum, 0)) == NULL))
+    if (batch0_view(rq, typenum, "MyAtt.backward(): Q", &hq, &q) < 0
+            || batch0_view(rk, typenum, "MyAtt.backward(): K", &hk, &k) < 0
+            || batch0_view(rv, typenum, "MyAtt.backward(): V", &hv, &v) < 0
+            || batch0_view(rgo, typenum, "MyAtt.backward(): grad_output", &hgo, &go) < 0
+            || (rga != NULL && (ga = cast_array(rga, typenum, 0,
+                                                "MyAtt.backward(): grad_attn_weights")) == NULL))
         goto fail;
 
     npy_intp dims[3][3];

@@ -317,13 +317,15 @@ static int sdpa_parse(PyObject *module, PyObject *args, PyObject *kwds, int priv
     const int typenum = result_typenum(rq, rk, rv);
     a->typenum = typenum;
     PyArrayObject **const ops[3] = {&a->q, &a->k, &a->v};
+    static const char *const what[3] = {WHAT "query", WHAT "key", WHAT "value"};
     for (int i = 0; i < 3; i++)
-        if ((*ops[i] = private ? private_cast(named[i], typenum)
-                               : cast_array(named[i], typenum, 0)) == NULL)
+        if ((*ops[i] = private ? private_cast(named[i], typenum, what[i])
+                               : cast_array(named[i], typenum, 0, what[i])) == NULL)
             goto fail;
     if (rm != NULL) {
         const int mt = PyArray_TYPE(rm) == NPY_BOOL ? NPY_BOOL : typenum;
-        if ((a->mask = private ? private_cast(rm, mt) : cast_array(rm, mt, 0)) == NULL)
+        if ((a->mask = private ? private_cast(rm, mt, WHAT "attn_mask")
+                               : cast_array(rm, mt, 0, WHAT "attn_mask")) == NULL)
             goto fail;
         if (PyArray_NDIM(a->mask) < 2) {   /* [S] or a scalar: as [1, S] or [1, 1] */
             npy_intp mdims[2] = {1, PyArray_NDIM(a->mask) == 1 ? PyArray_DIM(a->mask, 0) : 1};
@@ -445,7 +447,7 @@ PyObject *sdpa_grads_run(const sdpa_kept *kept, PyArrayObject *grad_output)
     const int typenum = kept->typenum;
     PyArrayObject *g = NULL;
     PyObject *dq = NULL, *dk = NULL, *dv = NULL, *result = NULL;
-    if ((g = cast_array(grad_output, typenum, 1)) == NULL
+    if ((g = cast_array(grad_output, typenum, 1, "pullback(): grad_output")) == NULL
             || (dq = new_array(PyArray_NDIM(kept->q), PyArray_DIMS(kept->q), typenum,
                                "pullback(): grad_query")) == NULL
             || (dk = new_array(PyArray_NDIM(kept->k), PyArray_DIMS(kept->k), typenum,

@@ -31,13 +31,14 @@ static int find_key(PyObject *key, const char *const *keys, PyArrayObject *const
 {
     if (!PyUnicode_Check(key))
         return -1;
-    const char *s = PyUnicode_AsUTF8(key);
+    Py_ssize_t len;
+    const char *s = PyUnicode_AsUTF8AndSize(key, &len);
     if (s == NULL) {
         PyErr_Clear();
         return -1;
     }
-    for (int i = 0; i < n; i++)
-        if (params[i] != NULL && strcmp(s, keys[i]) == 0)
+    for (int i = 0; i < n; i++)   /* the whole key: "weight\0x" is not "weight" */
+        if (params[i] != NULL && strcmp(s, keys[i]) == 0 && (size_t)len == strlen(keys[i]))
             return i;
     return -1;
 }

@@ -137,7 +137,7 @@ static PyObject *pull_function(PullbackObject *self, PyArrayObject *g)
 
 static PyObject *pull_linear_object(PullbackObject *self, PyArrayObject *raw)
 {
-    PyArrayObject *g = cast_array(raw, self->dtype->typenum, 0);
+    PyArrayObject *g = cast_array(raw, self->dtype->typenum, 0, "pullback(): grad_output");
     if (g == NULL)
         return NULL;
     PyArrayObject *x = (PyArrayObject *)self->saved[0], *w = (PyArrayObject *)self->saved[1];
@@ -165,8 +165,9 @@ static PyObject *pull_myatt(PullbackObject *self, PyArrayObject *rgo, PyObject *
             && ((rga = as_real_array(GA, "pullback(): grad_attn_weights")) == NULL
                 || check_cotangent(rga, 2, ga_dims, "grad_attn_weights") < 0))
         goto fail;
-    if (batch0_view(rgo, typenum, &hgo, &go) < 0
-            || (rga != NULL && (ga = cast_array(rga, typenum, 0)) == NULL))
+    if (batch0_view(rgo, typenum, "pullback(): grad_output", &hgo, &go) < 0
+            || (rga != NULL
+                && (ga = cast_array(rga, typenum, 0, "pullback(): grad_attn_weights")) == NULL))
         goto fail;
     myatt_inputs in;
     myatt_kept_inputs(kp, &in);
@@ -556,7 +557,8 @@ static PyObject *function_forward_keep(PullbackObject *pb, PyObject *module, PyO
         pb->nsaved = n;
         for (int i = 0; i < n && ok; i++)
             ok = (pb->saved[i] = raw[i] == NULL ? Py_NewRef(Py_None)
-                                 : (PyObject *)private_cast(raw[i], typenum)) != NULL;
+                                 : (PyObject *)private_cast(raw[i], typenum,
+                                                            what[pb->kind][i])) != NULL;
         for (int i = 0; i < n; i++)
             Py_XDECREF(raw[i]);
         if (ok)

@@ -47,8 +47,9 @@ PyObject *myatt_grads_run(const myatt_dtype *dt, const npy_intp dims[3][3],
 /* Batch item 0 of a checked 3-D array as a kernel reads it, *m: the array's own
  * memory (no view object; *hold NULL) when it is already of `typenum`, aligned
  * and in native byte order, else a converted copy that *hold keeps alive
- * (myatt_type.c).  0, or -1 with the error set. */
-int batch0_view(PyArrayObject *a, int typenum, PyArrayObject **hold, mk_cmat *m);
+ * (myatt_type.c; a MemoryError names `what`).  0, or -1 with the error set. */
+int batch0_view(PyArrayObject *a, int typenum, const char *what, PyArrayObject **hold,
+                mk_cmat *m);
 
 /* The kernel inputs read from kept's copies (q, k, v and the parameters). */
 void myatt_kept_inputs(const myatt_kept *kept, myatt_inputs *in);

@@ -447,11 +447,11 @@ def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[
     ImportError
         When torch is not installed.
     TypeError
-        When `torch_module` has no myatt twin and no `module` is given, or when the torch
-        module's dtype is not the myatt side's.
+        When `torch_module` has no myatt twin and no `module` is given, when the torch
+        module's dtype is not the myatt side's, or when an array input is not real numbers.
     ValueError
-        When only one of `rtol` and `atol` is given, or when the two sides return different
-        numbers of results.
+        When only one of `rtol` and `atol` is given, or either is negative or NaN, or when
+        the two sides return different numbers of results.
 
     See Also
     --------
@@ -490,12 +490,18 @@ def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[
 
     if (rtol is None) != (atol is None):
         raise ValueError("compare(): give both rtol and atol, or neither")
+    if rtol is not None and not (rtol >= 0 and atol >= 0):
+        raise ValueError(f"compare(): rtol and atol must be >= 0, got {rtol!r} and {atol!r}")
     if module is None:
         module = _myatt_twin(torch_module)
     # Array-likes are converted (the same values for both sides); Python scalars and None
     # (a softmax's dim, a bias of None) are passed to both as they are.
     is_array = [not isinstance(x, (int, float, bool, str, type(None), np.integer)) for x in inputs]
     given = [_interop.to_numpy(x) if a else x for x, a in zip(inputs, is_array)]
+    for i, (x, a) in enumerate(zip(given, is_array)):
+        if a and np.asarray(x).dtype.kind not in "biuf":   # as myatt refuses them
+            raise TypeError(f"compare(): inputs[{i}] has dtype {np.asarray(x).dtype}; myatt "
+                            "takes real numbers (bool, integer, float)")
     if hasattr(module, "dtype"):
         dtype = np.dtype(module.dtype)
     else:

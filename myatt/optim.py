@@ -52,6 +52,14 @@ def _live_params(params):
     return out
 
 
+def _check_at_least_zero(**values):
+    """ValueError naming the first value that is not >= 0 (NaN included: torch's Adam
+    refuses it, its SGD does not; a NaN learning rate only ever makes NaN parameters)."""
+    for name, v in values.items():
+        if not v >= 0:
+            raise ValueError(f"{name} must be >= 0, got {v!r}")
+
+
 class _Optimizer:
     def __init__(self, params):
         self.params = _live_params(params)
@@ -100,6 +108,8 @@ class _Optimizer:
             g = grads.get(name)
             if g is None:
                 continue
+            if getattr(g, "requires_grad", False):   # a torch tensor, as the C glue takes it
+                g = g.detach()
             g = np.asarray(g)
             if g.dtype.kind not in "biuf":
                 raise TypeError(f"grads[{name!r}] has dtype {g.dtype}; expected real numbers")
@@ -142,7 +152,7 @@ class SGD(_Optimizer):
     Raises
     ------
     ValueError
-        When `lr`, `momentum` or `weight_decay` is negative, or Nesterov is asked for
+        When `lr`, `momentum` or `weight_decay` is negative or NaN, or Nesterov is asked for
         without a momentum or with dampening.
     TypeError
         When `params` is neither a module nor a mapping of writeable float arrays.
@@ -162,8 +172,7 @@ class SGD(_Optimizer):
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0,
                  nesterov=False, *, maximize=False):
-        if lr < 0 or momentum < 0 or weight_decay < 0:
-            raise ValueError("lr, momentum and weight_decay must be >= 0")
+        _check_at_least_zero(lr=lr, momentum=momentum, weight_decay=weight_decay)
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         super().__init__(params)
@@ -223,7 +232,8 @@ class Adam(_Optimizer):
     Raises
     ------
     ValueError
-        When `lr`, `eps` or `weight_decay` is negative or a beta is outside [0, 1).
+        When `lr`, `eps` or `weight_decay` is negative or NaN, or `betas` is not two
+        numbers in [0, 1).
     TypeError
         When `params` is neither a module nor a mapping of writeable float arrays.
 
@@ -244,10 +254,15 @@ class Adam(_Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                  amsgrad=False, *, maximize=False, decoupled_weight_decay=False):
-        if lr < 0 or eps < 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
-            raise ValueError("lr, eps and weight_decay must be >= 0 and betas in [0, 1)")
+        _check_at_least_zero(lr=lr, eps=eps, weight_decay=weight_decay)
+        betas = tuple(betas)
+        if len(betas) != 2:
+            raise ValueError(f"betas must be two floats, got {betas!r}")
+        for i, b in enumerate(betas):
+            if not 0 <= b < 1:
+                raise ValueError(f"betas[{i}] must be in [0, 1), got {b!r}")
         super().__init__(params)
-        self.lr, self.betas, self.eps, self.weight_decay = lr, tuple(betas), eps, weight_decay
+        self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
         self.amsgrad, self.maximize = amsgrad, maximize
         self.decoupled_weight_decay = decoupled_weight_decay
 

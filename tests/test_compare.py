@@ -111,6 +111,20 @@ def test_custom_tolerances(rng):
     assert loose.agree and "rtol=0, atol=0.001" in str(loose)
     with pytest.raises(ValueError):
         myatt.compare(t, Q, K, V, rtol=1e-3)
+    for rtol, atol in [(-1e-3, 0), (0, float("nan"))]:
+        with pytest.raises(ValueError, match="rtol and atol must be >= 0"):
+            myatt.compare(t, Q, K, V, rtol=rtol, atol=atol)
+
+
+def test_inputs_myatt_refuses_are_refused(rng):
+    """A complex or string input is refused as myatt refuses it (a cast to real with a
+    warning had reported agreement)."""
+    t = seed_module(np.float32)
+    Q, K, V = seed_inputs(rng)
+    with pytest.raises(TypeError, match=r"inputs\[1\] has dtype complex128"):
+        myatt.compare(t, Q, K.astype(complex), V)
+    with pytest.raises(TypeError, match=r"inputs\[0\] has dtype <U1"):
+        myatt.compare(torch.softmax, [["a"]], -1, module=myatt.softmax)
 
 
 def test_no_twin_raises():

@@ -371,6 +371,24 @@ def test_load_state_dict_strict_false(rng, dtype):
     np.testing.assert_array_equal(m.bias, bias0, strict=True)
 
 
+def test_load_state_dict_key_with_nul_is_another_key(dtype):
+    """"weight\0x" is not "weight" (a C string comparison stopped at the NUL and loaded it)."""
+    t = torch.nn.Linear(2, 2, dtype=torch_dtype(dtype))
+    m = myatt.Linear(2, 2, dtype=dtype)
+    before = m.state_dict()
+    sd = {"weight\0x": np.zeros((2, 2)), "weight": np.ones((2, 2)), "bias": np.zeros(2)}
+    missing, unexpected = m.load_state_dict(sd, strict=False)
+    t_result = t.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()}, strict=False)
+    assert (missing, unexpected) == (t_result.missing_keys, t_result.unexpected_keys)
+    assert (missing, unexpected) == ([], ["weight\0x"])
+    assert (m.weight == 1).all() and not m.bias.any()
+    m.load_state_dict(before)
+    with pytest.raises(KeyError, match="weight"):
+        m.load_state_dict({"weight\0": np.zeros((2, 2)), "bias": np.zeros(2)})
+    same = m.state_dict()
+    assert all((same[k] == before[k]).all() for k in before)
+
+
 def test_load_state_dict_bias_false(rng, dtype):
     t = torch.nn.Linear(5, 2, bias=False, dtype=torch_dtype(dtype))
     m = myatt.Linear(5, 2, bias=False, dtype=dtype)

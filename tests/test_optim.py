@@ -101,6 +101,15 @@ def test_bad_arguments():
         myatt.SGD(m, lr=0.1, nesterov=True)
     with pytest.raises(ValueError):
         myatt.Adam(m, betas=(1.0, 0.9))
+    for cls, name in [(myatt.SGD, "lr"), (myatt.SGD, "momentum"), (myatt.Adam, "lr"),
+                      (myatt.Adam, "eps"), (myatt.Adam, "weight_decay")]:
+        with pytest.raises(ValueError, match=f"^{name} must be >= 0, got nan$"):
+            cls(m, **{name: float("nan")})
+    with pytest.raises(ValueError, match=r"betas\[1\] must be in \[0, 1\), got nan"):
+        myatt.Adam(m, betas=(0.9, float("nan")))
+    for betas in [(0.9,), (0.9, 0.99, 0.999)]:
+        with pytest.raises(ValueError, match="betas must be two floats"):
+            myatt.Adam(m, betas=betas)
     with pytest.raises(TypeError):
         myatt.SGD({"w": [1.0, 2.0]})
     with pytest.raises(TypeError):
@@ -111,6 +120,9 @@ def test_bad_arguments():
     with pytest.raises(TypeError, match="weight"):
         opt.step({"weight": np.ones((2, 3), dtype=complex)})
     assert "Adam(lr=0.001" in repr(opt)
+    w0 = m.weight.copy()
+    opt.step({"weight": torch.ones(2, 3, requires_grad=True)})   # taken as the C glue takes it
+    assert (m.weight != w0).all()
 
 
 def test_failed_step_changes_nothing():
