@@ -490,7 +490,7 @@ def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[
 
     if (rtol is None) != (atol is None):
         raise ValueError("compare(): give both rtol and atol, or neither")
-    if rtol is not None and not (rtol >= 0 and atol >= 0):
+    if rtol is not None and atol is not None and not (rtol >= 0 and atol >= 0):
         raise ValueError(f"compare(): rtol and atol must be >= 0, got {rtol!r} and {atol!r}")
     if module is None:
         module = _myatt_twin(torch_module)
