@@ -165,3 +165,29 @@ def run_mha(module, query, key, value, *, dtype, **kwargs):
             kwargs[name] = mask_to_torch(kwargs[name], dtype)
     with torch.no_grad():
         return module(conv(query), conv(key), conv(value), **kwargs)
+
+
+def opinfo_samples(name, variant=""):
+    """torch's own OpInfo samples (torch.testing._internal's op_db) of the op `name` (its
+    variant `variant`), float32 then float64, the same on every run: make_tensor draws from
+    torch's global generator, here seeded in a forked state (the other tests' draws untouched)."""
+    import sys
+    try:
+        import expecttest  # noqa: F401
+    except ImportError:
+        # torch.testing._internal imports this test-only package of torch's for its TestCase
+        # alone; the venv lacks it, and the samples need nothing from it.
+        import types
+        import unittest
+        sys.modules["expecttest"] = types.SimpleNamespace(TestCase=unittest.TestCase)
+    from torch.testing._internal.common_methods_invocations import op_db
+    ops = [op for op in op_db if op.name == name and op.variant_test_name == variant]
+    assert ops, f"no OpInfo {name!r} (variant {variant!r}) in this torch"
+    out = []
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        for op in ops:
+            for dt in (torch.float32, torch.float64):
+                out.extend(op.sample_inputs("cpu", dt, requires_grad=False))
+    assert out
+    return out

@@ -3,13 +3,14 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
 import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
 import myatt
 from helpers import ALL_REAL, PROMO_DTYPES, data, dtype_id, result_dtype, scaled
-from oracle import assert_matches, to_torch
+from oracle import assert_matches, opinfo_samples, to_torch
 
 SIZES = [1, 3, 17, 63, 64, 65, 257]
 
@@ -158,3 +159,22 @@ def test_property_random_shapes(batch, in_f, out_f, with_bias, use64, seed):
     w = (rng.standard_normal((out_f, in_f)) / np.sqrt(max(in_f, 1))).astype(dtype)
     b = rng.standard_normal(out_f).astype(dtype) if with_bias else None
     assert_matches(myatt.linear(x, w, b), torch_linear(x, w, b, dtype))
+
+
+def test_opinfo_samples():
+    """torch's OpInfo samples of F.linear (1-D to 5-D input, empty batches, with and without
+    bias), float32 and float64: the result as torch gives it, and the gradients of input,
+    weight and bias through myatt.vjp as torch's autograd gives them."""
+    rng = np.random.default_rng(3)
+    for s in opinfo_samples("nn.functional.linear"):
+        args = (s.input,) + tuple(s.args)                # input, weight[, bias]
+        dtype = np.dtype(str(s.input.dtype).replace("torch.", ""))
+        leaves = [t.detach().clone().requires_grad_() for t in args]
+        theirs = F.linear(*leaves)
+        ours, pull = myatt.vjp(myatt.linear, *(t.numpy() for t in args))
+        assert_matches(ours, theirs)
+        g = rng.uniform(-1, 1, ours.shape).astype(dtype)
+        grads = pull(g)
+        assert (grads[2] is None) == (len(args) == 2)
+        for got, want in zip(grads, torch.autograd.grad(theirs, leaves, torch.from_numpy(g))):
+            assert_matches(got, want)

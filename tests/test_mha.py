@@ -11,7 +11,6 @@ import copy
 import inspect
 import pickle
 import re
-import sys
 import types
 import warnings
 
@@ -24,7 +23,8 @@ import myatt
 from entry_points import _plain_mha
 from helpers import assert_same_bits, name_re, shape_re, torch_runs_our_softmax
 from mkl_order import torch_sums_in_our_order
-from oracle import assert_matches, mask_to_torch, run_mha, to_torch, torch_dtype, torch_mha
+from oracle import (assert_matches, mask_to_torch, opinfo_samples, run_mha, to_torch, torch_dtype,
+                    torch_mha)
 
 MHA = myatt.MultiheadAttention
 
@@ -743,26 +743,6 @@ def test_mixed_input_dtypes_and_kinds(rng, dtype):
 
 # ---- torch's OpInfo samples ----------------------------------------------------------
 
-def _opinfo_samples():
-    try:
-        import expecttest  # noqa: F401
-    except ImportError:
-        # torch.testing._internal imports this test-only package of torch's for its TestCase
-        # alone (as in test_sdpa.py); the samples need nothing from it.
-        import unittest
-        sys.modules["expecttest"] = types.SimpleNamespace(TestCase=unittest.TestCase)
-    from torch.testing._internal.common_methods_invocations import op_db
-    ops = [op for op in op_db if op.name == "nn.functional.multi_head_attention_forward"]
-    assert ops
-    out = []
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        for op in ops:
-            for dt in (torch.float32, torch.float64):
-                out.extend(op.sample_inputs("cpu", dt, requires_grad=False))
-    return out
-
-
 def _quarters(t):
     """A sample's tensor as quarters in [-1, 1] (its values, rounded and scaled down)."""
     return torch.clamp(torch.round(t / 2), -4, 4) / 4 if isinstance(t, torch.Tensor) else t
@@ -785,7 +765,7 @@ def test_opinfo_samples():
     within 9e-6 of float64 (myatt 6.7e-6, torch 8.6e-6), 1.5e-5 apart, and attn_output
     1.7e-4 apart.  float64 samples are taken as drawn."""
     checked = as_drawn = 0
-    for s in _opinfo_samples():
+    for s in opinfo_samples("nn.functional.multi_head_attention_forward"):
         kw = dict(s.kwargs)
         if kw["training"]:
             continue

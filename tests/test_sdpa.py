@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 import myatt
 from helpers import result_dtype
-from oracle import assert_matches, to_torch
+from oracle import assert_matches, opinfo_samples, to_torch
 
 sdpa = myatt.scaled_dot_product_attention
 
@@ -907,29 +907,6 @@ def test_errors(case):
 
 # ---- torch's own samples ------------------------------------------------------------
 
-def _opinfo_samples():
-    import sys
-    try:
-        import expecttest  # noqa: F401
-    except ImportError:
-        # torch.testing._internal imports this test-only package of torch's for its TestCase
-        # alone; the venv lacks it, and the samples need nothing from it.
-        import types
-        import unittest
-        sys.modules["expecttest"] = types.SimpleNamespace(TestCase=unittest.TestCase)
-    from torch.testing._internal.common_methods_invocations import op_db
-    ops = [op for op in op_db if op.name == "nn.functional.scaled_dot_product_attention"]
-    out = []
-    # make_tensor draws from torch's global generator: a fixed seed (in a forked state, the
-    # other tests' draws untouched) makes the samples, and the fair bar below, reproducible.
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        for op in ops:
-            for dt in (torch.float32, torch.float64):
-                out.extend(list(op.sample_inputs("cpu", dt, requires_grad=False)))
-    return out
-
-
 def _exact_scores(q, k, v, mask, kw):
     """The sample with values on which every order of summation of the scores is exact:
     q, k, v rounded to integers in [-4, 4], a float mask to quarters, and a scale that is a
@@ -970,8 +947,7 @@ def test_opinfo_samples():
     assert_close allows (torch's own float32 result is no closer to the exact one than
     ours).  Where torch sums in our order, and for float64 everywhere, the samples are as
     drawn."""
-    samples = _opinfo_samples()
-    assert samples
+    samples = opinfo_samples("nn.functional.scaled_dot_product_attention")
     checked = adjusted = 0
     for s in samples:
         kw = dict(s.kwargs)

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import myatt
 from helpers import assert_same_bits, torch_runs_our_softmax
-from oracle import assert_matches, to_torch, torch_dtype
+from oracle import assert_matches, opinfo_samples, to_torch, torch_dtype
 
 # every softmax test depends on the kernel path
 pytestmark = pytest.mark.kernel_path
@@ -203,3 +203,24 @@ def test_property_random_shapes(shape, data, use64, seed):
     dtype = np.float64 if use64 else np.float32
     x = (4.0 * np.random.default_rng(seed).standard_normal(shape)).astype(dtype)
     assert_matches(myatt.softmax(x, dim), torch.softmax(to_torch(x, dtype), dim))
+
+
+@pytest.mark.parametrize("variant", ["", "with_dtype"])
+def test_opinfo_samples(variant):
+    """torch's OpInfo samples of torch.softmax (every axis, 0-d and empty inputs) and of its
+    with_dtype variant (the input cast to float64 first: myatt's softmax of the cast input),
+    float32 and float64: the result as torch gives it (its bits along the last axis where
+    torch runs the kernel myatt's path reproduces), and the gradient through myatt.vjp as
+    torch's autograd gives it."""
+    rng = np.random.default_rng(5)
+    bits = torch_runs_our_softmax()
+    for s in opinfo_samples("softmax", variant):
+        dim = s.args[0]
+        x = s.input.to(s.kwargs.get("dtype", s.input.dtype)).requires_grad_()
+        theirs = torch.softmax(x, dim)
+        ours, pull = myatt.vjp(myatt.softmax, x.detach().numpy(), dim)
+        assert_matches(ours, theirs)
+        if bits and x.dim() > 0 and dim in (-1, x.dim() - 1):
+            assert_same_bits(ours, theirs)
+        g = rng.uniform(-1, 1, ours.shape).astype(ours.dtype)
+        assert_matches(pull(g)[0], torch.autograd.grad(theirs, x, torch.from_numpy(g))[0])
