@@ -171,7 +171,7 @@ PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous, const c
     PyArrayObject *c = (PyArrayObject *)PyArray_FromArray(a, PyArray_DescrFromType(typenum),
                                                           flags);
     if (c == NULL)
-        name_memory_error(what);
+        name_allocation_error(what);
     return c;
 }
 
@@ -321,7 +321,7 @@ PyArrayObject *private_cast(PyArrayObject *a, int typenum, const char *what)
     if (c == a) {
         Py_DECREF(c);
         if ((c = copy_array(a)) == NULL)
-            name_memory_error(what);
+            name_allocation_error(what);
     }
     return c;
 }
@@ -462,9 +462,9 @@ PyObject *new_array(int ndim, const npy_intp *dims, int typenum, const char *wha
         PyErr_Fetch(&type, &value, &tb);
         PyErr_NormalizeException(&type, &value, &tb);
         shape_str(shape, sizeof shape, ndim, dims);
-        if (type == PyExc_ValueError)
-            PyErr_Format(PyExc_MemoryError, "%s of shape %s (%zd bytes) cannot be allocated: %S",
-                         what, shape, (Py_ssize_t)bytes, value ? value : Py_None);
+        if (type == PyExc_ValueError)   /* NumPy's reason (a shape of 0 bytes too) */
+            PyErr_Format(PyExc_MemoryError, "%s of shape %s cannot be allocated: %S",
+                         what, shape, value ? value : Py_None);
         else
             PyErr_Format(PyExc_MemoryError, "%s of shape %s (%zd bytes) cannot be allocated",
                          what, shape, (Py_ssize_t)bytes);
@@ -475,10 +475,9 @@ PyObject *new_array(int ndim, const npy_intp *dims, int typenum, const char *wha
     return a;
 }
 
-void name_memory_error(const char *what)
+/* The current exception as a MemoryError "<what>: <its message>". */
+static void memory_error_naming(const char *what)
 {
-    if (!PyErr_ExceptionMatches(PyExc_MemoryError))
-        return;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
@@ -486,6 +485,19 @@ void name_memory_error(const char *what)
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
+}
+
+void name_memory_error(const char *what)
+{
+    if (PyErr_ExceptionMatches(PyExc_MemoryError))
+        memory_error_naming(what);
+}
+
+void name_allocation_error(const char *what)
+{
+    /* NumPy's ValueError for a copy it will not make: "array is too big" */
+    if (PyErr_ExceptionMatches(PyExc_MemoryError) || PyErr_ExceptionMatches(PyExc_ValueError))
+        memory_error_naming(what);
 }
 
 int float_arg(PyObject *obj, const char *what, const char *more, double *out)

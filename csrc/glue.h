@@ -106,6 +106,10 @@ PyObject *new_array(int ndim, const npy_intp *dims, int typenum, const char *wha
  * allocate), replace it by one whose message starts with `what`. */
 void name_memory_error(const char *what);
 
+/* As name_memory_error, NumPy's ValueError for a copy it will not make
+ * ("array is too big") too: after an allocation that can only fail so. */
+void name_allocation_error(const char *what);
+
 /* A real-number argument (a float, an int, anything with __float__; not a
  * bool) as a double: 0, or -1 with TypeError "<what> must be a float<more>,
  * got <type>" (more: e.g. " or None") or OverflowError naming `what`. */

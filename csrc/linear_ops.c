@@ -22,7 +22,7 @@ PyObject *linear_apply(PyArrayObject *x, mk_cmat weight, const void *bias,
     if (ndim > 2 && !PyArray_IS_C_CONTIGUOUS(x)) {
         Py_SETREF(rows, (PyArrayObject *)PyArray_NewCopy(x, NPY_CORDER));
         if (rows == NULL) {
-            name_memory_error("linear: a contiguous copy of input");
+            name_allocation_error("linear: a contiguous copy of input");
             return NULL;
         }
     }

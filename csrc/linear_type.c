@@ -118,22 +118,25 @@ static void Linear_dealloc(LinearObject *self)
  * when NULL is returned): the pullback reads what the forward read. */
 static PyObject *linear_forward_impl(LinearObject *self, PyObject *input, PyObject *saved[3])
 {
-    const void *bias = self->bias ? PyArray_DATA(self->bias) : NULL;
-    PyArrayObject *weight = self->weight;
-    if (saved != NULL) {
-        if ((saved[1] = (PyObject *)copy_array(self->weight)) == NULL
-            || (saved[2] = self->bias ? (PyObject *)copy_array(self->bias)
-                                      : Py_NewRef(Py_None)) == NULL)
-            return NULL;
-        weight = (PyArrayObject *)saved[1];
-        bias = self->bias ? PyArray_DATA((PyArrayObject *)saved[2]) : NULL;
-    }
     PyArrayObject *raw = as_real_array(input, "Linear: input");
     if (raw == NULL)
         return NULL;
     if (check_in_features("Linear: input", raw, self->in_features) < 0) {
         Py_DECREF(raw);
         return NULL;
+    }
+    const void *bias = self->bias ? PyArray_DATA(self->bias) : NULL;
+    PyArrayObject *weight = self->weight;
+    if (saved != NULL) {   /* the parameters once the input is checked (its __array__ ran) */
+        if ((saved[1] = (PyObject *)copy_array(self->weight)) == NULL
+            || (saved[2] = self->bias ? (PyObject *)copy_array(self->bias)
+                                      : Py_NewRef(Py_None)) == NULL) {
+            name_memory_error("vjp(): a copy of the Linear's parameters");
+            Py_DECREF(raw);
+            return NULL;
+        }
+        weight = (PyArrayObject *)saved[1];
+        bias = self->bias ? PyArray_DATA((PyArrayObject *)saved[2]) : NULL;
     }
     PyArrayObject *x = saved != NULL ? private_cast(raw, self->dtype->typenum, "Linear: input")
                                      : cast_array(raw, self->dtype->typenum, 0, "Linear: input");

@@ -68,7 +68,7 @@ static PyArrayObject *convert_value(PyObject *value, const char *key, PyArrayObj
         NPY_ARRAY_CARRAY | NPY_ARRAY_FORCECAST | NPY_ARRAY_ENSURECOPY);
     Py_DECREF(raw);
     if (arr == NULL)
-        name_memory_error(what);
+        name_allocation_error(what);
     return arr;
 }
 

@@ -513,9 +513,9 @@ static int function_kind(PyObject *module, PyObject *fn)
 
 /* fn(*args, **kwds) of a function, and what its pullback keeps.  linear and bmm
  * run on private copies of their array arguments (once they are checked),
- * converted as they convert them (to the result's dtype), which the pullback keeps: it reads what the
- * forward read, even where converting an argument twice would not give the
- * same values (a list that another thread changes).  softmax keeps a copy of
+ * converted as they convert them (to the result's dtype), which the pullback
+ * keeps: it reads what the forward read, even where converting an argument
+ * twice would not give the same values (a list that another thread changes).  softmax keeps a copy of
  * its result (which the caller may change) and `dim`. */
 static PyObject *function_forward_keep(PullbackObject *pb, PyObject *module, PyObject *fn,
                                        PyObject *args, PyObject *kwds)
@@ -535,8 +535,9 @@ static PyObject *function_forward_keep(PullbackObject *pb, PyObject *module, PyO
                 || (result = PyObject_Call(fn, args, kwds)) == NULL)
             return NULL;
         pb->nsaved = ops[1] == NULL ? 1 : 2;
-        pb->saved[0] = (PyObject *)copy_array((PyArrayObject *)result);
-        if (ops[1] != NULL)   /* an int (softmax took it): no reference back to anything */
+        if ((pb->saved[0] = (PyObject *)copy_array((PyArrayObject *)result)) == NULL)
+            name_memory_error("vjp(): a copy of softmax's result");
+        else if (ops[1] != NULL)   /* an int (softmax took it): no reference to anything */
             pb->saved[1] = PyNumber_Index(ops[1]);
     } else {
         if (pb->kind == VJP_LINEAR

@@ -218,6 +218,11 @@ MEMORY_CASES = [
                           np.ones((4, 8), np.float32)), ["input"]),
     ("softmax-input-copy-unallocatable",
      lambda: myatt.softmax(np.broadcast_to(np.float32(1), (HUGE, 8))), ["input"]),
+    ("softmax-copy-numpy-refuses",                   # NumPy's ValueError "array is too big"
+     lambda: myatt.softmax(np.broadcast_to(np.bool_(1), (2**60, 4))), ["input"]),
+    ("linear-copy-numpy-refuses",
+     lambda: myatt.vjp(myatt.linear, np.broadcast_to(np.bool_(1), (2**60, 4)),
+                       np.ones((3, 4), np.float32)), ["linear(): input"]),
     ("softmax_backward-copy-unallocatable",
      lambda: myatt.softmax_backward(*[np.broadcast_to(np.float32(1), (HUGE, 8))] * 2),
      ["softmax_backward(): grad_output"]),

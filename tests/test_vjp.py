@@ -193,6 +193,27 @@ def test_linear_layer(rng, dtype, with_bias):
         same_bits(pull(grad_output=go), got)
 
 
+def test_functions_keywords_and_none_bias(rng, dtype):
+    """The arguments as the functions take them: keywords, a bias of None given."""
+    x, w = data(rng, (3, 4), dtype), data(rng, (2, 4), dtype)
+    go = data(rng, (3, 2), dtype)
+    want = myatt.linear_backward(go, x, w)
+    for args, kw in [((x, w, None), {}), ((), {"input": x, "weight": w, "bias": None}),
+                     ((x,), {"weight": w})]:
+        y, pull = myatt.vjp(myatt.linear, *args, **kw)
+        same_bits((y,), (myatt.linear(x, w),))
+        same_bits(pull(go), want)
+    a, c = data(rng, (2, 3, 4), dtype), data(rng, (2, 4, 5), dtype)
+    gb = data(rng, (2, 3, 5), dtype)
+    _, pull = myatt.vjp(myatt.bmm, input=a, mat2=c)
+    same_bits(pull(gb), myatt.bmm_backward(gb, a, c))
+    y, pull = myatt.vjp(myatt.softmax, a, dim=np.int64(1))
+    same_bits((y,), (myatt.softmax(a, 1),))
+    same_bits(pull(a), (myatt.softmax_backward(a, y, 1),))
+    with pytest.raises(TypeError, match="mat2"):
+        myatt.vjp(myatt.bmm, input=a)
+
+
 def test_float64_cotangent_promotes_as_the_stateless_backward(rng):
     x, w = data(rng, (3, 4), np.float32), data(rng, (2, 4), np.float32)
     y, pull = myatt.vjp(myatt.linear, x, w)
