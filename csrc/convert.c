@@ -436,6 +436,18 @@ int size_arg(PyObject *obj, const char *what, Py_ssize_t min, Py_ssize_t *size)
     return 0;
 }
 
+/* The current exception as a MemoryError "<what>: <its message>". */
+static void memory_error_naming(const char *what)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyErr_Format(PyExc_MemoryError, "%s: %S", what, value ? value : Py_None);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
 PyObject *new_array(int ndim, const npy_intp *dims, int typenum, const char *what)
 {
     char shape[SHAPE_STR_LEN];
@@ -456,35 +468,17 @@ PyObject *new_array(int ndim, const npy_intp *dims, int typenum, const char *wha
     /* NumPy says ValueError ("array is too big") for some shapes it will not
      * allocate (also of 0 bytes: a dimension past its limit), MemoryError for
      * others: both are MemoryError here, naming `what` (and NumPy's reason). */
-    if (a == NULL && (PyErr_ExceptionMatches(PyExc_MemoryError)
-                      || PyErr_ExceptionMatches(PyExc_ValueError))) {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        PyErr_NormalizeException(&type, &value, &tb);
-        shape_str(shape, sizeof shape, ndim, dims);
-        if (type == PyExc_ValueError)   /* NumPy's reason (a shape of 0 bytes too) */
-            PyErr_Format(PyExc_MemoryError, "%s of shape %s cannot be allocated: %S",
-                         what, shape, value ? value : Py_None);
-        else
-            PyErr_Format(PyExc_MemoryError, "%s of shape %s (%zd bytes) cannot be allocated",
-                         what, shape, (Py_ssize_t)bytes);
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
+    if (a == NULL && PyErr_ExceptionMatches(PyExc_ValueError)) {   /* with NumPy's reason */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s of shape %s cannot be allocated", what,
+                 shape_str(shape, sizeof shape, ndim, dims));
+        memory_error_naming(msg);
+    } else if (a == NULL && PyErr_ExceptionMatches(PyExc_MemoryError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_MemoryError, "%s of shape %s (%zd bytes) cannot be allocated",
+                     what, shape_str(shape, sizeof shape, ndim, dims), (Py_ssize_t)bytes);
     }
     return a;
-}
-
-/* The current exception as a MemoryError "<what>: <its message>". */
-static void memory_error_naming(const char *what)
-{
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    PyErr_Format(PyExc_MemoryError, "%s: %S", what, value ? value : Py_None);
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
 }
 
 void name_memory_error(const char *what)

@@ -515,8 +515,8 @@ static int function_kind(PyObject *module, PyObject *fn)
  * run on private copies of their array arguments (once they are checked),
  * converted as they convert them (to the result's dtype), which the pullback
  * keeps: it reads what the forward read, even where converting an argument
- * twice would not give the same values (a list that another thread changes).  softmax keeps a copy of
- * its result (which the caller may change) and `dim`. */
+ * twice would not give the same values (a list that another thread changes).
+ * softmax keeps a copy of its result (which the caller may change) and `dim`. */
 static PyObject *function_forward_keep(PullbackObject *pb, PyObject *module, PyObject *fn,
                                        PyObject *args, PyObject *kwds)
 {
