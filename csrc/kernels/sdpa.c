@@ -90,6 +90,21 @@ static int64_t sdpa_own_items(const sdpa_problem *p, const sdpa_operand *op)
     return n;
 }
 
+/* The keys of block [n, n + kb) the backward computes for query rows
+ * [m0, m0 + qb), from the block's first: causal, those the block's last row
+ * sees (the hidden ones' weights are exact zeros, so their terms are skipped
+ * as the SIMD forward's strips skip them), unless the hidden scores are not
+ * -inf after the scaling (a scale <= 0, inf or NaN: every key, as torch's flash
+ * kernel computes its NaN there). */
+static int64_t sdpa_seen_keys(const sdpa_problem *p, int64_t m0, int64_t qb, int64_t n,
+                              int64_t kb)
+{
+    if (!p->is_causal || !(p->scale > 0 && p->scale < INFINITY))
+        return kb;
+    const int64_t seen = m0 + qb - n;
+    return seen < 0 ? 0 : seen < kb ? seen : kb;
+}
+
 /* The gradients one backward pass writes (sdpa_tmpl.h). */
 enum { SDPA_GRAD_K = 1, SDPA_GRAD_V = 2, SDPA_GRAD_Q = 4 };
 

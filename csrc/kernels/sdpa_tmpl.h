@@ -557,7 +557,8 @@ static int SUF(sdpa_forward_impl)(void *out, void *lse, const sdpa_problem *p)
  * another one writes, so the bits do not depend on the thread count).  When
  * key and value are broadcast or GQA-repeated differently (their batch
  * indices differ), pass 1 runs twice, by key's batch for dK and by value's
- * for dV (the scores computed once more). */
+ * for dV (the scores computed once more).  Causal: a block of query rows
+ * computes only the keys its last row sees (sdpa_seen_keys). */
 
 /* a[j] <- exp(a[j] - shift) for j < n */
 static void SUF(sdpa_exp_shift)(T *a, int64_t n, double shift, SUF(sdpa_vexp_fn) vexp)
@@ -685,10 +686,18 @@ static int SUF(sdpa_backward_kv)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, 
         const int64_t qb = L - m0 < qs ? L - m0 : qs;
         if (p->is_causal && m0 + qb - 1 < n)
             continue;   /* no row of this block sees these keys */
-        if (SUF(sdpa_block_grads)(p, ws, q, k, v, mask, dout, out, lse, b, m0, qb, n, kb) != 0)
+        const int64_t kc = sdpa_seen_keys(p, m0, qb, n, kb);
+        if (SUF(sdpa_block_grads)(p, ws, q, k, v, mask, dout, out, lse, b, m0, qb, n, kc) != 0)
             return -1;
+        if (*first)   /* the keys hidden from this block: later blocks add onto zeros */
+            for (int64_t r = kc; r < kb; r++) {
+                for (int64_t c = 0; c < E; c++)
+                    dk_acc[r * E + c] = 0;
+                for (int64_t c = 0; c < Ev; c++)
+                    dv_acc[r * Ev + c] = 0;
+            }
         if (SUF(sdpa_dkdv)(p, ws, grads, dk_acc, dv_acc, dout + m0 * Ev, q + m0 * p->q.rs,
-                           qb, kb, !*first) != 0)
+                           qb, kc, !*first) != 0)
             return -1;
         *first = 0;
     }
@@ -709,13 +718,13 @@ static int SUF(sdpa_backward_q)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
     SUF(sdpa_dvec)(ws->row_sum, dout, out, m0, qb, Ev);
     const int64_t num_keys = p->is_causal ? (m0 + qb < S ? m0 + qb : S) : S;
     for (int64_t n = 0; n < num_keys; n += kv_split) {
-        const int64_t kb = S - n < kv_split ? S - n : kv_split;
+        const int64_t kc = sdpa_seen_keys(p, m0, qb, n, S - n < kv_split ? S - n : kv_split);
         if (SUF(sdpa_block_ds)(p, ws, qr, q_rs, q_cs, k, v, mask, dout, lse, ws->row_sum,
-                               b, m0, qb, n, kb) != 0)
+                               b, m0, qb, n, kc) != 0)
             return -1;
-        /* dq[qb, E] (+)= dS @ k[n:n+kb] */
-        if (SUF(gemm)(mk_mat_c(dq_acc, qb, E), mk_cmat_c(ws->dp, qb, kb),
-                      (mk_cmat){k + n * p->k.rs, kb, E, p->k.rs, p->k.cs}, NULL, !*first) != 0)
+        /* dq[qb, E] (+)= dS @ k[n:n+kc] */
+        if (SUF(gemm)(mk_mat_c(dq_acc, qb, E), mk_cmat_c(ws->dp, qb, kc),
+                      (mk_cmat){k + n * p->k.rs, kc, E, p->k.rs, p->k.cs}, NULL, !*first) != 0)
             return -1;
         *first = 0;
     }
@@ -758,14 +767,15 @@ static int SUF(sdpa_backward_all)(const sdpa_problem *p, const sdpa_grads *g,
                 const int64_t qb = L - m0 < qs ? L - m0 : qs;
                 if (p->is_causal && m0 + qb - 1 < n)
                     continue;   /* no row of this block sees these keys */
+                const int64_t kc = sdpa_seen_keys(p, m0, qb, n, kb);
                 if (SUF(sdpa_block_grads)(p, ws, q, k, v, mask, dout, out, lse, b, m0, qb, n,
-                                          kb) != 0)
+                                          kc) != 0)
                     return -1;
                 /* dv[n:], dk[n:] += ...;  dq[m0:, E] += dS @ k[n:] */
                 if (SUF(sdpa_dkdv)(p, ws, SDPA_GRAD_K | SDPA_GRAD_V, dk + n * E, dv + n * Ev,
-                                   dout + m0 * Ev, q + m0 * p->q.rs, qb, kb, 1) != 0
-                        || SUF(gemm)(mk_mat_c(dq + m0 * E, qb, E), mk_cmat_c(ws->dp, qb, kb),
-                                     (mk_cmat){k + n * p->k.rs, kb, E, p->k.rs, p->k.cs},
+                                   dout + m0 * Ev, q + m0 * p->q.rs, qb, kc, 1) != 0
+                        || SUF(gemm)(mk_mat_c(dq + m0 * E, qb, E), mk_cmat_c(ws->dp, qb, kc),
+                                     (mk_cmat){k + n * p->k.rs, kc, E, p->k.rs, p->k.cs},
                                      NULL, 1) != 0)
                     return -1;
             }
