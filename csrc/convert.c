@@ -514,6 +514,17 @@ int float_arg(PyObject *obj, const char *what, const char *more, double *out)
     return -1;
 }
 
+int probability_arg(PyObject *obj, const char *what, double *out)
+{
+    if (float_arg(obj, what, "", out) < 0)
+        return -1;
+    if (!(*out >= 0.0 && *out <= 1.0)) {
+        PyErr_Format(PyExc_ValueError, "%s must be in [0, 1], got %R", what, obj);
+        return -1;
+    }
+    return 0;
+}
+
 const char *type_short_name(PyTypeObject *type)
 {
     const char *dot = strrchr(type->tp_name, '.');

@@ -115,6 +115,10 @@ void name_allocation_error(const char *what);
  * got <type>" (more: e.g. " or None") or OverflowError naming `what`. */
 int float_arg(PyObject *obj, const char *what, const char *more, double *out);
 
+/* As float_arg, then in [0, 1] (a dropout probability): else ValueError
+ * "<what> must be in [0, 1], got <obj>". */
+int probability_arg(PyObject *obj, const char *what, double *out);
+
 /* A vectorcall's arguments (args[0:nargs] positional, then the values of
  * kwnames) handed to a tp_call-style `call` as a tuple and a dict (or NULL):
  * the slow path of the vectorcall entry points, so that every call other than

@@ -59,20 +59,6 @@ static int dim_arg(PyObject *obj, const char *what, Py_ssize_t embed_dim, Py_ssi
     return obj == NULL || obj == Py_None ? 0 : size_arg(obj, what, 0, dim);
 }
 
-static int dropout_arg(PyObject *obj, double *p)
-{
-    *p = 0.0;
-    if (obj == NULL)
-        return 0;
-    if (float_arg(obj, OWNER "(): dropout", "", p) < 0)
-        return -1;
-    if (!(*p >= 0.0 && *p <= 1.0)) {
-        PyErr_Format(PyExc_ValueError, OWNER "(): dropout must be in [0, 1], got %R", obj);
-        return -1;
-    }
-    return 0;
-}
-
 /* A parameter of zeros.  The projections' weights (the input projections
  * here, out_proj's in linear_create) are stored transposed
  * (new_transposed_array): the attribute is a Fortran-ordered [rows, cols]
@@ -133,7 +119,7 @@ static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     Py_ssize_t E, H, kdim, vdim;
     int bias = 1, add_bias_kv = 0, add_zero_attn = 0, batch_first = 0;
-    double dropout;
+    double dropout = 0.0;
     if (size_arg(e_obj, OWNER "(): embed_dim", 1, &E) < 0
             || size_arg(h_obj, OWNER "(): num_heads", 1, &H) < 0)
         return NULL;
@@ -142,7 +128,8 @@ static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                      "got embed_dim=%zd and num_heads=%zd", E, H);
         return NULL;
     }
-    if (dropout_arg(dropout_obj, &dropout) < 0 || flag_arg(bias_obj, &bias) < 0
+    if ((dropout_obj != NULL && probability_arg(dropout_obj, OWNER "(): dropout", &dropout) < 0)
+            || flag_arg(bias_obj, &bias) < 0
             || flag_arg(bkv_obj, &add_bias_kv) < 0 || flag_arg(zero_obj, &add_zero_attn) < 0
             || dim_arg(kdim_obj, OWNER "(): kdim", E, &kdim) < 0
             || dim_arg(vdim_obj, OWNER "(): vdim", E, &vdim) < 0

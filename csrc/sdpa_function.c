@@ -188,15 +188,8 @@ static int sdpa_parse(PyObject *module, PyObject *args, PyObject *kwds, int priv
 
     /* 1. Scalars: dropout_p in [0, 1], scale a real number or None. */
     double dropout_p = 0.0, scale = 0.0;
-    if (dropout_obj != NULL) {
-        if (float_arg(dropout_obj, WHAT "dropout_p", "", &dropout_p) < 0)
-            return -1;
-        if (!(dropout_p >= 0.0 && dropout_p <= 1.0)) {
-            PyErr_Format(PyExc_ValueError, WHAT "dropout_p must be in [0, 1], got %R",
-                         dropout_obj);
-            return -1;
-        }
-    }
+    if (dropout_obj != NULL && probability_arg(dropout_obj, WHAT "dropout_p", &dropout_p) < 0)
+        return -1;
     if (scale_obj != Py_None && float_arg(scale_obj, WHAT "scale", " or None", &scale) < 0)
         return -1;
 
