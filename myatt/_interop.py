@@ -31,9 +31,7 @@ def to_numpy(t):
         t = t.detach()
     if hasattr(t, "cpu"):
         t = t.cpu()
-    if hasattr(t, "numpy"):
-        return t.numpy()
-    return np.asarray(t)
+    return np.asarray(t.numpy() if hasattr(t, "numpy") else t)
 
 
 def _state_dict(module, caller):

@@ -306,7 +306,7 @@ _MHA_ARGS = ["query", "key", "value", "key_padding_mask", "need_weights", "attn_
 
 def _input_dtype(x, dtype):
     """The dtype an array input is passed in: bool stays bool, any other becomes `dtype`."""
-    return np.bool_ if np.asarray(x).dtype == np.bool_ else dtype
+    return np.bool_ if x.dtype == np.bool_ else dtype
 
 
 def _myatt_twin(torch_module):
@@ -499,13 +499,13 @@ def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[
     is_array = [not isinstance(x, (int, float, bool, str, type(None), np.integer)) for x in inputs]
     given = [_interop.to_numpy(x) if a else x for x, a in zip(inputs, is_array)]
     for i, (x, a) in enumerate(zip(given, is_array)):
-        if a and np.asarray(x).dtype.kind not in "biuf":   # as myatt refuses them
-            raise TypeError(f"compare(): inputs[{i}] has dtype {np.asarray(x).dtype}; myatt "
+        if a and x.dtype.kind not in "biuf":   # as myatt refuses them
+            raise TypeError(f"compare(): inputs[{i}] has dtype {x.dtype}; myatt "
                             "takes real numbers (bool, integer, float)")
     if hasattr(module, "dtype"):
         dtype = np.dtype(module.dtype)
     else:
-        dtype = np.dtype(np.float64 if any(a and np.asarray(x).dtype == np.float64
+        dtype = np.dtype(np.float64 if any(a and x.dtype == np.float64
                                            for x, a in zip(given, is_array)) else np.float32)
     # Bool arrays (masks) stay bool: as floats they would be added to the scores instead.
     args = [np.array(x, dtype=_input_dtype(x, dtype), order="C") if a else x

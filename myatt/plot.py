@@ -159,7 +159,7 @@ def _draw(ax, w, xl, yl, cmap, x_rotation, **norm):
 def _select(weights, batch):
     """`weights` as a real [rows, cols] or [heads, rows, cols] array: item `batch` of the
     first axis when given, then leading axes of size 1 dropped, a 1-D vector as one row."""
-    w = np.asarray(_interop.to_numpy(weights))
+    w = _interop.to_numpy(weights)
     if w.dtype.kind not in "biuf":
         raise TypeError(f"plot_attention(): weights must be real numbers, got {w.dtype}")
     if batch is not None:
