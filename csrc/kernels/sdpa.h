@@ -34,6 +34,13 @@
 #define SDPA_Q_SPLIT(L) ((L) >= 768 ? 256 : (L) >= 192 ? 64 : 32)
 #define SDPA_KV_SPLIT 512
 
+/* Query rows per block of the backward (sdpa_tmpl.h), not torch's: causal 64
+ * (a block computes the keys its last row sees, so smaller blocks skip more),
+ * else 256 (dK and dV sum over a block's rows: longer sums per product).  On
+ * one Zen 4 core, against torch's split, float32: 1.1-1.3x faster at L = 128 to
+ * 1024; float64 within 5 %. */
+#define SDPA_BWD_Q_SPLIT(is_causal) ((is_causal) ? 64 : 256)
+
 /* Decode-like shapes (fewer than SDPA_KEY_CHUNKS (batch index, query block)
  * items, not causal, S over one key block) split the keys into up to
  * SDPA_KEY_CHUNKS runs of whole key blocks, computed apart (on several

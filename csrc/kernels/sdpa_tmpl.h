@@ -552,7 +552,7 @@ static int SUF(sdpa_forward_impl)(void *out, void *lse, const sdpa_problem *p)
  *   dV    = P^T @ dO,   dS = P * (dO @ V^T - D),   dK = scale * dS^T @ Q,
  *   dQ    = scale * dS @ K
  * Pass 1 takes (batch index, key block) items and sums dK, dV over the query
- * blocks in order; pass 2 takes (batch index, query block) items and sums dQ
+ * blocks (of SDPA_BWD_Q_SPLIT rows) in order; pass 2 takes (batch index, query block) items and sums dQ
  * over the key blocks in order (the scores computed twice: no item writes what
  * another one writes, so the bits do not depend on the thread count).  When
  * key and value are broadcast or GQA-repeated differently (their batch
@@ -904,7 +904,7 @@ static int SUF(sdpa_backward_impl)(const sdpa_grads *g, const sdpa_problem *p)
     int kv_same = p->k_group == p->v_group;
     for (int d = 0; d < p->nbatch; d++)
         kv_same &= p->k.bd[d] == p->v.bd[d];
-    const int64_t qs = L < SDPA_Q_SPLIT(L) ? L : SDPA_Q_SPLIT(L);
+    const int64_t qs = L < SDPA_BWD_Q_SPLIT(p->is_causal) ? L : SDPA_BWD_Q_SPLIT(p->is_causal);
     const int64_t ks = S < SDPA_KV_SPLIT ? S : SDPA_KV_SPLIT;
     /* One pass when k and v are read alike, every output batch index has its
      * own q (its dQ then has one writer) and there are batch indices of k
