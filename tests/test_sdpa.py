@@ -417,8 +417,11 @@ def test_broadcast_mask_is_not_copied_per_head(mask_dtype):
     neither the forward nor vjp and its pullback (which keeps a private copy of the
     mask as given) ever holds it once per head (32 copies: 8 MiB as bool, 32 MiB as
     float32). Measured: the forward's traced peak 0.6 MiB (its output and workspace),
-    vjp + pullback 6.2 MiB (bool) and 6.9 MiB (float32): the inputs' and the mask's
-    copies, the outputs, the log-sum-exp and the gradients; the bounds sit between."""
+    vjp + pullback 8.5 MiB (bool) and 9.2 MiB (float32) alone, 10.9 MiB (float32) in
+    the whole suite: the inputs' and the mask's copies, the outputs, the log-sum-exp,
+    the gradients, and the backward's workspace, 1.5 MiB a thread at blocks of 256
+    query rows (sdpa.h), plus GEMM packing buffers as the threads' caches stand; the
+    bounds sit between."""
     rng = np.random.default_rng(17)
     N, H, L, S, E = 2, 16, 512, 512, 8
     q, k, v = make(rng, (N, H, L, E)), make(rng, (N, H, S, E)), make(rng, (N, H, S, E))
@@ -439,7 +442,7 @@ def test_broadcast_mask_is_not_copied_per_head(mask_dtype):
     finally:
         tracemalloc.stop()
     assert peak_forward < per_head // 2, f"forward: peak traced memory {peak_forward} bytes"
-    assert peak_backward < 10 << 20 < (6 << 20) + per_head, \
+    assert peak_backward < 14 << 20 < (9 << 20) + per_head, \
         f"vjp: peak traced memory {peak_backward} bytes"
     assert_matches(out, torch_sdpa(q, k, v, attn_mask=mask))
     tq, tk, tv = (to_torch(a, np.float32).requires_grad_() for a in (q, k, v))
