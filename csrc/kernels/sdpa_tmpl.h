@@ -552,9 +552,10 @@ static int SUF(sdpa_forward_impl)(void *out, void *lse, const sdpa_problem *p)
  *   dV    = P^T @ dO,   dS = P * (dO @ V^T - D),   dK = scale * dS^T @ Q,
  *   dQ    = scale * dS @ K
  * Pass 1 takes (batch index, key block) items and sums dK, dV over the query
- * blocks (of SDPA_BWD_Q_SPLIT rows) in order; pass 2 takes (batch index, query block) items and sums dQ
- * over the key blocks in order (the scores computed twice: no item writes what
- * another one writes, so the bits do not depend on the thread count).  When
+ * blocks (of SDPA_BWD_Q_SPLIT rows) in order; pass 2 takes (batch index, query
+ * block) items and sums dQ over the key blocks in order (the scores computed
+ * twice: no item writes what another one writes, so the bits do not depend on
+ * the thread count).  When
  * key and value are broadcast or GQA-repeated differently (their batch
  * indices differ), pass 1 runs twice, by key's batch for dK and by value's
  * for dV (the scores computed once more).  Causal: a block of query rows
