@@ -95,14 +95,14 @@ static int64_t sdpa_own_items(const sdpa_problem *p, const sdpa_operand *op)
  * sees (the hidden ones' weights are exact zeros, so their terms are skipped
  * as the SIMD forward's strips skip them), unless the hidden scores are not
  * -inf after the scaling (a scale <= 0, inf or NaN: every key, as torch's flash
- * kernel computes its NaN there). */
+ * kernel computes its NaN there).  The callers skip the blocks no row sees
+ * (m0 + qb <= n), so it is at least 1. */
 static int64_t sdpa_seen_keys(const sdpa_problem *p, int64_t m0, int64_t qb, int64_t n,
                               int64_t kb)
 {
     if (!p->is_causal || !(p->scale > 0 && p->scale < INFINITY))
         return kb;
-    const int64_t seen = m0 + qb - n;
-    return seen < 0 ? 0 : seen < kb ? seen : kb;
+    return m0 + qb - n < kb ? m0 + qb - n : kb;
 }
 
 /* The gradients one backward pass writes (sdpa_tmpl.h). */
