@@ -591,23 +591,32 @@ static int SUF(sdpa_block_ds)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, con
     if (SUF(gemm)(mk_mat_c(dP, qb, kb), mk_cmat_c(dout + m0 * Ev, qb, Ev),
                   (mk_cmat){v + n * p->v.rs, Ev, kb, p->v.cs, p->v.rs}, NULL, 0) != 0)
         return -1;
-    if (p->dropout_p > 0) {
-        /* the forward's mask: dS = P * (keep * dP / (1 - p) - D); P <- keep * P / (1 - p)
-         * (what multiplied v) for dV */
-        const T keep_scale = p->dropout_p >= 1 ? (T)0 : (T)(1.0 / (1.0 - p->dropout_p));
-        for (int64_t r = 0; r < qb; r++)
+    const T keep_scale = p->dropout_p >= 1 ? (T)0 : (T)(1.0 / (1.0 - p->dropout_p));
+    T *kept = ws->tr;   /* a row of keep * P / (1 - p) (free until sdpa_dkdv) */
+    for (int64_t r = 0; r < qb; r++) {
+        T *pr = P + r * kb, *dpr = dP + r * kb;
+        if (p->dropout_p > 0)   /* the forward's mask: dP <- keep * dP / (1 - p) */
             for (int64_t j = 0; j < kb; j++) {
                 const int keep = sdpa_dropout_uniform(p->dropout_seed, b, m0 + r, n + j)
                                  >= p->dropout_p;
-                const T pr = P[r * kb + j];
-                dP[r * kb + j] = pr * ((keep ? dP[r * kb + j] * keep_scale : (T)0) - dvec[r]);
-                P[r * kb + j] = keep ? pr * keep_scale : (T)0;
+                dpr[j] = keep ? dpr[j] * keep_scale : (T)0;
+                kept[j] = keep ? pr[j] * keep_scale : (T)0;
             }
-        return 0;
-    }
-    for (int64_t r = 0; r < qb; r++)
+        /* D: dvec, or on torch's math path with one block of keys its softmax
+         * backward's sum_j P dP (one key: exactly dP, so dS and dK exactly 0 as
+         * torch's, where dO . O leaves a rounding error times L rows of q) */
+        T d = dvec[r];
+        if (p->prescale && n == 0 && p->S <= SDPA_KV_SPLIT) {
+            d = 0;
+            for (int64_t j = 0; j < kb; j++)
+                d += pr[j] * dpr[j];
+        }
         for (int64_t j = 0; j < kb; j++)
-            dP[r * kb + j] = P[r * kb + j] * (dP[r * kb + j] - dvec[r]);
+            dpr[j] = pr[j] * (dpr[j] - d);
+        if (p->dropout_p > 0)   /* P <- what multiplied v, for dV */
+            for (int64_t j = 0; j < kb; j++)
+                pr[j] = kept[j];
+    }
     return 0;
 }
 
