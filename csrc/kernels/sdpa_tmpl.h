@@ -602,11 +602,12 @@ static int SUF(sdpa_block_ds)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, con
                 dpr[j] = keep ? dpr[j] * keep_scale : (T)0;
                 kept[j] = keep ? pr[j] * keep_scale : (T)0;
             }
-        /* D: dvec, or on torch's math path with one block of keys its softmax
-         * backward's sum_j P dP (one key: exactly dP, so dS and dK exactly 0 as
-         * torch's, where dO . O leaves a rounding error times L rows of q) */
+        /* D: dvec (dO . O, torch's flash backward), or sum_j P dP: on torch's math
+         * path with one block of keys (its softmax backward's), and with one key,
+         * where it is exactly dP (P = 1), so dS, dQ and dK exactly 0 (the gradients
+         * of a constant), where dO . O leaves a rounding error times L rows of q */
         T d = dvec[r];
-        if (p->prescale && n == 0 && p->S <= SDPA_KV_SPLIT) {
+        if (p->S == 1 || (p->prescale && n == 0 && p->S <= SDPA_KV_SPLIT)) {
             d = 0;
             for (int64_t j = 0; j < kb; j++)
                 d += pr[j] * dpr[j];
