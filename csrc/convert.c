@@ -543,6 +543,22 @@ const char *shape_str(char *buf, size_t len, int ndim, const npy_intp *dims)
     return buf;
 }
 
+int subclass_forward(PyObject *self, PyCFunction own, PyObject *const *args, size_t nargsf,
+                     PyObject *kwnames, PyObject **result)
+{
+    if (Py_TYPE(self)->tp_base == &PyBaseObject_Type)
+        return 0;
+    PyObject *fwd = PyObject_GetAttrString(self, "forward");
+    if (fwd != NULL && PyCFunction_Check(fwd) && PyCFunction_GET_SELF(fwd) == self
+            && PyCFunction_GET_FUNCTION(fwd) == own) {
+        Py_DECREF(fwd);
+        return 0;
+    }
+    *result = fwd == NULL ? NULL : PyObject_Vectorcall(fwd, args, nargsf, kwnames);
+    Py_XDECREF(fwd);
+    return 1;
+}
+
 PyObject *call_with_tuple(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                           PyObject *kwnames, ternaryfunc call)
 {

@@ -126,6 +126,14 @@ int probability_arg(PyObject *obj, const char *what, double *out);
 PyObject *call_with_tuple(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                           PyObject *kwnames, ternaryfunc call);
 
+/* torch's nn.Module.__call__ runs self.forward: m(...) on an instance of a
+ * Python subclass whose `forward` is not the type's C one (`own`, its
+ * METH_FASTCALL function) calls that forward with the vectorcall's arguments.
+ * 1 and *result (NULL on an error) when it did; 0 when the C forward is to run
+ * (always for myatt's own types, whose base is object: no lookup). */
+int subclass_forward(PyObject *self, PyCFunction own, PyObject *const *args, size_t nargsf,
+                     PyObject *kwnames, PyObject **result);
+
 /* "Linear" for myatt.Linear: the part of tp_name after the last dot. */
 const char *type_short_name(PyTypeObject *type);
 

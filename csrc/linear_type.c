@@ -19,6 +19,8 @@
 
 static PyObject *Linear_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                                    PyObject *kwnames);
+static PyObject *Linear_forward_fast(LinearObject *self, PyObject *const *args,
+                                     Py_ssize_t nargs, PyObject *kwnames);
 
 LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_features,
                             Py_ssize_t out_features, int bias, const myatt_dtype *dtype,
@@ -184,16 +186,26 @@ static PyObject *Linear_forward(LinearObject *self, PyObject *args, PyObject *kw
     return linear_forward(self, input);
 }
 
-/* layer(x) and layer.forward(x): one positional argument goes straight to
- * linear_forward; any other call takes the tuple path above (same parsing and
- * messages as before). */
+/* layer(x) (a subclass's own forward if it has one) and layer.forward(x): one
+ * positional argument goes straight to linear_forward; any other call takes
+ * the tuple path above (same parsing and messages as before). */
 static PyObject *Linear_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                                    PyObject *kwnames)
 {
+    PyObject *result;
+    if (subclass_forward(self, (PyCFunction)(void (*)(void))Linear_forward_fast, args, nargsf,
+                         kwnames, &result))
+        return result;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (nargs == 1 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0))
         return linear_forward((LinearObject *)self, args[0]);
     return call_with_tuple(self, args, nargs, kwnames, (ternaryfunc)Linear_call);
+}
+
+static PyObject *Linear_call_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames)
+{
+    return Linear_vectorcall(self, args, (size_t)nargs, kwnames);
 }
 
 static PyObject *Linear_forward_fast(LinearObject *self, PyObject *const *args,
@@ -645,8 +657,8 @@ static PyMethodDef Linear_methods[] = {
     {"state_dict", (PyCFunction)Linear_state_dict, METH_NOARGS, Linear_state_dict_doc},
     {"load_state_dict", (PyCFunction)(void (*)(void))Linear_load_state_dict,
      METH_VARARGS | METH_KEYWORDS, Linear_load_state_dict_doc},
-    {"__call__", (PyCFunction)(void (*)(void))Linear_call,
-     METH_VARARGS | METH_KEYWORDS | METH_COEXIST, Linear_call_doc},
+    {"__call__", (PyCFunction)(void (*)(void))Linear_call_fast,
+     METH_FASTCALL | METH_KEYWORDS | METH_COEXIST, Linear_call_doc},
     {"__reduce__", (PyCFunction)Linear_reduce, METH_NOARGS, Linear_reduce_doc},
     {"_from_state", (PyCFunction)from_state_method, METH_VARARGS | METH_CLASS,
      Linear_from_state_doc},
@@ -680,7 +692,7 @@ static PyType_Slot Linear_slots[] = {
     {Py_tp_members, Linear_members},
     {Py_tp_new, Linear_new},
     {Py_tp_dealloc, Linear_dealloc},
-    {Py_tp_call, Linear_call},
+    {Py_tp_call, PyVectorcall_Call},
     {Py_tp_repr, Linear_repr},
     {Py_tp_doc, (void *)Linear_doc},
     {Py_tp_methods, Linear_methods},

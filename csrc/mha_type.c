@@ -693,22 +693,31 @@ done:
     return result;
 }
 
-/* m(query, key, value) and m.forward(...) with three positional arguments go
- * straight to mha_forward; any other call is parsed by MHA_call. */
-static PyObject *MHA_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
-                                PyObject *kwnames)
-{
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs == 3 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0))
-        return mha_forward((MHAObject *)self, args[0], args[1], args[2], Py_None, 1, Py_None,
-                           1, 0, NULL);
-    return call_with_tuple(self, args, nargs, kwnames, (ternaryfunc)MHA_call);
-}
-
+/* m.forward(query, key, value) with three positional arguments goes straight
+ * to mha_forward; any other call is parsed by MHA_call. */
 static PyObject *MHA_forward_fast(MHAObject *self, PyObject *const *args, Py_ssize_t nargs,
                                   PyObject *kwnames)
 {
-    return MHA_vectorcall((PyObject *)self, args, (size_t)nargs, kwnames);
+    if (nargs == 3 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0))
+        return mha_forward(self, args[0], args[1], args[2], Py_None, 1, Py_None, 1, 0, NULL);
+    return call_with_tuple((PyObject *)self, args, nargs, kwnames, (ternaryfunc)MHA_call);
+}
+
+/* m(...): a subclass's own forward if it has one, else as m.forward(...). */
+static PyObject *MHA_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                PyObject *kwnames)
+{
+    PyObject *result;
+    if (subclass_forward(self, (PyCFunction)(void (*)(void))MHA_forward_fast, args, nargsf,
+                         kwnames, &result))
+        return result;
+    return MHA_forward_fast((MHAObject *)self, args, PyVectorcall_NARGS(nargsf), kwnames);
+}
+
+static PyObject *MHA_call_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames)
+{
+    return MHA_vectorcall(self, args, (size_t)nargs, kwnames);
 }
 
 /* ---- state_dict ------------------------------------------------------------ */
@@ -1125,8 +1134,8 @@ static PyMethodDef MHA_methods[] = {
     {"state_dict", (PyCFunction)MHA_state_dict, METH_NOARGS, MHA_state_dict_doc},
     {"load_state_dict", (PyCFunction)(void (*)(void))MHA_load_state_dict,
      METH_VARARGS | METH_KEYWORDS, MHA_load_state_dict_doc},
-    {"__call__", (PyCFunction)(void (*)(void))MHA_call,
-     METH_VARARGS | METH_KEYWORDS | METH_COEXIST, MHA_call_doc},
+    {"__call__", (PyCFunction)(void (*)(void))MHA_call_fast,
+     METH_FASTCALL | METH_KEYWORDS | METH_COEXIST, MHA_call_doc},
     {"__reduce__", (PyCFunction)MHA_reduce, METH_NOARGS, MHA_reduce_doc},
     {"_from_state", (PyCFunction)from_state_method, METH_VARARGS | METH_CLASS,
      MHA_from_state_doc},
@@ -1181,7 +1190,7 @@ static PyType_Slot MHA_slots[] = {
     {Py_tp_members, MHA_members},
     {Py_tp_new, MHA_new},
     {Py_tp_dealloc, MHA_dealloc},
-    {Py_tp_call, MHA_call},
+    {Py_tp_call, PyVectorcall_Call},
     {Py_tp_repr, MHA_repr},
     {Py_tp_doc, (void *)MHA_doc},
     {Py_tp_methods, MHA_methods},

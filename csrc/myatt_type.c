@@ -353,24 +353,35 @@ static PyObject *MyAtt_forward(MyAttObject *self, PyObject *args, PyObject *kwds
     return myatt_forward(self, Q, K, V);
 }
 
-/* m(Q, K, V) and m.forward(Q, K, V): three positional arguments go straight
- * to myatt_forward; any other call (keywords, a wrong count) takes the tuple
- * path above, so its parsing and messages are PyArg_ParseTupleAndKeywords'. */
-static PyObject *MyAtt_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
-                                  PyObject *kwnames)
-{
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs == 3 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0))
-        return myatt_forward((MyAttObject *)self, args[0], args[1], args[2]);
-    return call_with_tuple(self, args, nargs, kwnames, (ternaryfunc)MyAtt_call);
-}
-
+/* m(Q, K, V) (a subclass's own forward if it has one) and m.forward(Q, K, V):
+ * three positional arguments go straight to myatt_forward; any other call
+ * (keywords, a wrong count) takes the tuple path above, so its parsing and
+ * messages are PyArg_ParseTupleAndKeywords'. */
 static PyObject *MyAtt_forward_fast(MyAttObject *self, PyObject *const *args, Py_ssize_t nargs,
                                     PyObject *kwnames)
 {
     if (nargs == 3 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0))
         return myatt_forward(self, args[0], args[1], args[2]);
     return call_with_tuple((PyObject *)self, args, nargs, kwnames, (ternaryfunc)MyAtt_forward);
+}
+
+static PyObject *MyAtt_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                  PyObject *kwnames)
+{
+    PyObject *result;
+    if (subclass_forward(self, (PyCFunction)(void (*)(void))MyAtt_forward_fast, args, nargsf,
+                         kwnames, &result))
+        return result;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs == 3 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0))
+        return myatt_forward((MyAttObject *)self, args[0], args[1], args[2]);
+    return call_with_tuple(self, args, nargs, kwnames, (ternaryfunc)MyAtt_call);
+}
+
+static PyObject *MyAtt_call_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+    return MyAtt_vectorcall(self, args, (size_t)nargs, kwnames);
 }
 
 /* ---- backward -------------------------------------------------------------- */
@@ -908,8 +919,8 @@ static PyMethodDef MyAtt_methods[] = {
     {"state_dict", (PyCFunction)MyAtt_state_dict, METH_NOARGS, MyAtt_state_dict_doc},
     {"load_state_dict", (PyCFunction)(void (*)(void))MyAtt_load_state_dict,
      METH_VARARGS | METH_KEYWORDS, MyAtt_load_state_dict_doc},
-    {"__call__", (PyCFunction)(void (*)(void))MyAtt_call,
-     METH_VARARGS | METH_KEYWORDS | METH_COEXIST, MyAtt_call_doc},
+    {"__call__", (PyCFunction)(void (*)(void))MyAtt_call_fast,
+     METH_FASTCALL | METH_KEYWORDS | METH_COEXIST, MyAtt_call_doc},
     {"__reduce__", (PyCFunction)MyAtt_reduce, METH_NOARGS, MyAtt_reduce_doc},
     {"_from_state", (PyCFunction)from_state_method, METH_VARARGS | METH_CLASS,
      MyAtt_from_state_doc},
@@ -947,7 +958,7 @@ static PyType_Slot MyAtt_slots[] = {
     {Py_tp_members, MyAtt_members},
     {Py_tp_new, MyAtt_new},
     {Py_tp_dealloc, MyAtt_dealloc},
-    {Py_tp_call, MyAtt_call},
+    {Py_tp_call, PyVectorcall_Call},
     {Py_tp_repr, MyAtt_repr},
     {Py_tp_doc, (void *)MyAtt_doc},
     {Py_tp_methods, MyAtt_methods},

@@ -74,6 +74,48 @@ def test_subclass_call_and_forward_overrides(rng):
     assert OwnLinearCall(3, 2)(np.ones(3)) == "own"
 
 
+def test_subclass_forward_is_what_calling_runs(rng):
+    """As torch's nn.Module.__call__: m(...) runs a subclass's forward, every call form,
+    with the arguments as given (keywords too); super().forward is the C one; a forward
+    set on the instance counts too.  A subclass that does not override forward, and
+    myatt.vjp, run the type's own."""
+    class Twice(myatt.Linear):
+        def forward(self, x, scale=2):
+            return super().forward(x) * scale
+
+    class Shifted(myatt.MultiheadAttention):
+        def forward(self, query, key, value, **kw):
+            out, w = super().forward(query, key, value, **kw)
+            return out + 1, w
+
+    class Named(myatt.MyAtt):
+        def forward(self, Q, K, V):
+            return "own"
+
+    layer = Twice(4, 3, dtype=np.float64)
+    x = rng.standard_normal((2, 4))
+    want = run(torch_linear(layer), x, dtype=np.float64)
+    for call in (lambda: layer(x), lambda: layer(x=x), lambda: layer.__call__(x),
+                 lambda: myatt.Linear.__call__(layer, x), lambda: layer.forward(x)):
+        assert_matches(call(), 2 * want)
+    assert_matches(layer(x, 3), 3 * want)
+    assert_matches(myatt.Linear.forward(layer, x), want)
+    y, _ = myatt.vjp(layer, x)
+    assert_matches(y, want)
+    layer.forward = lambda x: "instance"
+    assert layer(x) == "instance"
+
+    m = Shifted(4, 2)
+    q = rng.standard_normal((3, 4)).astype(np.float32)
+    base, w = myatt.MultiheadAttention.forward(m, q, q, q, need_weights=False)
+    out, w = m(q, q, q, need_weights=False)
+    np.testing.assert_array_equal(out, base + 1)
+    assert w is None
+    assert Named(*SEED)(1, 2, 3) == "own"
+    with pytest.raises(TypeError, match=r"forward\(\) missing"):
+        Named(*SEED)(1, 2)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_linear_call_forms_match_torch(rng, dtype):
     layer = myatt.Linear(64, 32, dtype=dtype)
