@@ -1,6 +1,6 @@
-"""Reading torch modules for ``Linear.from_torch`` and ``MyAtt.from_torch``.
+"""Reading torch modules for ``Linear``, ``MyAtt`` and ``MultiheadAttention.from_torch``.
 
-The C classmethods call ``linear_spec`` / ``myatt_spec``, which return
+The C classmethods call ``linear_spec`` / ``myatt_spec`` / ``mha_spec``, which return
 ``(args, kwargs, state_dict)``: what the constructor gets and what is then
 loaded into the new object.  Nothing here imports torch: a module and its
 tensors are read through their attributes (``.dtype``, ``.detach()``,
@@ -35,9 +35,17 @@ def to_numpy(t):
 
 
 def _state_dict(module, caller):
+    """(dtype name, state_dict as NumPy arrays): every entry float32, or every one float64,
+    else TypeError naming the entries."""
     if not callable(getattr(module, "state_dict", None)):
         raise TypeError(f"{caller}: expected a torch.nn.Module, got {type(module).__name__}")
-    return {k: to_numpy(v) for k, v in module.state_dict().items()}
+    sd = module.state_dict()
+    names = {key: dtype_name(value, f"{caller}: the module's {key}") for key, value in sd.items()}
+    if len(set(names.values())) > 1:
+        listed = ", ".join(f"{key} {name}" for key, name in names.items())
+        raise TypeError(f"{caller}: the module's parameters have different dtypes ({listed}); "
+                        f"convert it first (module.float() or module.double())")
+    return next(iter(names.values()), "float32"), {k: to_numpy(v) for k, v in sd.items()}
 
 
 def linear_spec(module):
@@ -47,13 +55,10 @@ def linear_spec(module):
     if missing:
         raise TypeError(f"{caller}: expected a torch.nn.Linear, got {type(module).__name__} "
                         f"(it has no {', '.join(missing)})")
-    bias = getattr(module, "bias", None) is not None
-    dtype = dtype_name(module.weight, f"{caller}: the module's weight")
-    if bias and dtype_name(module.bias, f"{caller}: the module's bias") != dtype:
-        raise TypeError(f"{caller}: weight and bias have different dtypes "
-                        f"({module.weight.dtype} and {module.bias.dtype})")
-    args = (int(module.in_features), int(module.out_features), bias)
-    return args, {"dtype": dtype}, _state_dict(module, caller)
+    dtype, sd = _state_dict(module, caller)
+    args = (int(module.in_features), int(module.out_features),
+            getattr(module, "bias", None) is not None)
+    return args, {"dtype": dtype}, sd
 
 
 def myatt_spec(module):
@@ -64,13 +69,8 @@ def myatt_spec(module):
         raise TypeError(f"{caller}: expected the tutorial's MyAtt module (attributes "
                         f"{', '.join(MYATT_SIZES)}, attn, attn_combine), got "
                         f"{type(module).__name__} without {', '.join(missing)}")
-    dtypes = {name: dtype_name(getattr(module, name).weight, f"{caller}: {name}.weight")
-              for name in ("attn", "attn_combine")}
-    if dtypes["attn"] != dtypes["attn_combine"]:
-        raise TypeError(f"{caller}: attn and attn_combine have different dtypes "
-                        f"({dtypes['attn']} and {dtypes['attn_combine']})")
-    args = tuple(int(getattr(module, a)) for a in MYATT_SIZES)
-    return args, {"dtype": dtypes["attn"]}, _state_dict(module, caller)
+    dtype, sd = _state_dict(module, caller)
+    return tuple(int(getattr(module, a)) for a in MYATT_SIZES), {"dtype": dtype}, sd
 
 
 def mha_spec(module):
@@ -83,9 +83,9 @@ def mha_spec(module):
     if missing:
         raise TypeError(f"{caller}: expected a torch.nn.MultiheadAttention, got "
                         f"{type(module).__name__} (it has no {', '.join(missing)})")
-    dtype = dtype_name(module.out_proj.weight, f"{caller}: the module's out_proj.weight")
+    dtype, sd = _state_dict(module, caller)
     args = (int(module.embed_dim), int(module.num_heads), float(module.dropout),
             module.in_proj_bias is not None, module.bias_k is not None,
             bool(module.add_zero_attn), int(module.kdim), int(module.vdim),
             bool(module.batch_first))
-    return args, {"dtype": dtype}, _state_dict(module, caller)
+    return args, {"dtype": dtype}, sd

@@ -1050,6 +1050,14 @@ def test_from_torch_refuses_other_modules():
         MHA.from_torch(np.zeros(3))
     with pytest.raises(TypeError, match="float32 or float64"):
         MHA.from_torch(torch.nn.MultiheadAttention(4, 2).to(torch.float16))
+    t = torch.nn.MultiheadAttention(4, 2)
+    t.in_proj_weight.data = t.in_proj_weight.data.half()   # out_proj.weight stays float32
+    with pytest.raises(TypeError, match="in_proj_weight is torch.float16"):
+        MHA.from_torch(t)
+    t = torch.nn.MultiheadAttention(4, 2)
+    t.out_proj.double()
+    with pytest.raises(TypeError, match="different dtypes .*out_proj.weight float64"):
+        MHA.from_torch(t)
 
 
 @pytest.mark.parametrize("opts", [{}, {"add_bias_kv": True, "kdim": 3, "batch_first": True}],
