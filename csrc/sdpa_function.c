@@ -13,8 +13,8 @@
 #include <string.h>
 
 static const char myatt_scaled_dot_product_attention_doc[] =
-"scaled_dot_product_attention($module, query, key, value, attn_mask=None, dropout_p=0.0,\n"
-"                             is_causal=False, scale=None, enable_gqa=False)\n--\n\n"
+"scaled_dot_product_attention($module, query, key, value, attn_mask=None, dropout_p=0.0, "
+"is_causal=False, scale=None, enable_gqa=False)\n--\n\n"
 "Attention: softmax(query @ key^T * scale + attn_mask) @ value.\n"
 "\n"
 "As torch.nn.functional.scaled_dot_product_attention of torch 2.13, computed\n"

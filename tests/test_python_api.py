@@ -69,15 +69,18 @@ def test_every_public_function_has_a_signature_and_doc(name):
     obj = getattr(myatt, name)
     inspect.signature(obj)
     assert inspect.getdoc(obj)
+    # one line: Sphinx's autodoc (the API page) splits a text signature at its newlines
+    assert "\n" not in (getattr(obj, "__text_signature__", None) or "")
 
 
-@pytest.mark.parametrize("cls", [myatt.Linear, myatt.MyAtt])
+@pytest.mark.parametrize("cls", [myatt.Linear, myatt.MyAtt, myatt.MultiheadAttention])
 def test_every_method_has_a_signature_and_doc(cls):
     names = [n for n in dir(cls) if not n.startswith("__") or n in ("__call__", "__reduce__")]
     for n in names:
         attr = getattr(cls, n)
         if callable(attr):
             inspect.signature(attr)
+            assert "\n" not in (getattr(attr, "__text_signature__", None) or ""), n
         assert inspect.getdoc(attr), n
 
 
