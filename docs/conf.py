@@ -88,10 +88,14 @@ def _bench_plot(app):
     that docs/speed.md records (its table is parsed, so the plot and the table are one run)."""
     text = open(os.path.join(app.srcdir, "speed.md"), encoding="utf-8").read()
     rows = []
-    for m in re.finditer(r"^(\w+ [\w^]+ float(?:32|64)) +(\d+) +([\d.]+) (\w+) +([\d.]+) (\w+) "
-                         r"+([\d.]+) (\w+) ", text, re.M):
+    # a row: the case (ending in its dtype), threads, then myatt's, torch's and NumPy's
+    # times ("-" where a row has no NumPy column)
+    time = r"([\d.]+) (ns|us|ms|s)"
+    for m in re.finditer(rf"^(\S.*? float(?:32|64)) +(\d+) +{time} +{time} +(?:{time}|-) ",
+                         text, re.M):
         case, thr = m.group(1), int(m.group(2))
-        t = [float(m.group(i)) * _UNITS[m.group(i + 1)] for i in (3, 5, 7)]
+        t = [float(m.group(i)) * _UNITS[m.group(i + 1)] if m.group(i) else None
+             for i in (3, 5, 7)]
         rows.append(dict(case=case, threads=thr, myatt=t[0], torch=t[1], numpy=t[2]))
     if not rows:
         raise RuntimeError("docs/speed.md: no benchmark rows found for the plot")
