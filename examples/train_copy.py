@@ -15,8 +15,9 @@ slot, should therefore be close to the identity matrix.
 The heatmap goes to the temporary directory by default (myatt_train_copy.png there),
 never into the working directory (examples/attention.png is the README's picture).
 A progress bar (tqdm, when installed) shows the loss as its postfix; it appears only
-when the run lasts over a second (--steps 5000, for instance). Without tqdm, a line
-every 100 steps shows the loss.  Gradients come from myatt.vjp (the forward once; its
+when the run lasts over a second (--steps 20000 --lr 0.003, for instance: a longer run
+wants a smaller step, as 0.03 keeps the loss near 0.01). Without tqdm, a line every
+100 steps shows the loss.  Gradients come from myatt.vjp (the forward once; its
 pullback reuses attn_weights and applied) and the update from myatt.Adam
 (torch.optim.Adam's rule on the live parameters).
 """
