@@ -7,8 +7,9 @@ original, computed by C kernels on NumPy arrays::
     m = myatt.MyAtt(32, 32, 32, 64, 32)
     output, attn_weights = m(Q, K, V)
 
-- Modules: ``MyAtt``, ``Linear`` (``forward``, ``backward``, ``state_dict``,
-  ``from_torch``, pickle and copy).
+- Modules: ``MyAtt``, ``Linear``, ``MultiheadAttention`` (torch's
+  ``nn.MultiheadAttention``) (``forward``, ``state_dict``, ``from_torch``, pickle and
+  copy; ``backward`` for the first two).
 - Kernels: ``linear``, ``softmax``, ``bmm``, and their gradients ``linear_backward``,
   ``softmax_backward``, ``bmm_backward``; ``vjp`` (forward once, then a ``Pullback``
   that reuses what the forward computed); ``scaled_dot_product_attention``
