@@ -647,7 +647,8 @@ def plot(result, path):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="a short run (seconds): seed and mid sizes")
+    p.add_argument("--quick", action="store_true", help="a short run (a minute or two): seed and mid "
+                   "sizes, small sdpa and mha shapes")
     p.add_argument("--only", choices=["module", "sdpa", "mha"], help="only these rows (module: "
                    "MyAtt's seed, mid and large rows; sdpa: the scaled_dot_product_attention "
                    "rows; mha: the MultiheadAttention rows)")

@@ -25,7 +25,7 @@ DEFAULT_TOLERANCES = {np.dtype(np.float32): (1.3e-6, 1e-5), np.dtype(np.float64)
 class ResultComparison:
     """How one result (``output``, ``attn_weights``, ...) of myatt and torch compare.
 
-    One entry of :attr:`Comparison.results`, made by :func:`compare`; get it by name with
+    One entry of ``Comparison.results``, made by :func:`compare`; get it by name with
     ``report["output"]``. Differences are taken in float64; an element counts as outside the
     tolerance as in ``torch.testing.assert_close``: a finite pair when
     ``|myatt - torch| > atol + rtol * |torch|``, NaN against NaN unless `equal_nan`, and
