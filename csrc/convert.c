@@ -494,9 +494,20 @@ void name_allocation_error(const char *what)
         memory_error_naming(what);
 }
 
+int bool_arg(PyObject *obj, const char *what, int *out)
+{
+    if (!PyBool_Check(obj) && !PyArray_IsScalar(obj, Bool)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a bool, got %.100s", what,
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    *out = PyObject_IsTrue(obj);
+    return 0;
+}
+
 int float_arg(PyObject *obj, const char *what, const char *more, double *out)
 {
-    if (!PyBool_Check(obj)) {
+    if (!PyBool_Check(obj) && !PyArray_IsScalar(obj, Bool)) {
         *out = PyFloat_AsDouble(obj);
         if (!(*out == -1.0 && PyErr_Occurred()))
             return 0;

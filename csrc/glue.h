@@ -111,9 +111,14 @@ void name_memory_error(const char *what);
 void name_allocation_error(const char *what);
 
 /* A real-number argument (a float, an int, anything with __float__; not a
- * bool) as a double: 0, or -1 with TypeError "<what> must be a float<more>,
+ * bool, Python's or NumPy's) as a double: 0, or -1 with TypeError "<what> must be a float<more>,
  * got <type>" (more: e.g. " or None") or OverflowError naming `what`. */
 int float_arg(PyObject *obj, const char *what, const char *more, double *out);
+
+/* A flag that must be a bool (Python's or NumPy's; as torch's C functions,
+ * not any object's truth value): 0 with *out 0 or 1, or -1 with TypeError
+ * "<what> must be a bool, got <type>". */
+int bool_arg(PyObject *obj, const char *what, int *out);
 
 /* As float_arg, then in [0, 1] (a dropout probability): else ValueError
  * "<what> must be in [0, 1], got <obj>". */

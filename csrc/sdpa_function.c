@@ -176,17 +176,21 @@ static int sdpa_parse(PyObject *module, PyObject *args, PyObject *kwds, int priv
     static char *kwlist[] = {"query", "key", "value", "attn_mask", "dropout_p", "is_causal",
                              "scale", "enable_gqa", NULL};
     PyObject *q_obj, *k_obj, *v_obj, *mask_obj = Py_None, *scale_obj = Py_None;
-    PyObject *dropout_obj = NULL;
+    PyObject *dropout_obj = NULL, *causal_obj = Py_False, *gqa_obj = Py_False;
     int is_causal = 0, enable_gqa = 0, rc = -1;
     PyArrayObject *rq = NULL, *rk = NULL, *rv = NULL, *rm = NULL;
     sdpa_problem *p = NULL;
     char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN], s3[SHAPE_STR_LEN];
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OOpOp:scaled_dot_product_attention",
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OOOOO:scaled_dot_product_attention",
                                      kwlist, &q_obj, &k_obj, &v_obj, &mask_obj, &dropout_obj,
-                                     &is_causal, &scale_obj, &enable_gqa))
+                                     &causal_obj, &scale_obj, &gqa_obj))
         return -1;
 
-    /* 1. Scalars: dropout_p in [0, 1], scale a real number or None. */
+    /* 1. Scalars: the flags bools (as torch's), dropout_p in [0, 1], scale a real number
+     * or None. */
+    if (bool_arg(causal_obj, WHAT "is_causal", &is_causal) < 0
+            || bool_arg(gqa_obj, WHAT "enable_gqa", &enable_gqa) < 0)
+        return -1;
     double dropout_p = 0.0, scale = 0.0;
     if (dropout_obj != NULL && probability_arg(dropout_obj, WHAT "dropout_p", &dropout_p) < 0)
         return -1;

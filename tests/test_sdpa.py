@@ -945,7 +945,24 @@ def _errors():
          lambda: sdpa(q, k, v, dropout_p=np.array([0.5, 0.1]))),
         ("dropout huge", OverflowError, "dropout_p", lambda: sdpa(q, k, v, dropout_p=10**400)),
         ("scale huge", OverflowError, "scale", lambda: sdpa(q, k, v, scale=10**400)),
+        # flags are bools (torch: "argument 'is_causal' must be bool, not int"); NumPy's too
+        ("causal int", TypeError, "is_causal must be a bool, got int",
+         lambda: sdpa(q, k, v, is_causal=1)),
+        ("causal None", TypeError, "is_causal", lambda: sdpa(q, k, v, is_causal=None)),
+        ("causal str", TypeError, "is_causal", lambda: sdpa(q, k, v, is_causal="yes")),
+        ("gqa int", TypeError, "enable_gqa must be a bool", lambda: sdpa(q, k, v, enable_gqa=2)),
+        # and a bool is not a number, Python's or NumPy's
+        ("scale bool", TypeError, "scale", lambda: sdpa(q, k, v, scale=True)),
+        ("scale numpy bool", TypeError, "scale", lambda: sdpa(q, k, v, scale=np.bool_(True))),
+        ("dropout numpy bool", TypeError, "dropout_p",
+         lambda: sdpa(q, k, v, dropout_p=np.bool_(False))),
     ]
+
+
+def test_flags_take_numpy_bools():
+    q = np.random.default_rng(0).standard_normal((2, 5, 4))
+    np.testing.assert_array_equal(sdpa(q, q, q, is_causal=np.bool_(True)),
+                                  sdpa(q, q, q, is_causal=True))
 
 
 @pytest.mark.parametrize("case", _errors(), ids=lambda c: c[0])
