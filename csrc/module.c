@@ -5,6 +5,29 @@
 #include "pieces.h"
 #include "state.h"
 
+/* The type of `spec`, added to the module (a new reference for the state).  A
+ * __vectorcalloffset__ member only tells PyType_FromSpec where the instances'
+ * vectorcall pointer lives (the way for a heap type): dropped from the type's
+ * dict once made, so that dir() and help() do not list it. */
+static PyTypeObject *add_type(PyObject *module, PyType_Spec *spec)
+{
+    PyTypeObject *type = (PyTypeObject *)PyType_FromModuleAndSpec(module, spec, NULL);
+    if (type == NULL)
+        return NULL;
+    if (PyDict_GetItemString(type->tp_dict, "__vectorcalloffset__") != NULL) {
+        if (PyDict_DelItemString(type->tp_dict, "__vectorcalloffset__") < 0) {
+            Py_DECREF(type);
+            return NULL;
+        }
+        PyType_Modified(type);
+    }
+    if (PyModule_AddType(module, type) < 0) {
+        Py_DECREF(type);
+        return NULL;
+    }
+    return type;
+}
+
 static int myatt_exec(PyObject *module)
 {
     myatt_state *st = myatt_state_of_module(module);
@@ -18,18 +41,10 @@ static int myatt_exec(PyObject *module)
             || PyModule_AddFunctions(module, vjp_methods) < 0
             || PyModule_AddFunctions(module, sdpa_methods) < 0)
         return -1;
-    st->linear_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &linear_type_spec, NULL);
-    if (st->linear_type == NULL || PyModule_AddType(module, st->linear_type) < 0)
-        return -1;
-    st->myatt_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &myatt_type_spec, NULL);
-    if (st->myatt_type == NULL || PyModule_AddType(module, st->myatt_type) < 0)
-        return -1;
-    st->mha_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &mha_type_spec, NULL);
-    if (st->mha_type == NULL || PyModule_AddType(module, st->mha_type) < 0)
-        return -1;
-    st->pullback_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &pullback_type_spec,
-                                                                  NULL);
-    if (st->pullback_type == NULL || PyModule_AddType(module, st->pullback_type) < 0)
+    if ((st->linear_type = add_type(module, &linear_type_spec)) == NULL
+            || (st->myatt_type = add_type(module, &myatt_type_spec)) == NULL
+            || (st->mha_type = add_type(module, &mha_type_spec)) == NULL
+            || (st->pullback_type = add_type(module, &pullback_type_spec)) == NULL)
         return -1;
     return 0;
 }
