@@ -95,6 +95,47 @@ PyObject *object_from_state(PyTypeObject *type, PyObject *args, PyObject *kwargs
     return obj;
 }
 
+PyObject *deferred_placeholder(myatt_state *st, PyTypeObject *type, newfunc new, PyObject *args,
+                               size_t init_offset)
+{
+    PyObject *kw = args == NULL ? NULL : PyDict_New(), *obj = NULL;
+    if (kw != NULL && PyDict_SetItem(kw, st->rebuild_key, st->rebuild_token) == 0)
+        obj = new(type, args, kw);
+    Py_XDECREF(args);
+    Py_XDECREF(kw);
+    if (obj != NULL)
+        *(int *)((char *)obj + init_offset) = INIT_DEFERRED;
+    return obj;
+}
+
+int module_init(PyObject *self, PyObject *args, PyObject *kwds, PyTypeObject *base, newfunc new,
+                size_t size, size_t init_offset)
+{
+    int *init = (int *)((char *)self + init_offset);
+    if (*init == INIT_PENDING) {
+        *init = INIT_DONE;
+        return 0;
+    }
+    if (*init == INIT_DONE) {
+        PyErr_Format(PyExc_RuntimeError, "%s.__init__(): this module is built already; "
+                     "construct a new one", type_short_name(base));
+        return -1;
+    }
+    PyObject *built = new(base, args, kwds);
+    if (built == NULL)
+        return -1;
+    /* swap the contents: self takes the module, `built` the placeholder it frees */
+    char *a = (char *)self + sizeof(PyObject), *b = (char *)built + sizeof(PyObject);
+    for (size_t i = 0; i < size - sizeof(PyObject); i++) {
+        const char t = a[i];
+        a[i] = b[i];
+        b[i] = t;
+    }
+    *init = INIT_DONE;
+    Py_DECREF(built);
+    return 0;
+}
+
 PyObject *reduce_object(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     PyObject *rebuild = NULL, *sd = NULL, *dict = NULL, *result = NULL;

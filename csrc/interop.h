@@ -18,6 +18,31 @@ PyObject *object_from_state(PyTypeObject *type, PyObject *args, PyObject *kwargs
  * (borrowed), or -1 with an exception. */
 int rebuild_requested(myatt_state *st, PyObject *kwds, PyObject **rest);
 
+/* Construction in __init__, as torch's modules: `class M(myatt.Linear)` whose
+ * __init__ calls super().__init__(...) with the constructor's arguments (its own
+ * signature may differ).  A module's `init` field says where it is:
+ *   INIT_DONE      built (also zero-filled objects: sub-layers, rebuilt copies);
+ *                  another __init__ is a RuntimeError (kernels may be reading its
+ *                  parameters with the GIL released: never replaced);
+ *   INIT_PENDING   built by tp_new from the call's arguments: the __init__ that
+ *                  type() calls next does nothing;
+ *   INIT_DEFERRED  a placeholder of the smallest sizes, from the tp_new of a
+ *                  subclass with its own __init__ (whose arguments it ignores,
+ *                  as object.__new__ does): __init__ builds the module. */
+enum { INIT_DONE = 0, INIT_PENDING, INIT_DEFERRED };
+
+/* tp_new's placeholder for a subclass with its own __init__: new(type, args,
+ * rebuild) (args stolen: the smallest sizes), nothing drawn, its state
+ * INIT_DEFERRED (at byte `init_offset`). */
+PyObject *deferred_placeholder(myatt_state *st, PyTypeObject *type, newfunc new, PyObject *args,
+                               size_t init_offset);
+
+/* tp_init of the module types: as the `init` field says (above); a deferred
+ * module is built by new(base, args, kwds) and takes its contents (the `size`
+ * bytes of the object after its PyObject header). */
+int module_init(PyObject *self, PyObject *args, PyObject *kwds, PyTypeObject *base, newfunc new,
+                size_t size, size_t init_offset);
+
 /* __reduce__: (type(self)._from_state, (args, kwargs, self.state_dict()),
  * the instance __dict__ of a subclass or None). */
 PyObject *reduce_object(PyObject *self, PyObject *args, PyObject *kwargs);

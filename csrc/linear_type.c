@@ -71,6 +71,8 @@ fail:
     return NULL;
 }
 
+static int Linear_init(PyObject *self, PyObject *args, PyObject *kwds);
+
 static PyObject *Linear_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"in_features", "out_features", "bias", "dtype", NULL};
@@ -84,6 +86,9 @@ static PyObject *Linear_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     int rebuild = rebuild_requested(st, kwds, &rest);
     if (rebuild < 0)
         return NULL;
+    if (!rebuild && type->tp_init != Linear_init)   /* its __init__ builds it */
+        return deferred_placeholder(st, type, Linear_new, Py_BuildValue("(nn)", 0, 0),
+                                    offsetof(LinearObject, init));
     int ok = PyArg_ParseTupleAndKeywords(args, rest, "OO|O$O:Linear", kwlist,
                                          &in_obj, &out_obj, &bias_obj, &dtype_obj);
     if (rebuild)
@@ -98,9 +103,19 @@ static PyObject *Linear_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     int bias = PyObject_IsTrue(bias_obj);
     if (bias < 0)
         return NULL;
-    return (PyObject *)linear_create(st, type, in_features, out_features, bias, dtype,
-                                     rebuild ? LINEAR_INIT_ZEROS : LINEAR_INIT_TORCH, 0,
-                                     "Linear(): ");
+    LinearObject *self = linear_create(st, type, in_features, out_features, bias, dtype,
+                                       rebuild ? LINEAR_INIT_ZEROS : LINEAR_INIT_TORCH, 0,
+                                       "Linear(): ");
+    if (self != NULL)
+        self->init = rebuild ? INIT_DONE : INIT_PENDING;
+    return (PyObject *)self;
+}
+
+static int Linear_init(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    myatt_state *st = myatt_state_of_type(Py_TYPE(self));
+    return st == NULL ? -1 : module_init(self, args, kwds, st->linear_type, Linear_new,
+                                         sizeof(LinearObject), offsetof(LinearObject, init));
 }
 
 static void Linear_dealloc(LinearObject *self)
@@ -691,6 +706,7 @@ static PyMemberDef Linear_members[] = {
 static PyType_Slot Linear_slots[] = {
     {Py_tp_members, Linear_members},
     {Py_tp_new, Linear_new},
+    {Py_tp_init, Linear_init},
     {Py_tp_dealloc, Linear_dealloc},
     {Py_tp_call, PyVectorcall_Call},
     {Py_tp_repr, Linear_repr},

@@ -14,6 +14,7 @@ typedef struct {
                                    stored transposed, Fortran-ordered); never handed out
                                    itself */
     PyArrayObject *bias;        /* [out], or NULL for bias=False */
+    int init;                   /* INIT_DONE, _PENDING or _DEFERRED (interop.h) */
 } LinearObject;
 
 /* What a new Linear's parameters start as. */

@@ -32,6 +32,7 @@ typedef struct {
                                         [E, E], [E, kdim], [E, vdim]; in_proj_bias [3E];
                                         bias_k, bias_v [1, 1, E] */
     LinearObject *out_proj;          /* Linear(E, E, bias) */
+    int init;                        /* INIT_DONE, _PENDING or _DEFERRED (interop.h) */
 } MHAObject;
 
 static const char *const param_names[P_COUNT] = {
@@ -95,6 +96,8 @@ static int xavier_uniform_param(mt19937 *rng, const myatt_dtype *dt, PyArrayObje
     return 0;
 }
 
+static int MHA_init(PyObject *self, PyObject *args, PyObject *kwds);
+
 static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"embed_dim", "num_heads", "dropout", "bias", "add_bias_kv",
@@ -110,6 +113,9 @@ static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     int rebuild = rebuild_requested(st, kwds, &rest);
     if (rebuild < 0)
         return NULL;
+    if (!rebuild && type->tp_init != MHA_init)   /* its __init__ builds it */
+        return deferred_placeholder(st, type, MHA_new, Py_BuildValue("(nn)", 1, 1),
+                                    offsetof(MHAObject, init));
     int ok = PyArg_ParseTupleAndKeywords(args, rest, "OO|OOOOOOO$O:" OWNER, kwlist, &e_obj,
                                          &h_obj, &dropout_obj, &bias_obj, &bkv_obj, &zero_obj,
                                          &kdim_obj, &vdim_obj, &bf_obj, &dtype_obj);
@@ -190,10 +196,18 @@ static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             if (self->param[p] != NULL)
                 k->xavier_normal(&st->rng, PyArray_DATA(self->param[p]), 1, 1, E);
     }
+    self->init = rebuild ? INIT_DONE : INIT_PENDING;
     return (PyObject *)self;
 fail:
     Py_DECREF(self);
     return NULL;
+}
+
+static int MHA_init(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    myatt_state *st = myatt_state_of_type(Py_TYPE(self));
+    return st == NULL ? -1 : module_init(self, args, kwds, st->mha_type, MHA_new,
+                                         sizeof(MHAObject), offsetof(MHAObject, init));
 }
 
 static void MHA_dealloc(MHAObject *self)
@@ -1189,6 +1203,7 @@ static PyMemberDef MHA_members[] = {
 static PyType_Slot MHA_slots[] = {
     {Py_tp_members, MHA_members},
     {Py_tp_new, MHA_new},
+    {Py_tp_init, MHA_init},
     {Py_tp_dealloc, MHA_dealloc},
     {Py_tp_call, PyVectorcall_Call},
     {Py_tp_repr, MHA_repr},

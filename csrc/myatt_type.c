@@ -22,10 +22,13 @@ typedef struct {
     const myatt_dtype *dtype;     /* a row of the dtype table (dtype.h) */
     LinearObject *attn;           /* Linear(query_size + key_size, value_size1)   */
     LinearObject *attn_combine;   /* Linear(query_size + value_size2, output_size) */
+    int init;                     /* INIT_DONE, _PENDING or _DEFERRED (interop.h) */
 } MyAttObject;
 
 static PyObject *MyAtt_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                                   PyObject *kwnames);
+
+static int MyAtt_init(PyObject *self, PyObject *args, PyObject *kwds);
 
 static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
@@ -44,6 +47,9 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     int rebuild = rebuild_requested(st, kwds, &rest);
     if (rebuild < 0)
         return NULL;
+    if (!rebuild && type->tp_init != MyAtt_init)   /* its __init__ builds it */
+        return deferred_placeholder(st, type, MyAtt_new, Py_BuildValue("(nnnnn)", 0, 0, 0, 0, 0),
+                                    offsetof(MyAttObject, init));
     int ok = PyArg_ParseTupleAndKeywords(args, rest, "OOOOO|$O:MyAtt", kwlist, &objs[0],
                                          &objs[1], &objs[2], &objs[3], &objs[4], &dtype_obj);
     if (rebuild)
@@ -80,10 +86,18 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                                        "MyAtt(): attn_combine.");
     if (self->attn_combine == NULL)
         goto fail;
+    self->init = rebuild ? INIT_DONE : INIT_PENDING;
     return (PyObject *)self;
 fail:
     Py_DECREF(self);
     return NULL;
+}
+
+static int MyAtt_init(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    myatt_state *st = myatt_state_of_type(Py_TYPE(self));
+    return st == NULL ? -1 : module_init(self, args, kwds, st->myatt_type, MyAtt_new,
+                                         sizeof(MyAttObject), offsetof(MyAttObject, init));
 }
 
 static void MyAtt_dealloc(MyAttObject *self)
@@ -957,6 +971,7 @@ static PyMemberDef MyAtt_members[] = {
 static PyType_Slot MyAtt_slots[] = {
     {Py_tp_members, MyAtt_members},
     {Py_tp_new, MyAtt_new},
+    {Py_tp_init, MyAtt_init},
     {Py_tp_dealloc, MyAtt_dealloc},
     {Py_tp_call, PyVectorcall_Call},
     {Py_tp_repr, MyAtt_repr},

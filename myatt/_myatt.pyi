@@ -58,8 +58,8 @@ class Pullback:
 
 @disjoint_base
 class Linear:
-    def __new__(cls, in_features: int, out_features: int, bias: bool = True, *,
-                dtype: _DType = "float32") -> "Linear": ...
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
+                 dtype: _DType = "float32") -> None: ...
     @property
     def weight(self) -> _Array: ...
     @weight.setter
@@ -90,8 +90,8 @@ class Linear:
 
 @disjoint_base
 class MyAtt:
-    def __new__(cls, query_size: int, key_size: int, value_size1: int, value_size2: int,
-                output_size: int, *, dtype: _DType = "float32") -> "MyAtt": ...
+    def __init__(self, query_size: int, key_size: int, value_size1: int, value_size2: int,
+                 output_size: int, *, dtype: _DType = "float32") -> None: ...
     @property
     def attn(self) -> Linear: ...
     @property
@@ -125,10 +125,10 @@ class MyAtt:
 
 @disjoint_base
 class MultiheadAttention:
-    def __new__(cls, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
-                add_bias_kv: bool = False, add_zero_attn: bool = False,
-                kdim: Optional[int] = None, vdim: Optional[int] = None,
-                batch_first: bool = False, *, dtype: _DType = "float32") -> "MultiheadAttention": ...
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 add_bias_kv: bool = False, add_zero_attn: bool = False,
+                 kdim: Optional[int] = None, vdim: Optional[int] = None,
+                 batch_first: bool = False, *, dtype: _DType = "float32") -> None: ...
     @property
     def in_proj_weight(self) -> Optional[_Array]: ...
     @in_proj_weight.setter

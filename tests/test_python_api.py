@@ -224,6 +224,78 @@ def test_subclass_copies_keep_type_and_attributes():
         assert_same_weights(c, s)
 
 
+class Block(myatt.MultiheadAttention):
+    """torch's way: a constructor of its own that calls super().__init__."""
+    def __init__(self, width, scale=2.0):
+        super().__init__(width, 2, batch_first=True, dtype=np.float64)
+        self.scale = scale
+
+
+class Square(myatt.Linear):
+    def __init__(self, n):
+        super().__init__(n, n, bias=False)
+
+
+class Seed(myatt.MyAtt):
+    def __init__(self):
+        super().__init__(*SIZES)
+
+
+def test_subclass_init_builds_the_module():
+    """A subclass whose __init__ has its own signature and calls super().__init__(...) gets
+    the module those arguments build, with the weights torch's module gets after the same
+    seed (drawn once); it pickles and copies, with its attributes."""
+    pairs = [(lambda: Block(6), lambda: torch.nn.MultiheadAttention(6, 2, batch_first=True,
+                                                                    dtype=torch.float64)),
+             (lambda: Square(5), lambda: torch.nn.Linear(5, 5, bias=False)),
+             (Seed, lambda: oracle.MyAtt(*SIZES))]
+    for ours, theirs in pairs:
+        myatt.manual_seed(11)
+        m = ours()
+        torch.manual_seed(11)
+        t = theirs()
+        tsd = t.state_dict()
+        assert list(m.state_dict()) == list(tsd)
+        for key, value in m.state_dict().items():
+            np.testing.assert_array_equal(value, tsd[key].numpy(), strict=True)
+        for how, c in copies(m):
+            assert type(c) is type(m), how
+            assert_same_weights(c, m)
+    b = Block(4, scale=3.0)
+    assert (b.embed_dim, b.batch_first, b.dtype, b.scale) == (4, True, np.float64, 3.0)
+    assert all(c.scale == 3.0 for _, c in copies(b))
+
+
+def test_init_builds_a_module_once():
+    """__init__ on a built module is a RuntimeError and changes nothing (a kernel may be
+    reading its parameters without the GIL); a subclass's super().__init__ with bad
+    arguments raises as the constructor does; one that never calls it holds a module of
+    sizes 0, which refuses any real input by shape."""
+    for m, args in ((myatt.Linear(3, 2), (4, 4)), (myatt.MyAtt(*SIZES), SIZES),
+                    (myatt.MultiheadAttention(4, 2), (8, 2)), (Square(3), (3,))):
+        before = m.state_dict()
+        with pytest.raises(RuntimeError, match="built already"):
+            m.__init__(*args)
+        for key, value in m.state_dict().items():
+            np.testing.assert_array_equal(value, before[key])
+
+    class Bad(myatt.MultiheadAttention):
+        def __init__(self):
+            super().__init__(6, 4)
+
+    with pytest.raises(ValueError, match="divisible"):
+        Bad()
+
+    class Forgot(myatt.Linear):
+        def __init__(self, n):
+            self.n = n
+
+    f = Forgot(3)
+    assert (f.in_features, f.out_features) == (0, 0)
+    with pytest.raises(ValueError, match=r"in_features = 0"):
+        f(np.ones(3))
+
+
 def test_deepcopy_memo_keeps_identity():
     m = myatt.MyAtt(*SIZES)
     a, b = copy.deepcopy([m, m])
