@@ -111,8 +111,9 @@ void name_memory_error(const char *what);
 void name_allocation_error(const char *what);
 
 /* A real-number argument (a float, an int, anything with __float__; not a
- * bool, Python's or NumPy's) as a double: 0, or -1 with TypeError "<what> must be a float<more>,
- * got <type>" (more: e.g. " or None") or OverflowError naming `what`. */
+ * bool, Python's or NumPy's) as a double: 0, or -1 with TypeError "<what>
+ * must be a float<more>, got <type>" (more: e.g. " or None") or OverflowError
+ * naming `what`. */
 int float_arg(PyObject *obj, const char *what, const char *more, double *out);
 
 /* A flag that must be a bool (Python's or NumPy's; as torch's C functions,

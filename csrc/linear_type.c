@@ -87,7 +87,7 @@ static PyObject *Linear_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (rebuild < 0)
         return NULL;
     if (!rebuild && type->tp_init != Linear_init)   /* its __init__ builds it */
-        return deferred_placeholder(st, type, Linear_new, Py_BuildValue("(nn)", 0, 0),
+        return deferred_placeholder(st, type, Linear_new, Py_BuildValue("(ii)", 0, 0),
                                     offsetof(LinearObject, init));
     int ok = PyArg_ParseTupleAndKeywords(args, rest, "OO|O$O:Linear", kwlist,
                                          &in_obj, &out_obj, &bias_obj, &dtype_obj);

@@ -114,7 +114,7 @@ static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (rebuild < 0)
         return NULL;
     if (!rebuild && type->tp_init != MHA_init)   /* its __init__ builds it */
-        return deferred_placeholder(st, type, MHA_new, Py_BuildValue("(nn)", 1, 1),
+        return deferred_placeholder(st, type, MHA_new, Py_BuildValue("(ii)", 1, 1),
                                     offsetof(MHAObject, init));
     int ok = PyArg_ParseTupleAndKeywords(args, rest, "OO|OOOOOOO$O:" OWNER, kwlist, &e_obj,
                                          &h_obj, &dropout_obj, &bias_obj, &bkv_obj, &zero_obj,

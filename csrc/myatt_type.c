@@ -48,7 +48,7 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (rebuild < 0)
         return NULL;
     if (!rebuild && type->tp_init != MyAtt_init)   /* its __init__ builds it */
-        return deferred_placeholder(st, type, MyAtt_new, Py_BuildValue("(nnnnn)", 0, 0, 0, 0, 0),
+        return deferred_placeholder(st, type, MyAtt_new, Py_BuildValue("(iiiii)", 0, 0, 0, 0, 0),
                                     offsetof(MyAttObject, init));
     int ok = PyArg_ParseTupleAndKeywords(args, rest, "OOOOO|$O:MyAtt", kwlist, &objs[0],
                                          &objs[1], &objs[2], &objs[3], &objs[4], &dtype_obj);
