@@ -217,6 +217,9 @@ static PyObject *Linear_vectorcall(PyObject *self, PyObject *const *args, size_t
     return call_with_tuple(self, args, nargs, kwnames, (ternaryfunc)Linear_call);
 }
 
+/* The __call__ method.  A Python subclass's m(...) arrives here too (its tp_call
+ * is slot_tp_call, which finds this method), on a type without the vectorcall
+ * flag before 3.12: so Linear_vectorcall itself, not PyVectorcall_Function. */
 static PyObject *Linear_call_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                   PyObject *kwnames)
 {
