@@ -95,6 +95,11 @@ PyObject *object_from_state(PyTypeObject *type, PyObject *args, PyObject *kwargs
     return obj;
 }
 
+int init_deferred(PyTypeObject *type, newfunc own, initproc own_init)
+{
+    return type->tp_init != own_init && type->tp_new == own;
+}
+
 PyObject *deferred_placeholder(myatt_state *st, PyTypeObject *type, newfunc new, PyObject *args,
                                size_t init_offset)
 {
@@ -104,36 +109,63 @@ PyObject *deferred_placeholder(myatt_state *st, PyTypeObject *type, newfunc new,
     Py_XDECREF(args);
     Py_XDECREF(kw);
     if (obj != NULL)
-        *(int *)((char *)obj + init_offset) = INIT_DEFERRED;
+        ((module_init_state *)((char *)obj + init_offset))->state = INIT_DEFERRED;
     return obj;
+}
+
+static int built_already(PyTypeObject *base)
+{
+    PyErr_Format(PyExc_RuntimeError, "%s.__init__(): this module is built already; "
+                 "construct a new one", type_short_name(base));
+    return -1;
 }
 
 int module_init(PyObject *self, PyObject *args, PyObject *kwds, PyTypeObject *base, newfunc new,
                 size_t size, size_t init_offset)
 {
-    int *init = (int *)((char *)self + init_offset);
-    if (*init == INIT_PENDING) {
-        *init = INIT_DONE;
+    module_init_state *init = (module_init_state *)((char *)self + init_offset);
+    if (init->state == INIT_PENDING) {
+        init->state = INIT_DONE;
         return 0;
     }
-    if (*init == INIT_DONE) {
-        PyErr_Format(PyExc_RuntimeError, "%s.__init__(): this module is built already; "
-                     "construct a new one", type_short_name(base));
-        return -1;
-    }
+    if (init->state == INIT_DONE)
+        return built_already(base);
     PyObject *built = new(base, args, kwds);
     if (built == NULL)
         return -1;
-    /* swap the contents: self takes the module, `built` the placeholder it frees */
+    if (init->state != INIT_DEFERRED) {   /* built meanwhile by code the arguments ran */
+        Py_DECREF(built);
+        return built_already(base);
+    }
+    /* swap the contents: self takes the module, `built` the placeholder's */
     char *a = (char *)self + sizeof(PyObject), *b = (char *)built + sizeof(PyObject);
     for (size_t i = 0; i < size - sizeof(PyObject); i++) {
         const char t = a[i];
         a[i] = b[i];
         b[i] = t;
     }
-    *init = INIT_DONE;
-    Py_DECREF(built);
+    init->state = INIT_DONE;
+    init->retired = built;
     return 0;
+}
+
+int refuse_abstract(PyTypeObject *type)
+{
+    if (!(type->tp_flags & Py_TPFLAGS_IS_ABSTRACT))
+        return 0;
+    PyObject *names = PyObject_GetAttrString((PyObject *)type, "__abstractmethods__");
+    PyObject *sorted = names == NULL ? NULL : PySequence_List(names);
+    PyObject *sep = PyUnicode_FromString("', '"), *joined = NULL;
+    if (sorted != NULL && sep != NULL && PyList_Sort(sorted) == 0
+            && (joined = PyUnicode_Join(sep, sorted)) != NULL)
+        PyErr_Format(PyExc_TypeError, "Can't instantiate abstract class %s without an "
+                     "implementation for abstract method%s '%U'", type->tp_name,
+                     PyList_GET_SIZE(sorted) > 1 ? "s" : "", joined);
+    Py_XDECREF(names);
+    Py_XDECREF(sorted);
+    Py_XDECREF(sep);
+    Py_XDECREF(joined);
+    return -1;
 }
 
 PyObject *reduce_object(PyObject *self, PyObject *args, PyObject *kwargs)

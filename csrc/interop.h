@@ -27,21 +27,37 @@ int rebuild_requested(myatt_state *st, PyObject *kwds, PyObject **rest);
  *   INIT_PENDING   built by tp_new from the call's arguments: the __init__ that
  *                  type() calls next does nothing;
  *   INIT_DEFERRED  a placeholder of the smallest sizes, from the tp_new of a
- *                  subclass with its own __init__ (whose arguments it ignores,
- *                  as object.__new__ does): __init__ builds the module. */
+ *                  subclass with an __init__ of its own and the type's tp_new
+ *                  (whose arguments it ignores, as object.__new__ does):
+ *                  __init__ builds the module.  (A subclass with a __new__ of its
+ *                  own builds there, with the arguments it passes on.) */
 enum { INIT_DONE = 0, INIT_PENDING, INIT_DEFERRED };
 
-/* tp_new's placeholder for a subclass with its own __init__: new(type, args,
- * rebuild) (args stolen: the smallest sizes), nothing drawn, its state
- * INIT_DEFERRED (at byte `init_offset`). */
+typedef struct {
+    int state;
+    PyObject *retired;   /* the placeholder's contents once built: kept until the object
+                            goes (a forward may be reading them without the GIL) */
+} module_init_state;
+
+/* Whether tp_new (`own`) gives `type` a placeholder: a subclass with an
+ * __init__ of its own (`own_init` is the type's tp_init) and not a __new__. */
+int init_deferred(PyTypeObject *type, newfunc own, initproc own_init);
+
+/* tp_new's placeholder: new(type, args, rebuild) (args stolen: the smallest
+ * sizes), nothing drawn, its state INIT_DEFERRED (the module_init_state at byte
+ * `init_offset`). */
 PyObject *deferred_placeholder(myatt_state *st, PyTypeObject *type, newfunc new, PyObject *args,
                                size_t init_offset);
 
-/* tp_init of the module types: as the `init` field says (above); a deferred
- * module is built by new(base, args, kwds) and takes its contents (the `size`
- * bytes of the object after its PyObject header). */
+/* tp_init of the module types: as the state says (above); a deferred module is
+ * built by new(base, args, kwds) and takes its contents (the `size` bytes of
+ * the object after its PyObject header), the placeholder's kept in `retired`. */
 int module_init(PyObject *self, PyObject *args, PyObject *kwds, PyTypeObject *base, newfunc new,
                 size_t size, size_t init_offset);
+
+/* TypeError for an abstract subclass (abc's @abstractmethod), as object.__new__
+ * gives: -1, else 0. */
+int refuse_abstract(PyTypeObject *type);
 
 /* __reduce__: (type(self)._from_state, (args, kwargs, self.state_dict()),
  * the instance __dict__ of a subclass or None). */

@@ -80,13 +80,13 @@ static PyObject *Linear_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Py_ssize_t in_features, out_features;
     const myatt_dtype *dtype = MYATT_DTYPE_DEFAULT;
     myatt_state *st = myatt_state_of_type(type);
-    if (st == NULL)
+    if (st == NULL || refuse_abstract(type) < 0)
         return NULL;
     PyObject *rest;
     int rebuild = rebuild_requested(st, kwds, &rest);
     if (rebuild < 0)
         return NULL;
-    if (!rebuild && type->tp_init != Linear_init)   /* its __init__ builds it */
+    if (!rebuild && init_deferred(type, Linear_new, Linear_init))   /* its __init__ builds it */
         return deferred_placeholder(st, type, Linear_new, Py_BuildValue("(ii)", 0, 0),
                                     offsetof(LinearObject, init));
     int ok = PyArg_ParseTupleAndKeywords(args, rest, "OO|O$O:Linear", kwlist,
@@ -107,7 +107,7 @@ static PyObject *Linear_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                                        rebuild ? LINEAR_INIT_ZEROS : LINEAR_INIT_TORCH, 0,
                                        "Linear(): ");
     if (self != NULL)
-        self->init = rebuild ? INIT_DONE : INIT_PENDING;
+        self->init.state = rebuild ? INIT_DONE : INIT_PENDING;
     return (PyObject *)self;
 }
 
@@ -123,6 +123,7 @@ static void Linear_dealloc(LinearObject *self)
     PyTypeObject *tp = Py_TYPE(self);
     Py_XDECREF(self->weight);
     Py_XDECREF(self->bias);
+    Py_XDECREF(self->init.retired);
     tp->tp_free(self);
     Py_DECREF(tp);
 }

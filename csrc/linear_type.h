@@ -3,6 +3,7 @@
 #ifndef MYATT_LINEAR_TYPE_H
 #define MYATT_LINEAR_TYPE_H
 
+#include "interop.h"
 #include "state.h"
 
 typedef struct {
@@ -14,7 +15,7 @@ typedef struct {
                                    stored transposed, Fortran-ordered); never handed out
                                    itself */
     PyArrayObject *bias;        /* [out], or NULL for bias=False */
-    int init;                   /* INIT_DONE, _PENDING or _DEFERRED (interop.h) */
+    module_init_state init;     /* built in __init__ or not (interop.h) */
 } LinearObject;
 
 /* What a new Linear's parameters start as. */

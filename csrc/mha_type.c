@@ -32,7 +32,7 @@ typedef struct {
                                         [E, E], [E, kdim], [E, vdim]; in_proj_bias [3E];
                                         bias_k, bias_v [1, 1, E] */
     LinearObject *out_proj;          /* Linear(E, E, bias) */
-    int init;                        /* INIT_DONE, _PENDING or _DEFERRED (interop.h) */
+    module_init_state init;          /* built in __init__ or not (interop.h) */
 } MHAObject;
 
 static const char *const param_names[P_COUNT] = {
@@ -107,13 +107,13 @@ static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PyObject *dtype_obj = NULL;
     const myatt_dtype *dtype = MYATT_DTYPE_DEFAULT;
     myatt_state *st = myatt_state_of_type(type);
-    if (st == NULL)
+    if (st == NULL || refuse_abstract(type) < 0)
         return NULL;
     PyObject *rest;
     int rebuild = rebuild_requested(st, kwds, &rest);
     if (rebuild < 0)
         return NULL;
-    if (!rebuild && type->tp_init != MHA_init)   /* its __init__ builds it */
+    if (!rebuild && init_deferred(type, MHA_new, MHA_init))   /* its __init__ builds it */
         return deferred_placeholder(st, type, MHA_new, Py_BuildValue("(ii)", 1, 1),
                                     offsetof(MHAObject, init));
     int ok = PyArg_ParseTupleAndKeywords(args, rest, "OO|OOOOOOO$O:" OWNER, kwlist, &e_obj,
@@ -196,7 +196,7 @@ static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             if (self->param[p] != NULL)
                 k->xavier_normal(&st->rng, PyArray_DATA(self->param[p]), 1, 1, E);
     }
-    self->init = rebuild ? INIT_DONE : INIT_PENDING;
+    self->init.state = rebuild ? INIT_DONE : INIT_PENDING;
     return (PyObject *)self;
 fail:
     Py_DECREF(self);
@@ -216,6 +216,7 @@ static void MHA_dealloc(MHAObject *self)
     for (int p = 0; p < P_COUNT; p++)
         Py_XDECREF(self->param[p]);
     Py_XDECREF(self->out_proj);
+    Py_XDECREF(self->init.retired);
     tp->tp_free(self);
     Py_DECREF(tp);
 }

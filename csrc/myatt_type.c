@@ -22,7 +22,7 @@ typedef struct {
     const myatt_dtype *dtype;     /* a row of the dtype table (dtype.h) */
     LinearObject *attn;           /* Linear(query_size + key_size, value_size1)   */
     LinearObject *attn_combine;   /* Linear(query_size + value_size2, output_size) */
-    int init;                     /* INIT_DONE, _PENDING or _DEFERRED (interop.h) */
+    module_init_state init;       /* built in __init__ or not (interop.h) */
 } MyAttObject;
 
 static PyObject *MyAtt_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
@@ -41,13 +41,13 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Py_ssize_t sizes[5];
     const myatt_dtype *dtype = MYATT_DTYPE_DEFAULT;
     myatt_state *st = myatt_state_of_type(type);
-    if (st == NULL)
+    if (st == NULL || refuse_abstract(type) < 0)
         return NULL;
     PyObject *rest;
     int rebuild = rebuild_requested(st, kwds, &rest);
     if (rebuild < 0)
         return NULL;
-    if (!rebuild && type->tp_init != MyAtt_init)   /* its __init__ builds it */
+    if (!rebuild && init_deferred(type, MyAtt_new, MyAtt_init))   /* its __init__ builds it */
         return deferred_placeholder(st, type, MyAtt_new, Py_BuildValue("(iiiii)", 0, 0, 0, 0, 0),
                                     offsetof(MyAttObject, init));
     int ok = PyArg_ParseTupleAndKeywords(args, rest, "OOOOO|$O:MyAtt", kwlist, &objs[0],
@@ -86,7 +86,7 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                                        "MyAtt(): attn_combine.");
     if (self->attn_combine == NULL)
         goto fail;
-    self->init = rebuild ? INIT_DONE : INIT_PENDING;
+    self->init.state = rebuild ? INIT_DONE : INIT_PENDING;
     return (PyObject *)self;
 fail:
     Py_DECREF(self);
@@ -105,6 +105,7 @@ static void MyAtt_dealloc(MyAttObject *self)
     PyTypeObject *tp = Py_TYPE(self);
     Py_XDECREF(self->attn);
     Py_XDECREF(self->attn_combine);
+    Py_XDECREF(self->init.retired);
     tp->tp_free(self);
     Py_DECREF(tp);
 }

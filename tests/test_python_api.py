@@ -1,4 +1,5 @@
 """Issue 6: signatures for help()/inspect/Jupyter, pickle and copy, from_torch, _repr_html_."""
+import abc
 import copy
 import inspect
 import pickle
@@ -294,6 +295,43 @@ def test_init_builds_a_module_once():
     assert (f.in_features, f.out_features) == (0, 0)
     with pytest.raises(ValueError, match=r"in_features = 0"):
         f(np.ones(3))
+
+    class Index:   # an argument whose conversion builds the module first
+        def __init__(self, hook):
+            self.hook = hook
+
+        def __index__(self):
+            self.hook()
+            return 3
+
+    class Reentrant(myatt.Linear):
+        def __init__(self):
+            super().__init__(Index(lambda: myatt.Linear.__init__(self, 5, 5)), 4)
+
+    with pytest.raises(RuntimeError, match="built already"):
+        Reentrant()
+
+
+def test_subclass_new_builds_and_abstract_subclasses_refused():
+    """A subclass with a __new__ of its own builds there (with the arguments it passes on),
+    whatever its __init__ does; an abstract one cannot be instantiated, as object's."""
+    class Built(myatt.Linear):
+        def __new__(cls, n, scale=1.0):
+            return super().__new__(cls, n, n)
+
+        def __init__(self, n, scale=1.0):
+            self.scale = scale
+
+    b = Built(3, scale=2.0)
+    assert (b.in_features, b.out_features, b.scale) == (3, 3, 2.0)
+
+    class Abstract(myatt.MultiheadAttention, abc.ABC):
+        @abc.abstractmethod
+        def forward(self, x):
+            ...
+
+    with pytest.raises(TypeError, match="abstract class Abstract .* 'forward'"):
+        Abstract(4, 2)
 
 
 def test_deepcopy_memo_keeps_identity():
