@@ -105,6 +105,16 @@ static int64_t sdpa_seen_keys(const sdpa_problem *p, int64_t m0, int64_t qb, int
     return m0 + qb - n < kb ? m0 + qb - n : kb;
 }
 
+/* Whether the backward's D is the block's own sum_j P dP, not dO . O (torch's
+ * flash backward): on torch's math path (prescale) when every key fits one
+ * block, as its softmax backward; and with one key, where it is exactly dP
+ * (P = 1), so dS, dQ and dK are exactly 0 (the gradients of a constant),
+ * where dO . O leaves a rounding error times the L rows of q. */
+static int sdpa_d_from_block(const sdpa_problem *p)
+{
+    return p->S == 1 || (p->prescale && p->S <= SDPA_KV_SPLIT);
+}
+
 /* The gradients one backward pass writes (sdpa_tmpl.h). */
 enum { SDPA_GRAD_K = 1, SDPA_GRAD_V = 2, SDPA_GRAD_Q = 4 };
 

@@ -575,7 +575,8 @@ static void SUF(sdpa_exp_shift)(T *a, int64_t n, double shift, SUF(sdpa_vexp_fn)
     }
 }
 
-/* P and dS of the block (rows m0.., keys n..) into ws->qk and ws->dp. */
+/* P and dS of the block (rows m0.., keys n..) into ws->qk and ws->dp; D from
+ * dvec, or where that is NULL the block's own sum_j P dP (sdpa_d_from_block). */
 static int SUF(sdpa_block_ds)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, const T *qr,
                               int64_t q_rs, int64_t q_cs, const T *k, const T *v,
                               const void *mask, const T *dout, const double *lse, const T *dvec,
@@ -602,16 +603,12 @@ static int SUF(sdpa_block_ds)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, con
                 dpr[j] = keep ? dpr[j] * keep_scale : (T)0;
                 kept[j] = keep ? pr[j] * keep_scale : (T)0;
             }
-        /* D: dvec (dO . O, torch's flash backward), or sum_j P dP: on torch's math
-         * path with one block of keys (its softmax backward's), and with one key,
-         * where it is exactly dP (P = 1), so dS, dQ and dK exactly 0 (the gradients
-         * of a constant), where dO . O leaves a rounding error times L rows of q */
-        T d = dvec[r];
-        if (p->S == 1 || (p->prescale && n == 0 && p->S <= SDPA_KV_SPLIT)) {
-            d = 0;
+        T d = 0;
+        if (dvec != NULL)
+            d = dvec[r];
+        else
             for (int64_t j = 0; j < kb; j++)
                 d += pr[j] * dpr[j];
-        }
         for (int64_t j = 0; j < kb; j++)
             dpr[j] = pr[j] * (dpr[j] - d);
         if (p->dropout_p > 0)   /* P <- what multiplied v, for dV */
@@ -656,16 +653,21 @@ static int SUF(sdpa_dkdv)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, int gra
                      (mk_cmat){q, qb, E, p->q.rs, p->q.cs}, NULL, accumulate);
 }
 
-/* D[r] = dO[m0 + r] . O[m0 + r] */
-static void SUF(sdpa_dvec)(T *dvec, const T *dout, const T *out, int64_t m0, int64_t qb,
-                           int64_t Ev)
+/* D[r] = dO[m0 + r] . O[m0 + r] into dvec, or NULL where D is the block's own
+ * sum (sdpa_d_from_block) */
+static const T *SUF(sdpa_dvec)(const sdpa_problem *p, T *dvec, const T *dout, const T *out,
+                               int64_t m0, int64_t qb)
 {
+    const int64_t Ev = p->Ev;
+    if (sdpa_d_from_block(p))
+        return NULL;
     for (int64_t r = 0; r < qb; r++) {
         T d = 0;
         for (int64_t c = 0; c < Ev; c++)
             d += dout[(m0 + r) * Ev + c] * out[(m0 + r) * Ev + c];
         dvec[r] = d;
     }
+    return dvec;
 }
 
 /* P and dS of the block (rows m0.., keys n..) of batch index b into ws->qk and ws->dp
@@ -678,9 +680,9 @@ static int SUF(sdpa_block_grads)(const sdpa_problem *p, const SUF(sdpa_ws) *ws, 
 {
     int64_t q_rs, q_cs;
     const T *qr = SUF(sdpa_query_rows)(p, ws, q, m0, qb, &q_rs, &q_cs);
-    SUF(sdpa_dvec)(ws->row_sum, dout, out, m0, qb, p->Ev);
-    return SUF(sdpa_block_ds)(p, ws, qr, q_rs, q_cs, k, v, mask, dout, lse, ws->row_sum,
-                              b, m0, qb, n, kb);
+    const T *dvec = SUF(sdpa_dvec)(p, ws->row_sum, dout, out, m0, qb);
+    return SUF(sdpa_block_ds)(p, ws, qr, q_rs, q_cs, k, v, mask, dout, lse, dvec, b, m0, qb,
+                              n, kb);
 }
 
 /* Pass 1: adds batch index b's share of dK and / or dV (`grads`) of keys
@@ -722,16 +724,16 @@ static int SUF(sdpa_backward_q)(const sdpa_problem *p, const SUF(sdpa_ws) *ws,
                                 const T *dout, const T *out, const double *lse, int *first,
                                 int64_t b, int64_t m0, int64_t qb)
 {
-    const int64_t S = p->S, E = p->E, Ev = p->Ev, kv_split = SDPA_KV_SPLIT;
+    const int64_t S = p->S, E = p->E, kv_split = SDPA_KV_SPLIT;
     T *dq_acc = ws->acc;
     int64_t q_rs, q_cs;
     const T *qr = SUF(sdpa_query_rows)(p, ws, q, m0, qb, &q_rs, &q_cs);
-    SUF(sdpa_dvec)(ws->row_sum, dout, out, m0, qb, Ev);
+    const T *dvec = SUF(sdpa_dvec)(p, ws->row_sum, dout, out, m0, qb);
     const int64_t num_keys = p->is_causal ? (m0 + qb < S ? m0 + qb : S) : S;
     for (int64_t n = 0; n < num_keys; n += kv_split) {
         const int64_t kc = sdpa_seen_keys(p, m0, qb, n, S - n < kv_split ? S - n : kv_split);
-        if (SUF(sdpa_block_ds)(p, ws, qr, q_rs, q_cs, k, v, mask, dout, lse, ws->row_sum,
-                               b, m0, qb, n, kc) != 0)
+        if (SUF(sdpa_block_ds)(p, ws, qr, q_rs, q_cs, k, v, mask, dout, lse, dvec, b, m0, qb,
+                               n, kc) != 0)
             return -1;
         /* dq[qb, E] (+)= dS @ k[n:n+kc] */
         if (SUF(gemm)(mk_mat_c(dq_acc, qb, E), mk_cmat_c(ws->dp, qb, kc),
