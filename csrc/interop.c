@@ -95,21 +95,20 @@ PyObject *object_from_state(PyTypeObject *type, PyObject *args, PyObject *kwargs
     return obj;
 }
 
-int init_deferred(PyTypeObject *type, newfunc own, initproc own_init)
+int init_deferred(PyTypeObject *type, newfunc own)
 {
-    return type->tp_init != own_init && type->tp_new == own;
+    return type->tp_init != module_init && type->tp_new == own;
 }
 
-PyObject *deferred_placeholder(myatt_state *st, PyTypeObject *type, newfunc new, PyObject *args,
-                               size_t init_offset)
+PyObject *deferred_placeholder(myatt_state *st, PyTypeObject *type, PyObject *args)
 {
     PyObject *kw = args == NULL ? NULL : PyDict_New(), *obj = NULL;
     if (kw != NULL && PyDict_SetItem(kw, st->rebuild_key, st->rebuild_token) == 0)
-        obj = new(type, args, kw);
+        obj = type->tp_new(type, args, kw);
     Py_XDECREF(args);
     Py_XDECREF(kw);
     if (obj != NULL)
-        ((module_init_state *)((char *)obj + init_offset))->state = INIT_DEFERRED;
+        ((module_head *)obj)->init.state = INIT_DEFERRED;
     return obj;
 }
 
@@ -120,17 +119,19 @@ static int built_already(PyTypeObject *base)
     return -1;
 }
 
-int module_init(PyObject *self, PyObject *args, PyObject *kwds, PyTypeObject *base, newfunc new,
-                size_t size, size_t init_offset)
+int module_init(PyObject *self, PyObject *args, PyObject *kwds)
 {
-    module_init_state *init = (module_init_state *)((char *)self + init_offset);
+    module_init_state *init = &((module_head *)self)->init;
+    PyTypeObject *base = Py_TYPE(self);   /* the module type: its base is object */
+    while (base->tp_base != &PyBaseObject_Type)
+        base = base->tp_base;
     if (init->state == INIT_PENDING) {
         init->state = INIT_DONE;
         return 0;
     }
     if (init->state == INIT_DONE)
         return built_already(base);
-    PyObject *built = new(base, args, kwds);
+    PyObject *built = base->tp_new(base, args, kwds);
     if (built == NULL)
         return -1;
     if (init->state != INIT_DEFERRED) {   /* built meanwhile by code the arguments ran */
@@ -139,7 +140,7 @@ int module_init(PyObject *self, PyObject *args, PyObject *kwds, PyTypeObject *ba
     }
     /* swap the contents: self takes the module, `built` the placeholder's */
     char *a = (char *)self + sizeof(PyObject), *b = (char *)built + sizeof(PyObject);
-    for (size_t i = 0; i < size - sizeof(PyObject); i++) {
+    for (size_t i = 0; i < (size_t)base->tp_basicsize - sizeof(PyObject); i++) {
         const char t = a[i];
         a[i] = b[i];
         b[i] = t;

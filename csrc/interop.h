@@ -39,21 +39,26 @@ typedef struct {
                             goes (a forward may be reading them without the GIL) */
 } module_init_state;
 
-/* Whether tp_new (`own`) gives `type` a placeholder: a subclass with an
- * __init__ of its own (`own_init` is the type's tp_init) and not a __new__. */
-int init_deferred(PyTypeObject *type, newfunc own, initproc own_init);
+/* How every module type's object begins (each type file asserts that its
+ * struct does). */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    module_init_state init;
+} module_head;
 
-/* tp_new's placeholder: new(type, args, rebuild) (args stolen: the smallest
- * sizes), nothing drawn, its state INIT_DEFERRED (the module_init_state at byte
- * `init_offset`). */
-PyObject *deferred_placeholder(myatt_state *st, PyTypeObject *type, newfunc new, PyObject *args,
-                               size_t init_offset);
+/* Whether tp_new (`own`) gives `type` a placeholder: a subclass with an
+ * __init__ of its own and not a __new__. */
+int init_deferred(PyTypeObject *type, newfunc own);
+
+/* tp_new's placeholder: type->tp_new(type, args, rebuild) (args stolen: the
+ * smallest sizes), nothing drawn, its state INIT_DEFERRED. */
+PyObject *deferred_placeholder(myatt_state *st, PyTypeObject *type, PyObject *args);
 
 /* tp_init of the module types: as the state says (above); a deferred module is
- * built by new(base, args, kwds) and takes its contents (the `size` bytes of
- * the object after its PyObject header), the placeholder's kept in `retired`. */
-int module_init(PyObject *self, PyObject *args, PyObject *kwds, PyTypeObject *base, newfunc new,
-                size_t size, size_t init_offset);
+ * built by the base type's tp_new(base, args, kwds) and takes its contents (the
+ * object after its PyObject header), the placeholder's kept in `retired`. */
+int module_init(PyObject *self, PyObject *args, PyObject *kwds);
 
 /* TypeError for an abstract subclass (abc's @abstractmethod), as object.__new__
  * gives: -1, else 0. */

@@ -71,8 +71,6 @@ fail:
     return NULL;
 }
 
-static int Linear_init(PyObject *self, PyObject *args, PyObject *kwds);
-
 static PyObject *Linear_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"in_features", "out_features", "bias", "dtype", NULL};
@@ -86,9 +84,8 @@ static PyObject *Linear_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     int rebuild = rebuild_requested(st, kwds, &rest);
     if (rebuild < 0)
         return NULL;
-    if (!rebuild && init_deferred(type, Linear_new, Linear_init))   /* its __init__ builds it */
-        return deferred_placeholder(st, type, Linear_new, Py_BuildValue("(ii)", 0, 0),
-                                    offsetof(LinearObject, init));
+    if (!rebuild && init_deferred(type, Linear_new))   /* its __init__ builds it */
+        return deferred_placeholder(st, type, Py_BuildValue("(ii)", 0, 0));
     int ok = PyArg_ParseTupleAndKeywords(args, rest, "OO|O$O:Linear", kwlist,
                                          &in_obj, &out_obj, &bias_obj, &dtype_obj);
     if (rebuild)
@@ -109,13 +106,6 @@ static PyObject *Linear_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (self != NULL)
         self->init.state = rebuild ? INIT_DONE : INIT_PENDING;
     return (PyObject *)self;
-}
-
-static int Linear_init(PyObject *self, PyObject *args, PyObject *kwds)
-{
-    myatt_state *st = myatt_state_of_type(Py_TYPE(self));
-    return st == NULL ? -1 : module_init(self, args, kwds, st->linear_type, Linear_new,
-                                         sizeof(LinearObject), offsetof(LinearObject, init));
 }
 
 static void Linear_dealloc(LinearObject *self)
@@ -710,7 +700,7 @@ static PyMemberDef Linear_members[] = {
 static PyType_Slot Linear_slots[] = {
     {Py_tp_members, Linear_members},
     {Py_tp_new, Linear_new},
-    {Py_tp_init, Linear_init},
+    {Py_tp_init, module_init},
     {Py_tp_dealloc, Linear_dealloc},
     {Py_tp_call, PyVectorcall_Call},
     {Py_tp_repr, Linear_repr},

@@ -3,20 +3,23 @@
 #ifndef MYATT_LINEAR_TYPE_H
 #define MYATT_LINEAR_TYPE_H
 
+#include <stddef.h>
+
 #include "interop.h"
 #include "state.h"
 
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;  /* layer(x) without an args tuple (linear_type.c) */
+    module_init_state init;     /* built in __init__ or not (interop.h: module_head) */
     Py_ssize_t in_features, out_features;
     const myatt_dtype *dtype;   /* a row of the dtype table (dtype.h) */
     PyArrayObject *weight;      /* [out, in], C-contiguous (MultiheadAttention's out_proj:
                                    stored transposed, Fortran-ordered); never handed out
                                    itself */
     PyArrayObject *bias;        /* [out], or NULL for bias=False */
-    module_init_state init;     /* built in __init__ or not (interop.h) */
 } LinearObject;
+_Static_assert(offsetof(LinearObject, init) == offsetof(module_head, init), "interop.h: module_head");
 
 /* What a new Linear's parameters start as. */
 typedef enum {

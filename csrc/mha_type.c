@@ -24,6 +24,7 @@ enum { P_IN, P_Q, P_K, P_V, P_IN_BIAS, P_BIAS_K, P_BIAS_V, P_COUNT };
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;    /* MHA_vectorcall: m(query, key, value) without a tuple */
+    module_init_state init;       /* built in __init__ or not (interop.h: module_head) */
     Py_ssize_t embed_dim, num_heads, head_dim, kdim, vdim;
     int batch_first, add_zero_attn, bias;
     double dropout;
@@ -32,8 +33,8 @@ typedef struct {
                                         [E, E], [E, kdim], [E, vdim]; in_proj_bias [3E];
                                         bias_k, bias_v [1, 1, E] */
     LinearObject *out_proj;          /* Linear(E, E, bias) */
-    module_init_state init;          /* built in __init__ or not (interop.h) */
 } MHAObject;
+_Static_assert(offsetof(MHAObject, init) == offsetof(module_head, init), "interop.h: module_head");
 
 static const char *const param_names[P_COUNT] = {
     "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight",
@@ -96,7 +97,6 @@ static int xavier_uniform_param(mt19937 *rng, const myatt_dtype *dt, PyArrayObje
     return 0;
 }
 
-static int MHA_init(PyObject *self, PyObject *args, PyObject *kwds);
 
 static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
@@ -113,9 +113,8 @@ static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     int rebuild = rebuild_requested(st, kwds, &rest);
     if (rebuild < 0)
         return NULL;
-    if (!rebuild && init_deferred(type, MHA_new, MHA_init))   /* its __init__ builds it */
-        return deferred_placeholder(st, type, MHA_new, Py_BuildValue("(ii)", 1, 1),
-                                    offsetof(MHAObject, init));
+    if (!rebuild && init_deferred(type, MHA_new))   /* its __init__ builds it */
+        return deferred_placeholder(st, type, Py_BuildValue("(ii)", 1, 1));
     int ok = PyArg_ParseTupleAndKeywords(args, rest, "OO|OOOOOOO$O:" OWNER, kwlist, &e_obj,
                                          &h_obj, &dropout_obj, &bias_obj, &bkv_obj, &zero_obj,
                                          &kdim_obj, &vdim_obj, &bf_obj, &dtype_obj);
@@ -201,13 +200,6 @@ static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 fail:
     Py_DECREF(self);
     return NULL;
-}
-
-static int MHA_init(PyObject *self, PyObject *args, PyObject *kwds)
-{
-    myatt_state *st = myatt_state_of_type(Py_TYPE(self));
-    return st == NULL ? -1 : module_init(self, args, kwds, st->mha_type, MHA_new,
-                                         sizeof(MHAObject), offsetof(MHAObject, init));
 }
 
 static void MHA_dealloc(MHAObject *self)
@@ -1204,7 +1196,7 @@ static PyMemberDef MHA_members[] = {
 static PyType_Slot MHA_slots[] = {
     {Py_tp_members, MHA_members},
     {Py_tp_new, MHA_new},
-    {Py_tp_init, MHA_init},
+    {Py_tp_init, module_init},
     {Py_tp_dealloc, MHA_dealloc},
     {Py_tp_call, PyVectorcall_Call},
     {Py_tp_repr, MHA_repr},

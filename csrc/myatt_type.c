@@ -18,17 +18,17 @@
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;    /* MyAtt_vectorcall: m(Q, K, V) without an args tuple */
+    module_init_state init;       /* built in __init__ or not (interop.h: module_head) */
     Py_ssize_t query_size, key_size, value_size1, value_size2, output_size;
     const myatt_dtype *dtype;     /* a row of the dtype table (dtype.h) */
     LinearObject *attn;           /* Linear(query_size + key_size, value_size1)   */
     LinearObject *attn_combine;   /* Linear(query_size + value_size2, output_size) */
-    module_init_state init;       /* built in __init__ or not (interop.h) */
 } MyAttObject;
+_Static_assert(offsetof(MyAttObject, init) == offsetof(module_head, init), "interop.h: module_head");
 
 static PyObject *MyAtt_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                                   PyObject *kwnames);
 
-static int MyAtt_init(PyObject *self, PyObject *args, PyObject *kwds);
 
 static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
@@ -47,9 +47,8 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     int rebuild = rebuild_requested(st, kwds, &rest);
     if (rebuild < 0)
         return NULL;
-    if (!rebuild && init_deferred(type, MyAtt_new, MyAtt_init))   /* its __init__ builds it */
-        return deferred_placeholder(st, type, MyAtt_new, Py_BuildValue("(iiiii)", 0, 0, 0, 0, 0),
-                                    offsetof(MyAttObject, init));
+    if (!rebuild && init_deferred(type, MyAtt_new))   /* its __init__ builds it */
+        return deferred_placeholder(st, type, Py_BuildValue("(iiiii)", 0, 0, 0, 0, 0));
     int ok = PyArg_ParseTupleAndKeywords(args, rest, "OOOOO|$O:MyAtt", kwlist, &objs[0],
                                          &objs[1], &objs[2], &objs[3], &objs[4], &dtype_obj);
     if (rebuild)
@@ -91,13 +90,6 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 fail:
     Py_DECREF(self);
     return NULL;
-}
-
-static int MyAtt_init(PyObject *self, PyObject *args, PyObject *kwds)
-{
-    myatt_state *st = myatt_state_of_type(Py_TYPE(self));
-    return st == NULL ? -1 : module_init(self, args, kwds, st->myatt_type, MyAtt_new,
-                                         sizeof(MyAttObject), offsetof(MyAttObject, init));
 }
 
 static void MyAtt_dealloc(MyAttObject *self)
@@ -972,7 +964,7 @@ static PyMemberDef MyAtt_members[] = {
 static PyType_Slot MyAtt_slots[] = {
     {Py_tp_members, MyAtt_members},
     {Py_tp_new, MyAtt_new},
-    {Py_tp_init, MyAtt_init},
+    {Py_tp_init, module_init},
     {Py_tp_dealloc, MyAtt_dealloc},
     {Py_tp_call, PyVectorcall_Call},
     {Py_tp_repr, MyAtt_repr},
