@@ -570,24 +570,35 @@ int subclass_forward(PyObject *self, PyCFunction own, PyObject *const *args, siz
     return 1;
 }
 
-PyObject *call_with_tuple(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                          PyObject *kwnames, ternaryfunc call)
+PyObject *tuple_and_kwargs(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                           PyObject **kwargs)
 {
-    PyObject *tuple = PyTuple_New(nargs), *kwargs = NULL, *result = NULL;
+    PyObject *tuple = PyTuple_New(nargs);
+    *kwargs = NULL;
     if (tuple == NULL)
         return NULL;
     for (Py_ssize_t i = 0; i < nargs; i++)
         PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
-    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
-    if (nkw > 0) {
-        if ((kwargs = PyDict_New()) == NULL)
-            goto done;
-        for (Py_ssize_t i = 0; i < nkw; i++)
-            if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0)
-                goto done;
-    }
+    const Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nkw > 0 && (*kwargs = PyDict_New()) == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < nkw; i++)
+        if (PyDict_SetItem(*kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0)
+            goto fail;
+    return tuple;
+fail:
+    Py_DECREF(tuple);
+    Py_CLEAR(*kwargs);
+    return NULL;
+}
+
+PyObject *call_with_tuple(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                          PyObject *kwnames, ternaryfunc call)
+{
+    PyObject *kwargs, *tuple = tuple_and_kwargs(args, nargs, kwnames, &kwargs), *result;
+    if (tuple == NULL)
+        return NULL;
     result = call(self, tuple, kwargs);
-done:
     Py_DECREF(tuple);
     Py_XDECREF(kwargs);
     return result;

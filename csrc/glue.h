@@ -126,6 +126,12 @@ int bool_arg(PyObject *obj, const char *what, int *out);
 int probability_arg(PyObject *obj, const char *what, double *out);
 
 /* A vectorcall's arguments (args[0:nargs] positional, then the values of
+ * kwnames) as a new tuple and *kwargs a new dict (NULL without keywords), or
+ * NULL with an exception. */
+PyObject *tuple_and_kwargs(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                           PyObject **kwargs);
+
+/* A vectorcall's arguments (args[0:nargs] positional, then the values of
  * kwnames) handed to a tp_call-style `call` as a tuple and a dict (or NULL):
  * the slow path of the vectorcall entry points, so that every call other than
  * the plain positional one is parsed (and refused) exactly as before. */

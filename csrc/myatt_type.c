@@ -342,6 +342,12 @@ PyObject *myatt_forward_keep(PyObject *self, PyObject *args, PyObject *kwds, mya
     return myatt_forward_impl((MyAttObject *)self, Q, K, V, kept);
 }
 
+PyObject *myatt_forward_keep_qkv(PyObject *self, PyObject *Q, PyObject *K, PyObject *V,
+                                 myatt_kept *kept)
+{
+    return myatt_forward_impl((MyAttObject *)self, Q, K, V, kept);
+}
+
 static PyObject *MyAtt_call(MyAttObject *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"Q", "K", "V", NULL};

@@ -47,6 +47,7 @@ static const char *const saved_names[][3] = {
 
 typedef struct {
     PyObject_HEAD
+    vectorcallfunc vectorcall;     /* Pullback_vectorcall: pullback(g) without a tuple */
     int kind;                      /* VJP_* */
     PyObject *backward;            /* functions: myatt.<name>_backward */
     PyObject *saved[3];            /* functions and Linear: what follows grad_output */
@@ -245,11 +246,13 @@ PyDoc_STRVAR(Pullback_call_doc,
 ">>> pullback(np.ones(4))\n"
 "(array([0., 0., 0., 0.]),)");
 
+static PyObject *pullback_run(PullbackObject *self, PyObject *GO, PyObject *GA);
+
 static PyObject *Pullback_call(PullbackObject *self, PyObject *args, PyObject *kwds)
 {
     static char *kw_two[] = {"grad_output", "grad_attn_weights", NULL};
     static char *kw_one[] = {"grad_output", NULL};
-    PyObject *GO, *GA = Py_None, *result = NULL, *key;
+    PyObject *GO, *GA = Py_None, *key;
     const int two = self->kind == VJP_MYATT || self->kind == VJP_MHA;
     /* a keyword this pullback does not take, named (CPython's parser first counts
      * the arguments: "takes at most 1 argument (2 given)") */
@@ -265,6 +268,25 @@ static PyObject *Pullback_call(PullbackObject *self, PyObject *args, PyObject *k
             ? !PyArg_ParseTupleAndKeywords(args, kwds, "O|O:pullback", kw_two, &GO, &GA)
             : !PyArg_ParseTupleAndKeywords(args, kwds, "O:pullback", kw_one, &GO))
         return NULL;
+    return pullback_run(self, GO, GA);
+}
+
+/* pullback(grad_output[, grad_attn_weights]) with positional arguments goes
+ * straight to pullback_run; any other call is parsed by Pullback_call. */
+static PyObject *Pullback_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                     PyObject *kwnames)
+{
+    const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    const int kind = ((PullbackObject *)self)->kind;
+    const Py_ssize_t most = kind == VJP_MYATT || kind == VJP_MHA ? 2 : 1;
+    if (nargs >= 1 && nargs <= most && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0))
+        return pullback_run((PullbackObject *)self, args[0], nargs == 2 ? args[1] : Py_None);
+    return call_with_tuple(self, args, nargs, kwnames, (ternaryfunc)Pullback_call);
+}
+
+static PyObject *pullback_run(PullbackObject *self, PyObject *GO, PyObject *GA)
+{
+    PyObject *result = NULL;
     PyArrayObject *g = as_real_array(GO, "pullback(): grad_output");
     if (g == NULL || check_cotangent(g, self->out_ndim, self->out_dims, "grad_output") < 0)
         goto done;
@@ -447,6 +469,11 @@ static PyMethodDef Pullback_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyMemberDef Pullback_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(PullbackObject, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyGetSetDef Pullback_getset[] = {
     {"nbytes", (getter)Pullback_get_nbytes, NULL, "The bytes of the saved arrays (int).", NULL},
     {"fn", (getter)Pullback_get_fn, NULL,
@@ -487,13 +514,15 @@ static PyType_Slot Pullback_slots[] = {
     {Py_tp_repr, Pullback_repr},
     {Py_tp_methods, Pullback_methods},
     {Py_tp_getset, Pullback_getset},
+    {Py_tp_members, Pullback_members},
     {0, NULL},
 };
 
 PyType_Spec pullback_type_spec = {
     .name = "myatt.Pullback",
     .basicsize = sizeof(PullbackObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION
+             | Py_TPFLAGS_HAVE_VECTORCALL,
     .slots = Pullback_slots,
 };
 
@@ -645,14 +674,17 @@ PyDoc_STRVAR(vjp_doc,
 ">>> [None if g is None else g.shape for g in pullback(np.ones(out.shape))]\n"
 "[(2, 3, 4), (2, 5, 4), (1, 5, 6), None]");
 
-static PyObject *myatt_vjp(PyObject *module, PyObject *args, PyObject *kwds)
+/* vjp(fn, *args, **kwargs): fn's arguments as a tuple and a dict (NULL when
+ * there are no keywords), but vjp(a MyAtt, Q, K, V) as they are. */
+static PyObject *myatt_vjp(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames)
 {
     myatt_state *st = myatt_state_of_module(module);
-    if (PyTuple_GET_SIZE(args) < 1) {
+    if (nargs < 1) {
         PyErr_SetString(PyExc_TypeError, "vjp() missing required argument 'fn' (pos 1)");
         return NULL;
     }
-    PyObject *fn = PyTuple_GET_ITEM(args, 0);
+    PyObject *fn = args[0];
     int kind = function_kind(module, fn);
     if (kind < 0 && PyObject_TypeCheck(fn, st->linear_type))
         kind = VJP_LINEAR_OBJ;
@@ -666,15 +698,15 @@ static PyObject *myatt_vjp(PyObject *module, PyObject *args, PyObject *kwds)
                      "MultiheadAttention object, got %.200R", fn);
         return NULL;
     }
-    PyObject *rest = PyTuple_GetSlice(args, 1, PyTuple_GET_SIZE(args));
-    if (rest == NULL)
+    const Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    const int qkv = kind == VJP_MYATT && nargs == 4 && nkw == 0;
+    PyObject *rest = NULL, *kwds = NULL, *result = NULL, *pair = NULL;
+    if (!qkv && (rest = tuple_and_kwargs(args + 1, nargs - 1, kwnames, &kwds)) == NULL)
         return NULL;
     PullbackObject *pb = PyObject_New(PullbackObject, st->pullback_type);
-    PyObject *result = NULL, *pair = NULL;
-    if (pb == NULL) {
-        Py_DECREF(rest);
-        return NULL;
-    }
+    if (pb == NULL)
+        goto fail;
+    pb->vectorcall = Pullback_vectorcall;
     pb->kind = kind;
     pb->backward = NULL;
     pb->saved[0] = pb->saved[1] = pb->saved[2] = NULL;
@@ -692,8 +724,9 @@ static PyObject *myatt_vjp(PyObject *module, PyObject *args, PyObject *kwds)
             goto fail;
         out = (PyArrayObject *)result;
     } else if (kind == VJP_MYATT || kind == VJP_MHA) {
-        result = kind == VJP_MYATT ? myatt_forward_keep(fn, rest, kwds, &pb->kept)
-                                   : mha_forward_keep(fn, rest, kwds, &pb->mkept);
+        result = qkv ? myatt_forward_keep_qkv(fn, args[1], args[2], args[3], &pb->kept)
+                 : kind == VJP_MYATT ? myatt_forward_keep(fn, rest, kwds, &pb->kept)
+                 : mha_forward_keep(fn, rest, kwds, &pb->mkept);
         if (result == NULL)
             goto fail;
         out = (PyArrayObject *)PyTuple_GET_ITEM(result, 0);
@@ -711,13 +744,14 @@ static PyObject *myatt_vjp(PyObject *module, PyObject *args, PyObject *kwds)
         memcpy(pb->out_dims, PyArray_DIMS(out), (size_t)pb->out_ndim * sizeof(npy_intp));
     pair = PyTuple_Pack(2, result, (PyObject *)pb);
 fail:
-    Py_DECREF(rest);
+    Py_XDECREF(rest);
+    Py_XDECREF(kwds);
     Py_XDECREF(result);
-    Py_DECREF(pb);
+    Py_XDECREF(pb);
     return pair;
 }
 
 PyMethodDef vjp_methods[] = {
-    {"vjp", (PyCFunction)(void (*)(void))myatt_vjp, METH_VARARGS | METH_KEYWORDS, vjp_doc},
+    {"vjp", (PyCFunction)(void (*)(void))myatt_vjp, METH_FASTCALL | METH_KEYWORDS, vjp_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -33,6 +33,10 @@ typedef struct {
  * private_block_free(kept->block), also when NULL is returned). */
 PyObject *myatt_forward_keep(PyObject *self, PyObject *args, PyObject *kwds, myatt_kept *kept);
 
+/* The same, of m(Q, K, V) (vjp's positional call). */
+PyObject *myatt_forward_keep_qkv(PyObject *self, PyObject *Q, PyObject *K, PyObject *V,
+                                 myatt_kept *kept);
+
 /* MyAtt.backward's dict (myatt_type.c; MyAtt.backward and the pullback share it):
  * allocates the gradients (Q, K shaped dims[0], dims[1], zero beyond batch item
  * 0; V dims[2]; the parameters' shapes from in), runs the fused backward on in,
