@@ -150,6 +150,15 @@ int module_init(PyObject *self, PyObject *args, PyObject *kwds)
     return 0;
 }
 
+int module_built(PyObject *self, const char *what)
+{
+    if (((module_head *)self)->init.state != INIT_DEFERRED)
+        return 0;
+    PyErr_Format(PyExc_RuntimeError, "%s: the module is not built: %s.__init__ must call "
+                 "super().__init__(...) first", what, Py_TYPE(self)->tp_name);
+    return -1;
+}
+
 int refuse_abstract(PyTypeObject *type)
 {
     if (!(type->tp_flags & Py_TPFLAGS_IS_ABSTRACT))

@@ -60,6 +60,13 @@ PyObject *deferred_placeholder(myatt_state *st, PyTypeObject *type, PyObject *ar
  * object after its PyObject header), the placeholder's kept in `retired`. */
 int module_init(PyObject *self, PyObject *args, PyObject *kwds);
 
+/* 0 when self is built, else (a subclass's placeholder whose __init__ has not
+ * called super().__init__ yet) -1 with a RuntimeError naming `what`.  Every
+ * entry that reads the parameters checks it first: once built, a module's
+ * contents are never swapped, so what it read stays valid while the arguments'
+ * own code runs (an __array__ may call __init__). */
+int module_built(PyObject *self, const char *what);
+
 /* TypeError for an abstract subclass (abc's @abstractmethod), as object.__new__
  * gives: -1, else 0. */
 int refuse_abstract(PyTypeObject *type);

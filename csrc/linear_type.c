@@ -126,6 +126,8 @@ static void Linear_dealloc(LinearObject *self)
  * when NULL is returned): the pullback reads what the forward read. */
 static PyObject *linear_forward_impl(LinearObject *self, PyObject *input, PyObject *saved[3])
 {
+    if (module_built((PyObject *)self, "Linear") < 0)
+        return NULL;
     PyArrayObject *raw = as_real_array(input, "Linear: input");
     if (raw == NULL)
         return NULL;
@@ -241,7 +243,8 @@ static PyObject *Linear_load_state_dict(LinearObject *self, PyObject *args, PyOb
     PyObject *d;
     int strict = 1;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|p:Linear.load_state_dict", kwlist,
-                                     &d, &strict))
+                                     &d, &strict)
+            || module_built((PyObject *)self, "Linear.load_state_dict()") < 0)
         return NULL;
     PyArrayObject *params[] = {self->weight, self->bias};
     return state_dict_load(d, strict, linear_keys, params, 2, "Linear");
@@ -383,7 +386,8 @@ static PyObject *Linear_backward(LinearObject *self, PyObject *args, PyObject *k
     PyObject *input_obj, *go_obj, *grads = NULL, *result = NULL;
     PyArrayObject *rx = NULL, *rg = NULL, *x = NULL, *g = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:Linear.backward", kwlist,
-                                     &input_obj, &go_obj))
+                                     &input_obj, &go_obj)
+            || module_built((PyObject *)self, "Linear.backward()") < 0)
         return NULL;
     if ((rx = as_real_array(input_obj, "Linear.backward(): input")) == NULL
             || (rg = as_real_array(go_obj, "Linear.backward(): grad_output")) == NULL)

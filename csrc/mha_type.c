@@ -506,7 +506,8 @@ static PyObject *mha_forward(MHAObject *self, PyObject *q_obj, PyObject *k_obj, 
     mha_problem p;
     int batched;
     PyObject *out = NULL, *weights = NULL, *result = NULL;
-    if (forward_args(self, q_obj, k_obj, v_obj, kpm_obj, am_obj, &a, &p, &batched) < 0)
+    if (module_built((PyObject *)self, OWNER) < 0
+            || forward_args(self, q_obj, k_obj, v_obj, kpm_obj, am_obj, &a, &p, &batched) < 0)
         return NULL;
     PyArrayObject *params[MHA_KEPT_PARAMS];
     all_params(self, params);
@@ -756,7 +757,8 @@ static PyObject *MHA_load_state_dict(MHAObject *self, PyObject *args, PyObject *
     PyObject *d;
     int strict = 1;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|p:" OWNER ".load_state_dict", kwlist, &d,
-                                     &strict))
+                                     &strict)
+            || module_built((PyObject *)self, OWNER ".load_state_dict()") < 0)
         return NULL;
     PyArrayObject *params[P_COUNT + 2];
     all_params(self, params);

@@ -275,7 +275,8 @@ static PyObject *myatt_forward_impl(MyAttObject *self, PyObject *Q, PyObject *K,
     const myatt_dtype *dt = self->dtype;
     const int typenum = dt->typenum;
 
-    if ((rq = as_real_array(Q, "MyAtt: Q")) == NULL
+    if (module_built((PyObject *)self, "MyAtt") < 0
+            || (rq = as_real_array(Q, "MyAtt: Q")) == NULL
             || (rk = as_real_array(K, "MyAtt: K")) == NULL
             || (rv = as_real_array(V, "MyAtt: V")) == NULL
             || check_qkv(self, rq, rk, rv) < 0
@@ -472,7 +473,8 @@ static PyObject *myatt_backward(MyAttObject *self, PyObject *Q, PyObject *K, PyO
     const myatt_dtype *dt = self->dtype;
     const int typenum = dt->typenum;
 
-    if ((rq = as_real_array(Q, "MyAtt.backward(): Q")) == NULL
+    if (module_built((PyObject *)self, "MyAtt.backward()") < 0
+            || (rq = as_real_array(Q, "MyAtt.backward(): Q")) == NULL
             || (rk = as_real_array(K, "MyAtt.backward(): K")) == NULL
             || (rv = as_real_array(V, "MyAtt.backward(): V")) == NULL
             || (rgo = as_real_array(GO, "MyAtt.backward(): grad_output")) == NULL
@@ -595,7 +597,8 @@ static PyObject *MyAtt_load_state_dict(MyAttObject *self, PyObject *args, PyObje
     PyObject *d;
     int strict = 1;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|p:MyAtt.load_state_dict", kwlist,
-                                     &d, &strict))
+                                     &d, &strict)
+            || module_built((PyObject *)self, "MyAtt.load_state_dict()") < 0)
         return NULL;
     PyArrayObject *params[] = {self->attn->weight, self->attn->bias,
                                self->attn_combine->weight, self->attn_combine->bias};

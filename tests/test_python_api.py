@@ -267,8 +267,9 @@ def test_subclass_init_builds_the_module():
 def test_init_builds_a_module_once():
     """__init__ on a built module is a RuntimeError and changes nothing (a kernel may be
     reading its parameters without the GIL); a subclass's super().__init__ with bad
-    arguments raises as the constructor does; one that never calls it holds a module of
-    sizes 0, which refuses any real input by shape."""
+    arguments raises as the constructor does; one that never calls it is refused by every
+    entry that reads the parameters, as torch's module is unusable before
+    Module.__init__."""
     for m, args in ((myatt.Linear(3, 2), (4, 4)), (myatt.MyAtt(*SIZES), SIZES),
                     (myatt.MultiheadAttention(4, 2), (8, 2)), (Square(3), (3,))):
         before = m.state_dict()
@@ -290,8 +291,13 @@ def test_init_builds_a_module_once():
 
     f = Forgot(3)
     assert (f.in_features, f.out_features) == (0, 0)
-    with pytest.raises(ValueError, match=r"in_features = 0"):
-        f(np.ones(3))
+    for call in (lambda: f(np.ones(3)), lambda: f.forward(np.ones(0)),
+                 lambda: f.backward(np.ones(0), np.ones(0)),
+                 lambda: f.load_state_dict(f.state_dict()),
+                 lambda: myatt.vjp(f, np.ones(0))):
+        with pytest.raises(RuntimeError, match=r"not built: .*Forgot.__init__ must call "
+                                               r"super\(\).__init__"):
+            call()
 
     class Index:   # an argument whose conversion builds the module first
         def __init__(self, hook):
@@ -421,3 +427,33 @@ def test_import_imports_neither_torch_nor_matplotlib():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("base, args, call", [
+    (myatt.Linear, (64, 64), lambda m, x: m(x)),
+    (myatt.MyAtt, (64, 64, 8, 8, 4), lambda m, x: m(np.ones((1, 64, 64), np.float32), x,
+                                                     np.ones((1, 8, 8), np.float32))),
+    (myatt.MyAtt, (64, 64, 8, 8, 4), lambda m, x: myatt.vjp(m, np.ones((1, 64, 64)), x,
+                                                              np.ones((1, 8, 8)))),
+    (myatt.MyAtt, (64, 64, 8, 8, 4),
+     lambda m, x: m.backward(x, x, np.ones((1, 8, 8)), np.ones((1, 64, 4)))),
+    (myatt.MultiheadAttention, (64, 8), lambda m, x: m(x, x, x, need_weights=False)),
+    (myatt.MultiheadAttention, (64, 8), lambda m, x: m.load_state_dict({"in_proj_weight": x})),
+])
+def test_an_argument_building_the_module_mid_call(base, args, call):
+    """An unbuilt subclass whose call's argument builds it (with another dtype) while the
+    call converts it: refused from the start, never half the old module and half the new
+    (the float64 module read float32 inputs cast for the placeholder: a crash)."""
+    class Sub(base):
+        def __init__(self):
+            pass
+
+    m = Sub()
+
+    class Builds:
+        def __array__(self, dtype=None, copy=None):
+            base.__init__(m, *args, dtype="float64")
+            return np.ones((1, 64, 64), np.float32)
+
+    with pytest.raises(RuntimeError, match="not built"):
+        call(m, Builds())
