@@ -13,24 +13,30 @@ Unlike torch, gradients are passed to step() (they are returned, never stored on
 parameters); a parameter whose key is missing from `grads` is skipped, as torch skips
 a parameter whose .grad is None.  A key that names no parameter is a KeyError (a
 misspelt name would otherwise leave its parameter unchanged without a word), except
-the input gradients that backward() returns beside the parameters' (Q, K, V, input).
+the input gradients that backward() and pullbacks return beside the parameters' (Q, K,
+V, input, query, key, value).  A step changes nothing until every gradient is checked,
+and its arithmetic never warns or raises (overflow gives inf, as torch's does, also under
+np.seterr(all="raise") or warnings turned into errors), so no step stops half way.
 (torch's CPU kernels fuse some multiply-adds, so float32 results agree to rounding,
 not bit for bit.)
 """
 import difflib
+import numbers
 
 import numpy as np
 
 __all__ = ["SGD", "Adam"]
 
-# What MyAtt.backward and Linear.backward return beside the parameters' gradients.
-INPUT_GRADIENTS = ("Q", "K", "V", "input")
+# What MyAtt.backward, Linear.backward and the pullbacks of myatt.vjp (MultiheadAttention's
+# too) return beside the parameters' gradients.
+INPUT_GRADIENTS = ("Q", "K", "V", "input", "query", "key", "value")
 
 
 def _live_params(params):
     """{name: live ndarray}: a module's state_dict keys resolved as attribute paths
     ('attn.weight' -> params.attn.weight, a view of the module's memory), or a
-    mapping of names to writeable float arrays."""
+    mapping of names to writeable float arrays, no two sharing memory (a parameter
+    listed twice would be updated twice)."""
     if hasattr(params, "state_dict"):
         out = {}
         for key in params.state_dict():
@@ -38,26 +44,42 @@ def _live_params(params):
             for part in key.split("."):
                 obj = getattr(obj, part)
             out[key] = obj
-        return out
-    try:
-        out = dict(params)
-    except (TypeError, ValueError):
-        raise TypeError("params must be a module with state_dict() or a mapping of names to "
-                        f"arrays, got {type(params).__name__}") from None
+    else:
+        try:
+            out = dict(params)
+        except (TypeError, ValueError):
+            raise TypeError("params must be a module with state_dict() or a mapping of names "
+                            f"to arrays, got {type(params).__name__}") from None
     for k, v in out.items():
         if not (isinstance(v, np.ndarray) and v.dtype in (np.float32, np.float64)
                 and v.flags.writeable):
             raise TypeError(f"params[{k!r}] must be a writeable float32/float64 ndarray "
-                            "(updated in place)")
+                            f"(updated in place), got {type(v).__name__}")
+    names = list(out)
+    for i, a in enumerate(names):
+        for b in names[:i]:
+            if np.shares_memory(out[a], out[b]):
+                raise ValueError(f"params[{a!r}] and params[{b!r}] share memory: each "
+                                 "parameter must be listed once")
     return out
 
 
-def _check_at_least_zero(**values):
-    """ValueError naming the first value that is not >= 0 (NaN included: torch's Adam
-    refuses it, its SGD does not; a NaN learning rate only ever makes NaN parameters)."""
-    for name, v in values.items():
-        if not v >= 0:
-            raise ValueError(f"{name} must be >= 0, got {v!r}")
+def _check_number(name, v, at_least_zero=False):
+    """TypeError naming a value that is not a real number (bools refused, as every float
+    argument of myatt refuses them); with at_least_zero, ValueError for one that is not
+    >= 0 (NaN included: torch's Adam refuses it, its SGD does not; a NaN learning rate
+    only ever makes NaN parameters)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {v!r}")
+    if at_least_zero and not v >= 0:
+        raise ValueError(f"{name} must be >= 0, got {v!r}")
+
+
+def _check_flags(**flags):
+    """TypeError naming a flag that is not a bool (a string such as 'no' is true)."""
+    for name, v in flags.items():
+        if not isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"{name} must be a bool, got {v!r}")
 
 
 class _Optimizer:
@@ -71,9 +93,13 @@ class _Optimizer:
         Every key and gradient is checked before any parameter changes. A parameter
         whose key is missing is skipped, as torch skips a parameter whose ``.grad`` is
         None. The input gradients beside the parameters' in :meth:`MyAtt.backward`'s
-        and :meth:`Linear.backward`'s dicts (``Q``, ``K``, ``V``, ``input``) are ignored;
-        any other key that names no parameter is an error (a misspelt name would
-        otherwise leave its parameter unchanged without a word).
+        and :meth:`Linear.backward`'s dicts and in pullbacks' (``Q``, ``K``, ``V``,
+        ``input``, ``query``, ``key``, ``value``) are ignored; any other key that names
+        no parameter is an error (a misspelt name would otherwise leave its parameter
+        unchanged without a word). The settings are checked again first (one assigned
+        since construction, such as ``opt.lr = None``, is refused before anything
+        changes), and the arithmetic runs with NumPy's floating-point errors ignored:
+        an overflow gives inf, as in torch, and never stops a step half way.
 
         Parameters
         ----------
@@ -92,6 +118,7 @@ class _Optimizer:
         ValueError
             When a gradient's shape is not its parameter's.
         """
+        self._check()
         if not (hasattr(grads, "get") and hasattr(grads, "keys")):
             raise TypeError(f"grads must be a mapping, got {type(grads).__name__}")
         unknown = [k for k in grads.keys()
@@ -116,8 +143,9 @@ class _Optimizer:
             if g.shape != p.shape:
                 raise ValueError(f"grads[{name!r}] must have shape {p.shape}, got {g.shape}")
             todo.append((name, p, g.astype(p.dtype)))
-        for name, p, g in todo:
-            self._update(self.state[name], p, g)
+        with np.errstate(all="ignore"):
+            for name, p, g in todo:
+                self._update(self.state[name], p, g)
 
     def __repr__(self):
         opts = ", ".join(f"{k}={v!r}" for k, v in self.defaults.items())
@@ -152,10 +180,11 @@ class SGD(_Optimizer):
     Raises
     ------
     ValueError
-        When `lr`, `momentum` or `weight_decay` is negative or NaN, or Nesterov is asked for
-        without a momentum or with dampening.
+        When `lr`, `momentum` or `weight_decay` is negative or NaN, Nesterov is asked for
+        without a momentum or with dampening, or two parameters share memory.
     TypeError
-        When `params` is neither a module nor a mapping of writeable float arrays.
+        When `params` is neither a module nor a mapping of writeable float arrays, a
+        number is not a real number (or is a bool), or a flag is not a bool.
 
     Examples
     --------
@@ -172,12 +201,17 @@ class SGD(_Optimizer):
 
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0,
                  nesterov=False, *, maximize=False):
-        _check_at_least_zero(lr=lr, momentum=momentum, weight_decay=weight_decay)
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
-        super().__init__(params)
         self.lr, self.momentum, self.dampening = lr, momentum, dampening
         self.weight_decay, self.nesterov, self.maximize = weight_decay, nesterov, maximize
+        self._check()
+        super().__init__(params)
+
+    def _check(self):
+        for name in ("lr", "momentum", "dampening", "weight_decay"):
+            _check_number(name, getattr(self, name), at_least_zero=name != "dampening")
+        _check_flags(nesterov=self.nesterov, maximize=self.maximize)
+        if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
 
     @property
     def defaults(self):
@@ -232,10 +266,11 @@ class Adam(_Optimizer):
     Raises
     ------
     ValueError
-        When `lr`, `eps` or `weight_decay` is negative or NaN, or `betas` is not two
-        numbers in [0, 1).
+        When `lr`, `eps` or `weight_decay` is negative or NaN, `betas` is not two
+        numbers in [0, 1), or two parameters share memory.
     TypeError
-        When `params` is neither a module nor a mapping of writeable float arrays.
+        When `params` is neither a module nor a mapping of writeable float arrays, a
+        number is not a real number (or is a bool), or a flag is not a bool.
 
     Examples
     --------
@@ -254,17 +289,27 @@ class Adam(_Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                  amsgrad=False, *, maximize=False, decoupled_weight_decay=False):
-        _check_at_least_zero(lr=lr, eps=eps, weight_decay=weight_decay)
-        betas = tuple(betas)
-        if len(betas) != 2:
-            raise ValueError(f"betas must be two floats, got {betas!r}")
-        for i, b in enumerate(betas):
-            if not 0 <= b < 1:
-                raise ValueError(f"betas[{i}] must be in [0, 1), got {b!r}")
-        super().__init__(params)
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
         self.amsgrad, self.maximize = amsgrad, maximize
         self.decoupled_weight_decay = decoupled_weight_decay
+        self._check()
+        super().__init__(params)
+
+    def _check(self):
+        for name in ("lr", "eps", "weight_decay"):
+            _check_number(name, getattr(self, name), at_least_zero=True)
+        _check_flags(amsgrad=self.amsgrad, maximize=self.maximize,
+                     decoupled_weight_decay=self.decoupled_weight_decay)
+        try:
+            betas = tuple(self.betas)
+        except TypeError:
+            betas = None
+        if betas is None or len(betas) != 2:
+            raise ValueError(f"betas must be two real numbers, got {self.betas!r}")
+        for i, b in enumerate(betas):
+            _check_number(f"betas[{i}]", b)
+            if not 0 <= b < 1:
+                raise ValueError(f"betas[{i}] must be in [0, 1), got {b!r}")
 
     @property
     def defaults(self):

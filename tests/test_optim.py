@@ -108,12 +108,35 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match=r"betas\[1\] must be in \[0, 1\), got nan"):
         myatt.Adam(m, betas=(0.9, float("nan")))
     for betas in [(0.9,), (0.9, 0.99, 0.999)]:
-        with pytest.raises(ValueError, match="betas must be two floats"):
+        with pytest.raises(ValueError, match="betas must be two real numbers"):
             myatt.Adam(m, betas=betas)
     with pytest.raises(TypeError):
         myatt.SGD({"w": [1.0, 2.0]})
     with pytest.raises(TypeError):
         myatt.SGD(42)
+    for cls, kwargs, exc, match in [
+            (myatt.SGD, dict(lr=True), TypeError, "lr must be a real number, got True"),
+            (myatt.SGD, dict(lr=None), TypeError, "lr must be a real number, got None"),
+            (myatt.SGD, dict(lr="0.1"), TypeError, "lr must be a real number"),
+            (myatt.SGD, dict(momentum=np.array([0.1, 0.2])), TypeError, "momentum must be"),
+            (myatt.SGD, dict(dampening="x"), TypeError, "dampening must be"),
+            (myatt.SGD, dict(nesterov="yes"), TypeError, "nesterov must be a bool"),
+            (myatt.SGD, dict(maximize=1), TypeError, "maximize must be a bool"),
+            (myatt.Adam, dict(betas="ab"), TypeError, r"betas\[0\] must be a real number"),
+            (myatt.Adam, dict(betas=0.9), ValueError, "betas must be two real numbers"),
+            (myatt.Adam, dict(amsgrad="no"), TypeError, "amsgrad must be a bool"),
+            (myatt.Adam, dict(decoupled_weight_decay=None), TypeError,
+             "decoupled_weight_decay must be a bool")]:
+        with pytest.raises(exc, match=match):
+            cls(m, **kwargs)
+    myatt.SGD(m, lr=np.float32(0.1), nesterov=np.bool_(False))   # NumPy scalars are taken
+    with pytest.raises(TypeError, match=r"params\['weight'\] must be a writeable "
+                                        r"float32/float64 ndarray .*got Parameter"):
+        myatt.SGD(torch.nn.Linear(3, 2))
+    w = np.ones((2, 3))
+    with pytest.raises(ValueError, match=r"params\['b'\] and params\['a'\] share memory"):
+        myatt.SGD({"a": w, "b": w[0]})
+    myatt.SGD({"a": w[:, ::2], "b": w[:, 1::2]})   # interleaved, not shared
     opt = myatt.Adam(m)
     with pytest.raises(ValueError, match="weight"):
         opt.step({"weight": np.ones((3, 2))})
@@ -131,9 +154,46 @@ def test_failed_step_changes_nothing():
     w0, b0 = m.weight.copy(), m.bias.copy()
     with pytest.raises(ValueError, match="bias"):
         opt.step({"weight": np.ones((2, 3)), "bias": np.ones(3)})
+    opt.lr = None   # a setting changed since construction: checked before anything moves
+    with pytest.raises(TypeError, match="lr must be a real number"):
+        opt.step({"weight": np.ones((2, 3))})
     np.testing.assert_array_equal(m.weight, w0)
     np.testing.assert_array_equal(m.bias, b0)
 
+
+@pytest.mark.parametrize("cls, kwargs", [(myatt.SGD, dict(lr=1.0, momentum=0.9)),
+                                         (myatt.Adam, dict(lr=1.0))])
+@pytest.mark.filterwarnings("error")
+def test_overflow_neither_raises_nor_stops_a_step(cls, kwargs):
+    """An overflow gives inf as in torch, also with warnings as errors or np.seterr(all=
+    'raise'): a step that raised there left one parameter updated, the next not, and the
+    optimiser's state moved (a reviewer session's find)."""
+    params = {"a": np.ones(3, np.float32), "b": np.full(3, 3e38, np.float32)}
+    tparams = {k: torch.from_numpy(v.copy()).requires_grad_() for k, v in params.items()}
+    grads = {"a": np.ones(3, np.float32), "b": np.full(3, 3e38, np.float32)}
+    opt, topt = cls(params, **kwargs), getattr(torch.optim, cls.__name__)(
+        tparams.values(), foreach=False, **kwargs)
+    for t, (k, g) in zip(tparams.values(), grads.items()):
+        t.grad = torch.from_numpy(g)
+    with np.errstate(all="raise"):
+        for _ in range(2):
+            opt.step(grads)
+            topt.step()
+    for k, t in tparams.items():
+        torch.testing.assert_close(torch.from_numpy(params[k]), t.detach())
+    assert any(np.isinf(a).any() for a in (params["b"], *opt.state["b"].values())
+               if isinstance(a, np.ndarray))   # it did overflow
+
+
+def test_takes_a_multihead_attention_pullback(rng):
+    """The dict of a MultiheadAttention pullback (query, key and value beside the
+    parameters' gradients) goes straight to step(), as MyAtt's and Linear's do."""
+    m = myatt.MultiheadAttention(8, 2)
+    x = rng.standard_normal((5, 3, 8)).astype(np.float32)
+    (out, _), pullback = myatt.vjp(m, x, x, x)
+    before = m.state_dict()
+    myatt.Adam(m, lr=1e-2).step(pullback(np.ones_like(out)))
+    assert all((m.state_dict()[k] != v).any() for k, v in before.items())
 
 @pytest.mark.parametrize("cls", [myatt.SGD, myatt.Adam])
 def test_unknown_key_is_an_error(rng, cls):
