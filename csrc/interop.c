@@ -187,15 +187,10 @@ PyObject *reduce_object(PyObject *self, PyObject *args, PyObject *kwargs)
     sd = PyObject_CallMethod(self, "state_dict", NULL);
     if (sd == NULL)
         goto done;
-    /* The instance __dict__ of a Python subclass, if it has anything in it. */
-    dict = PyObject_GetAttrString(self, "__dict__");
-    if (dict == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-            goto done;
-        PyErr_Clear();
-    }
-    if (dict == NULL || (PyDict_Check(dict) && PyDict_GET_SIZE(dict) == 0))
-        Py_XSETREF(dict, Py_NewRef(Py_None));
+    /* what a Python subclass's instance holds besides (None for the types) */
+    dict = call_package_helper("myatt._interop", "object_state", self);
+    if (dict == NULL)
+        goto done;
     result = Py_BuildValue("O(OOO)O", rebuild, args, kwargs, sd, dict);
 done:
     Py_XDECREF(rebuild);

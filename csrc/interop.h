@@ -72,7 +72,8 @@ int module_built(PyObject *self, const char *what);
 int refuse_abstract(PyTypeObject *type);
 
 /* __reduce__: (type(self)._from_state, (args, kwargs, self.state_dict()),
- * the instance __dict__ of a subclass or None). */
+ * myatt._interop.object_state(self): a subclass's __getstate__(), or its
+ * __dict__ and __slots__, or None). */
 PyObject *reduce_object(PyObject *self, PyObject *args, PyObject *kwargs);
 
 /* The methods both types share: _from_state (unpickling), from_torch (with the

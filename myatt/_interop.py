@@ -6,6 +6,8 @@ loaded into the new object.  Nothing here imports torch: a module and its
 tensors are read through their attributes (``.dtype``, ``.detach()``,
 ``.cpu()``, ``.numpy()``), so only a caller that already has torch pays for it.
 """
+import copyreg
+
 import numpy as np
 
 MYATT_SIZES = ("query_size", "key_size", "value_size1", "value_size2", "output_size")
@@ -23,6 +25,21 @@ def dtype_name(tensor, what):
         return dt.name
     raise TypeError(f"{what} is {name}: myatt computes in float32 or float64 only; convert "
                     f"the module first (module.float() or module.double())")
+
+
+def object_state(obj):
+    """What pickling and copying keep of a module beyond its constructor's arguments and
+    state_dict (the third item of its __reduce__): as for any Python object, its
+    ``__getstate__()`` (Python 3.11+: object's, which reads a subclass's ``__dict__`` and
+    ``__slots__``, or the subclass's own), else (3.10) the same from ``__dict__`` and
+    ``__slots__``: None for myatt's own types."""
+    getstate = getattr(obj, "__getstate__", None)
+    if getstate is not None:
+        return getstate()
+    state = getattr(obj, "__dict__", None) or None
+    slots = {name: getattr(obj, name) for name in copyreg._slotnames(type(obj))
+             if hasattr(obj, name)}
+    return (state, slots) if slots else state
 
 
 def to_numpy(t):

@@ -225,6 +225,36 @@ def test_subclass_copies_keep_type_and_attributes():
         assert_same_weights(c, s)
 
 
+class Locked(myatt.Linear):
+    """A subclass that holds what cannot be pickled and says so in __getstate__."""
+    def __init__(self, n):
+        super().__init__(n, n)
+        self.lock, self.note = threading.Lock(), "kept"
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "lock"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, lock=threading.Lock())
+
+
+class Slotted(myatt.MyAtt):
+    __slots__ = ("extra",)
+
+
+def test_subclass_copies_keep_getstate_and_slots():
+    """Copies and pickles keep what any Python object's keep: a subclass's own
+    __getstate__ (it read __dict__ itself: a lock failed to pickle) and its __slots__
+    (lost before)."""
+    s = Slotted(*SIZES)
+    s.extra = [1]
+    for obj, check in ((Locked(3), lambda c: c.note == "kept" and c.lock is not None),
+                       (s, lambda c: c.extra == [1])):
+        for how, c in copies(obj):
+            assert type(c) is type(obj) and check(c), how
+            assert_same_weights(c, obj)
+
+
 class Block(myatt.MultiheadAttention):
     """torch's way: a constructor of its own that calls super().__init__."""
     def __init__(self, width, scale=2.0):
