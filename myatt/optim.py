@@ -17,8 +17,8 @@ the input gradients that backward() and pullbacks return beside the parameters' 
 V, input, query, key, value).  A step changes nothing until every gradient is checked,
 and its arithmetic never warns or raises (overflow gives inf, as torch's does, also under
 np.seterr(all="raise") or warnings turned into errors), so no step stops half way.
-(torch's CPU kernels fuse some multiply-adds, so float32 results agree to rounding,
-not bit for bit.)
+(torch's CPU kernels fuse some multiply-adds, so results, float32 and float64, agree to
+rounding, an ulp or so, not bit for bit.)
 """
 import difflib
 import numbers
