@@ -138,28 +138,16 @@ int module_init(PyObject *self, PyObject *args, PyObject *kwds)
         Py_DECREF(built);
         return built_already(base);
     }
-    /* swap the contents: self takes the module, `built` the placeholder's; each
-     * keeps its own weak references */
-    PyObject *const refs = ((module_head *)self)->weakreflist;
+    /* swap the contents: self takes the module, `built` the placeholder's */
     char *a = (char *)self + sizeof(PyObject), *b = (char *)built + sizeof(PyObject);
     for (size_t i = 0; i < (size_t)base->tp_basicsize - sizeof(PyObject); i++) {
         const char t = a[i];
         a[i] = b[i];
         b[i] = t;
     }
-    ((module_head *)built)->weakreflist = ((module_head *)self)->weakreflist;
-    ((module_head *)self)->weakreflist = refs;
     init->state = INIT_DONE;
     init->retired = built;
     return 0;
-}
-
-void module_head_clear(PyObject *self)
-{
-    module_head *h = (module_head *)self;
-    if (h->weakreflist != NULL)
-        PyObject_ClearWeakRefs(self);
-    Py_CLEAR(h->init.retired);
 }
 
 int module_built(PyObject *self, const char *what)

@@ -45,17 +45,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     module_init_state init;
-    PyObject *weakreflist;   /* weakref.ref(module), as to torch's modules */
 } module_head;
-
-#define MODULE_HEAD_ASSERT(type)                                                        \
-    _Static_assert(offsetof(type, init) == offsetof(module_head, init)                  \
-                   && offsetof(type, weakreflist) == offsetof(module_head, weakreflist), \
-                   "interop.h: module_head")
-
-/* The first step of a module type's tp_dealloc: its weak references cleared and
- * the placeholder's retired contents released. */
-void module_head_clear(PyObject *self);
 
 /* Whether tp_new (`own`) gives `type` a placeholder: a subclass with an
  * __init__ of its own and not a __new__. */

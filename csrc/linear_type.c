@@ -111,9 +111,9 @@ static PyObject *Linear_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 static void Linear_dealloc(LinearObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
-    module_head_clear((PyObject *)self);
     Py_XDECREF(self->weight);
     Py_XDECREF(self->bias);
+    Py_XDECREF(self->init.retired);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
@@ -698,7 +698,6 @@ static PyGetSetDef Linear_getset[] = {
 
 static PyMemberDef Linear_members[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(LinearObject, vectorcall), READONLY, NULL},
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(LinearObject, weakreflist), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 

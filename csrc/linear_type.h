@@ -12,7 +12,6 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;  /* layer(x) without an args tuple (linear_type.c) */
     module_init_state init;     /* built in __init__ or not (interop.h: module_head) */
-    PyObject *weakreflist;
     Py_ssize_t in_features, out_features;
     const myatt_dtype *dtype;   /* a row of the dtype table (dtype.h) */
     PyArrayObject *weight;      /* [out, in], C-contiguous (MultiheadAttention's out_proj:
@@ -20,7 +19,7 @@ typedef struct {
                                    itself */
     PyArrayObject *bias;        /* [out], or NULL for bias=False */
 } LinearObject;
-MODULE_HEAD_ASSERT(LinearObject);
+_Static_assert(offsetof(LinearObject, init) == offsetof(module_head, init), "interop.h: module_head");
 
 /* What a new Linear's parameters start as. */
 typedef enum {

@@ -25,7 +25,6 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;    /* MHA_vectorcall: m(query, key, value) without a tuple */
     module_init_state init;       /* built in __init__ or not (interop.h: module_head) */
-    PyObject *weakreflist;
     Py_ssize_t embed_dim, num_heads, head_dim, kdim, vdim;
     int batch_first, add_zero_attn, bias;
     double dropout;
@@ -35,7 +34,7 @@ typedef struct {
                                         bias_k, bias_v [1, 1, E] */
     LinearObject *out_proj;          /* Linear(E, E, bias) */
 } MHAObject;
-MODULE_HEAD_ASSERT(MHAObject);
+_Static_assert(offsetof(MHAObject, init) == offsetof(module_head, init), "interop.h: module_head");
 
 static const char *const param_names[P_COUNT] = {
     "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight",
@@ -206,10 +205,10 @@ fail:
 static void MHA_dealloc(MHAObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
-    module_head_clear((PyObject *)self);
     for (int p = 0; p < P_COUNT; p++)
         Py_XDECREF(self->param[p]);
     Py_XDECREF(self->out_proj);
+    Py_XDECREF(self->init.retired);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
@@ -1193,7 +1192,6 @@ static PyGetSetDef MHA_getset[] = {
 
 static PyMemberDef MHA_members[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(MHAObject, vectorcall), READONLY, NULL},
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(MHAObject, weakreflist), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 

@@ -5,21 +5,17 @@
 #include "pieces.h"
 #include "state.h"
 
-/* The type of `spec`, added to the module (a new reference for the state).  The
- * __vectorcalloffset__ and __weaklistoffset__ members only tell PyType_FromSpec
- * where the instances' vectorcall pointer and weak references live (the way
- * for a heap type): dropped from the type's dict once made, so that dir() and
- * help() do not list them. */
+/* The type of `spec`, added to the module (a new reference for the state).  A
+ * __vectorcalloffset__ member only tells PyType_FromSpec where the instances'
+ * vectorcall pointer lives (the way for a heap type): dropped from the type's
+ * dict once made, so that dir() and help() do not list it. */
 static PyTypeObject *add_type(PyObject *module, PyType_Spec *spec)
 {
     PyTypeObject *type = (PyTypeObject *)PyType_FromModuleAndSpec(module, spec, NULL);
     if (type == NULL)
         return NULL;
-    static const char *const hidden[] = {"__vectorcalloffset__", "__weaklistoffset__"};
-    for (int i = 0; i < 2; i++) {
-        if (PyDict_GetItemString(type->tp_dict, hidden[i]) == NULL)
-            continue;
-        if (PyDict_DelItemString(type->tp_dict, hidden[i]) < 0) {
+    if (PyDict_GetItemString(type->tp_dict, "__vectorcalloffset__") != NULL) {
+        if (PyDict_DelItemString(type->tp_dict, "__vectorcalloffset__") < 0) {
             Py_DECREF(type);
             return NULL;
         }

@@ -19,13 +19,12 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;    /* MyAtt_vectorcall: m(Q, K, V) without an args tuple */
     module_init_state init;       /* built in __init__ or not (interop.h: module_head) */
-    PyObject *weakreflist;
     Py_ssize_t query_size, key_size, value_size1, value_size2, output_size;
     const myatt_dtype *dtype;     /* a row of the dtype table (dtype.h) */
     LinearObject *attn;           /* Linear(query_size + key_size, value_size1)   */
     LinearObject *attn_combine;   /* Linear(query_size + value_size2, output_size) */
 } MyAttObject;
-MODULE_HEAD_ASSERT(MyAttObject);
+_Static_assert(offsetof(MyAttObject, init) == offsetof(module_head, init), "interop.h: module_head");
 
 static PyObject *MyAtt_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                                   PyObject *kwnames);
@@ -96,9 +95,9 @@ fail:
 static void MyAtt_dealloc(MyAttObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
-    module_head_clear((PyObject *)self);
     Py_XDECREF(self->attn);
     Py_XDECREF(self->attn_combine);
+    Py_XDECREF(self->init.retired);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
@@ -968,7 +967,6 @@ static PyGetSetDef MyAtt_getset[] = {
 
 static PyMemberDef MyAtt_members[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(MyAttObject, vectorcall), READONLY, NULL},
-    {"__weaklistoffset__", T_PYSSIZET, offsetof(MyAttObject, weakreflist), READONLY, NULL},
     {NULL, 0, 0, 0, NULL},
 };
 

@@ -1,13 +1,11 @@
 """Issue 6: signatures for help()/inspect/Jupyter, pickle and copy, from_torch, _repr_html_."""
 import abc
 import copy
-import gc
 import inspect
 import pickle
 import subprocess
 import sys
 import threading
-import weakref
 
 import numpy as np
 import pytest
@@ -489,27 +487,3 @@ def test_an_argument_building_the_module_mid_call(base, args, call):
 
     with pytest.raises(RuntimeError, match="not built"):
         call(m, Builds())
-
-
-def test_weak_references():
-    """Modules can be weakly referenced, as torch's (weakref.WeakKeyDictionary caches keyed
-    by module); a reference taken in a subclass's __init__ before super().__init__ follows
-    the object, and the callbacks run when it goes."""
-    class Early(myatt.MultiheadAttention):
-        def __init__(self):
-            self.ref = weakref.ref(self)
-            super().__init__(8, 2)
-
-    gone = []
-    for make in (lambda: myatt.Linear(2, 3), lambda: myatt.MyAtt(*SIZES),
-                 lambda: myatt.MultiheadAttention(4, 2), lambda: Square(3), Early):
-        m = make()
-        ref = weakref.ref(m, gone.append)
-        cache = weakref.WeakKeyDictionary({m: 1})
-        assert ref() is m and len(cache) == 1
-        if isinstance(m, Early):
-            assert m.ref() is m and m.embed_dim == 8
-        del m
-        gc.collect()
-        assert ref() is None and len(cache) == 0
-    assert len(gone) == 5
