@@ -1,11 +1,13 @@
 """Issue 6: signatures for help()/inspect/Jupyter, pickle and copy, from_torch, _repr_html_."""
 import abc
 import copy
+import gc
 import inspect
 import pickle
 import subprocess
 import sys
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -487,3 +489,27 @@ def test_an_argument_building_the_module_mid_call(base, args, call):
 
     with pytest.raises(RuntimeError, match="not built"):
         call(m, Builds())
+
+
+def test_subclass_weak_references():
+    """Python subclasses are weakly referenceable, as torch's modules (Python classes) are:
+    a weakref's callback runs when the module goes, also one the module holds itself, and
+    a subclass may declare the __weakref__ slot."""
+    class Slots(myatt.Linear):
+        __slots__ = ("__weakref__",)
+
+    class Holds(myatt.MultiheadAttention):
+        def __init__(self, gone):
+            super().__init__(8, 2)
+            self.ref = weakref.ref(self, gone.append)
+
+    gone = []
+    for make in (lambda: Slots(2, 3), lambda: Holds(gone), lambda: Square(3)):
+        m = make()
+        ref = weakref.ref(m, gone.append)
+        cache = weakref.WeakKeyDictionary({m: 1})
+        assert ref() is m and len(cache) == 1
+        del m
+        gc.collect()
+        assert ref() is None and len(cache) == 0
+    assert len(gone) == 4
