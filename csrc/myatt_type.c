@@ -334,17 +334,8 @@ static PyObject *myatt_forward(MyAttObject *self, PyObject *Q, PyObject *K, PyOb
     return myatt_forward_impl(self, Q, K, V, NULL);
 }
 
-PyObject *myatt_forward_keep(PyObject *self, PyObject *args, PyObject *kwds, myatt_kept *kept)
-{
-    static char *kwlist[] = {"Q", "K", "V", NULL};
-    PyObject *Q, *K, *V;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:MyAtt.__call__", kwlist, &Q, &K, &V))
-        return NULL;
-    return myatt_forward_impl((MyAttObject *)self, Q, K, V, kept);
-}
-
-PyObject *myatt_forward_keep_qkv(PyObject *self, PyObject *Q, PyObject *K, PyObject *V,
-                                 myatt_kept *kept)
+PyObject *myatt_forward_keep(PyObject *self, PyObject *Q, PyObject *K, PyObject *V,
+                             myatt_kept *kept)
 {
     return myatt_forward_impl((MyAttObject *)self, Q, K, V, kept);
 }

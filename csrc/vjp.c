@@ -718,15 +718,24 @@ static PyObject *myatt_vjp(PyObject *module, PyObject *const *args, Py_ssize_t n
 
     PyArrayObject *out;
     if (kind == VJP_LINEAR_OBJ) {
-        pb->dtype = ((LinearObject *)fn)->dtype;
         pb->nsaved = 3;
         if ((result = linear_forward_keep(fn, rest, kwds, pb->saved)) == NULL)
             goto fail;
+        /* read once the forward ran: an argument's parsing may have built a placeholder */
+        pb->dtype = ((LinearObject *)fn)->dtype;
         out = (PyArrayObject *)result;
     } else if (kind == VJP_MYATT || kind == VJP_MHA) {
-        result = qkv ? myatt_forward_keep_qkv(fn, args[1], args[2], args[3], &pb->kept)
-                 : kind == VJP_MYATT ? myatt_forward_keep(fn, rest, kwds, &pb->kept)
-                 : mha_forward_keep(fn, rest, kwds, &pb->mkept);
+        static char *kw_myatt[] = {"Q", "K", "V", NULL};
+        PyObject *const *qkv_args = args + 1, *parsed[3];
+        if (kind == VJP_MYATT && !qkv) {   /* as MyAtt.__call__ parses them */
+            if (!PyArg_ParseTupleAndKeywords(rest, kwds, "OOO:MyAtt.__call__", kw_myatt,
+                                             &parsed[0], &parsed[1], &parsed[2]))
+                goto fail;
+            qkv_args = parsed;
+        }
+        result = kind == VJP_MYATT ? myatt_forward_keep(fn, qkv_args[0], qkv_args[1],
+                                                        qkv_args[2], &pb->kept)
+                                   : mha_forward_keep(fn, rest, kwds, &pb->mkept);
         if (result == NULL)
             goto fail;
         out = (PyArrayObject *)PyTuple_GET_ITEM(result, 0);

@@ -28,14 +28,10 @@ typedef struct {
     void *aw, *applied;                  /* attn_weights [S, v1], applied [S, v2] */
 } myatt_kept;
 
-/* m(*args, **kwds) of a MyAtt `self` (args parsed as MyAtt.__call__), filling
- * *kept (zero-filled by the caller, which releases it with
- * private_block_free(kept->block), also when NULL is returned). */
-PyObject *myatt_forward_keep(PyObject *self, PyObject *args, PyObject *kwds, myatt_kept *kept);
-
-/* The same, of m(Q, K, V) (vjp's positional call). */
-PyObject *myatt_forward_keep_qkv(PyObject *self, PyObject *Q, PyObject *K, PyObject *V,
-                                 myatt_kept *kept);
+/* m(Q, K, V) of a MyAtt `self`, filling *kept (zero-filled by the caller, which
+ * releases it with private_block_free(kept->block), also when NULL is returned). */
+PyObject *myatt_forward_keep(PyObject *self, PyObject *Q, PyObject *K, PyObject *V,
+                             myatt_kept *kept);
 
 /* MyAtt.backward's dict (myatt_type.c; MyAtt.backward and the pullback share it):
  * allocates the gradients (Q, K shaped dims[0], dims[1], zero beyond batch item

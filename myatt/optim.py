@@ -55,30 +55,49 @@ def _live_params(params):
                 and v.flags.writeable):
             raise TypeError(f"params[{k!r}] must be a writeable float32/float64 ndarray "
                             f"(updated in place), got {type(v).__name__}")
+    # pairs whose byte ranges overlap, found by sorting the ranges: their memory checked
     names = list(out)
-    for i, a in enumerate(names):
-        for b in names[:i]:
-            if np.shares_memory(out[a], out[b]):
-                raise ValueError(f"params[{a!r}] and params[{b!r}] share memory: each "
-                                 "parameter must be listed once")
+    spans = sorted((*_byte_span(out[k]), i) for i, k in enumerate(names) if out[k].size)
+    for i, (_, hi, ia) in enumerate(spans):
+        for lo, _, ib in spans[i + 1:]:
+            if lo >= hi:
+                break
+            if np.shares_memory(out[names[ia]], out[names[ib]]):
+                ia, ib = sorted((ia, ib))
+                raise ValueError(f"params[{names[ia]!r}] and params[{names[ib]!r}] share "
+                                 "memory: each parameter must be listed once")
     return out
 
 
+def _byte_span(a):
+    """[first byte, last byte + 1) of a non-empty array's elements."""
+    lo = hi = a.__array_interface__["data"][0]
+    for n, s in zip(a.shape, a.strides):
+        lo, hi = (lo + (n - 1) * s, hi) if s < 0 else (lo, hi + (n - 1) * s)
+    return lo, hi + a.itemsize
+
+
 def _check_number(name, v, at_least_zero=False):
-    """TypeError naming a value that is not a real number (bools refused, as every float
-    argument of myatt refuses them); with at_least_zero, ValueError for one that is not
-    >= 0 (NaN included: torch's Adam refuses it, its SGD does not; a NaN learning rate
-    only ever makes NaN parameters)."""
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+    """TypeError naming a value that is not a real number (a Python or NumPy number, or a
+    0-d array or tensor of one, as torch takes; bools refused, as every float argument of
+    myatt refuses them); with at_least_zero, ValueError for one that is not >= 0 (NaN
+    included: torch's Adam refuses it, its SGD does not; a NaN learning rate only ever
+    makes NaN parameters)."""
+    kind = getattr(getattr(v, "dtype", None), "kind", None)   # NumPy's; torch's has none
+    zero_d = getattr(v, "ndim", None) == 0 and (kind in ("f", "i", "u") or (
+        kind is None and str(getattr(v, "dtype", "")).startswith(("torch.float", "torch.int"))))
+    if isinstance(v, (bool, np.bool_)) or not (isinstance(v, numbers.Real) or zero_d):
         raise TypeError(f"{name} must be a real number, got {v!r}")
     if at_least_zero and not v >= 0:
         raise ValueError(f"{name} must be >= 0, got {v!r}")
 
 
 def _check_flags(**flags):
-    """TypeError naming a flag that is not a bool (a string such as 'no' is true)."""
+    """TypeError naming a flag that is not a bool or the integer 0 or 1 (a string such
+    as 'no' would be true)."""
     for name, v in flags.items():
-        if not isinstance(v, (bool, np.bool_)):
+        if not (isinstance(v, (bool, np.bool_)) or (isinstance(v, numbers.Integral)
+                                                    and v in (0, 1))):
             raise TypeError(f"{name} must be a bool, got {v!r}")
 
 
@@ -289,6 +308,10 @@ class Adam(_Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                  amsgrad=False, *, maximize=False, decoupled_weight_decay=False):
+        try:   # kept as a tuple (an iterator would be spent by the first check)
+            betas = tuple(betas)
+        except TypeError:
+            pass   # refused by _check, with its name
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
         self.amsgrad, self.maximize = amsgrad, maximize
         self.decoupled_weight_decay = decoupled_weight_decay

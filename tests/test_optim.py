@@ -121,7 +121,9 @@ def test_bad_arguments():
             (myatt.SGD, dict(momentum=np.array([0.1, 0.2])), TypeError, "momentum must be"),
             (myatt.SGD, dict(dampening="x"), TypeError, "dampening must be"),
             (myatt.SGD, dict(nesterov="yes"), TypeError, "nesterov must be a bool"),
-            (myatt.SGD, dict(maximize=1), TypeError, "maximize must be a bool"),
+            (myatt.SGD, dict(maximize=2), TypeError, "maximize must be a bool"),
+            (myatt.SGD, dict(lr=np.array([0.1])), TypeError, "lr must be a real number"),
+            (myatt.SGD, dict(lr=torch.tensor(True)), TypeError, "lr must be a real number"),
             (myatt.Adam, dict(betas="ab"), TypeError, r"betas\[0\] must be a real number"),
             (myatt.Adam, dict(betas=0.9), ValueError, "betas must be two real numbers"),
             (myatt.Adam, dict(amsgrad="no"), TypeError, "amsgrad must be a bool"),
@@ -129,12 +131,19 @@ def test_bad_arguments():
              "decoupled_weight_decay must be a bool")]:
         with pytest.raises(exc, match=match):
             cls(m, **kwargs)
-    myatt.SGD(m, lr=np.float32(0.1), nesterov=np.bool_(False))   # NumPy scalars are taken
+    # taken, as torch takes them: NumPy scalars, 0-d arrays and tensors, flags 0 and 1, and
+    # betas from any iterable (kept: checked again at each step)
+    for kwargs in (dict(lr=np.float32(0.1), nesterov=np.bool_(False)), dict(lr=np.array(0.1)),
+                   dict(lr=torch.tensor(0.1)), dict(momentum=0.9, nesterov=1)):
+        myatt.SGD(m, **kwargs).step(m.backward(np.ones((1, 3)), np.ones((1, 2))))
+    opt = myatt.Adam(m, betas=iter([0.9, 0.99]), amsgrad=0)
+    opt.step(m.backward(np.ones((1, 3)), np.ones((1, 2))))
+    assert opt.betas == (0.9, 0.99)
     with pytest.raises(TypeError, match=r"params\['weight'\] must be a writeable "
                                         r"float32/float64 ndarray .*got Parameter"):
         myatt.SGD(torch.nn.Linear(3, 2))
     w = np.ones((2, 3))
-    with pytest.raises(ValueError, match=r"params\['b'\] and params\['a'\] share memory"):
+    with pytest.raises(ValueError, match=r"params\['a'\] and params\['b'\] share memory"):
         myatt.SGD({"a": w, "b": w[0]})
     myatt.SGD({"a": w[:, ::2], "b": w[:, 1::2]})   # interleaved, not shared
     opt = myatt.Adam(m)
