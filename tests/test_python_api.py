@@ -513,3 +513,28 @@ def test_subclass_weak_references():
         gc.collect()
         assert ref() is None and len(cache) == 0
     assert len(gone) == 4
+
+
+def test_vjp_of_a_module_built_while_its_arguments_are_parsed():
+    """The pullback takes the module's dtype once the forward ran: a keyword whose
+    comparison builds the placeholder as float64 gave float32 reads of float64 arrays
+    (gradients of 1e33; a reviewer session's find)."""
+    class Lazy(myatt.Linear):
+        def __init__(self):
+            pass
+
+    m = Lazy()
+
+    class Key(str):
+        __hash__ = str.__hash__
+
+        def __eq__(self, other):
+            if m.in_features == 0:
+                myatt.Linear.__init__(m, 3, 4, dtype=np.float64)
+            return str.__eq__(self, other)
+
+    x = np.arange(6.0).reshape(2, 3)
+    y, pullback = myatt.vjp(m, **{Key("input"): x})
+    assert y.dtype == np.float64
+    for key, value in pullback(np.ones((2, 4))).items():
+        np.testing.assert_array_equal(value, m.backward(x, np.ones((2, 4)))[key])
