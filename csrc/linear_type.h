@@ -19,7 +19,8 @@ typedef struct {
                                    itself */
     PyArrayObject *bias;        /* [out], or NULL for bias=False */
 } LinearObject;
-_Static_assert(offsetof(LinearObject, init) == offsetof(module_head, init), "interop.h: module_head");
+_Static_assert(offsetof(LinearObject, init) == offsetof(module_head, init),
+               "interop.h: module_head");
 
 /* What a new Linear's parameters start as. */
 typedef enum {

@@ -34,7 +34,8 @@ typedef struct {
                                         bias_k, bias_v [1, 1, E] */
     LinearObject *out_proj;          /* Linear(E, E, bias) */
 } MHAObject;
-_Static_assert(offsetof(MHAObject, init) == offsetof(module_head, init), "interop.h: module_head");
+_Static_assert(offsetof(MHAObject, init) == offsetof(module_head, init),
+               "interop.h: module_head");
 
 static const char *const param_names[P_COUNT] = {
     "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight",
@@ -96,7 +97,6 @@ static int xavier_uniform_param(mt19937 *rng, const myatt_dtype *dt, PyArrayObje
     PyMem_Free(buf);
     return 0;
 }
-
 
 static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {

@@ -206,6 +206,34 @@ static PyObject *pull_mha(PullbackObject *self, PyArrayObject *go, PyObject *GA)
     return result;
 }
 
+/* The gradients from the cotangents (GA: None or grad_attn_weights). */
+static PyObject *pullback_run(PullbackObject *self, PyObject *GO, PyObject *GA)
+{
+    PyObject *result = NULL;
+    PyArrayObject *g = as_real_array(GO, "pullback(): grad_output");
+    if (g == NULL || check_cotangent(g, self->out_ndim, self->out_dims, "grad_output") < 0)
+        goto done;
+    switch (self->kind) {
+    case VJP_LINEAR_OBJ:
+        result = pull_linear_object(self, g);
+        break;
+    case VJP_MYATT:
+        result = pull_myatt(self, g, GA);
+        break;
+    case VJP_SDPA:
+        result = sdpa_grads_run(&self->skept, g);
+        break;
+    case VJP_MHA:
+        result = pull_mha(self, g, GA);
+        break;
+    default:
+        result = pull_function(self, g);
+    }
+done:
+    Py_XDECREF(g);
+    return result;
+}
+
 PyDoc_STRVAR(Pullback_call_doc,
 "__call__($self, /, grad_output, grad_attn_weights=None)\n--\n\n"
 "The gradients at the values the forward saw, from the cotangents.\n"
@@ -246,8 +274,6 @@ PyDoc_STRVAR(Pullback_call_doc,
 ">>> pullback(np.ones(4))\n"
 "(array([0., 0., 0., 0.]),)");
 
-static PyObject *pullback_run(PullbackObject *self, PyObject *GO, PyObject *GA);
-
 static PyObject *Pullback_call(PullbackObject *self, PyObject *args, PyObject *kwds)
 {
     static char *kw_two[] = {"grad_output", "grad_attn_weights", NULL};
@@ -282,33 +308,6 @@ static PyObject *Pullback_vectorcall(PyObject *self, PyObject *const *args, size
     if (nargs >= 1 && nargs <= most && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0))
         return pullback_run((PullbackObject *)self, args[0], nargs == 2 ? args[1] : Py_None);
     return call_with_tuple(self, args, nargs, kwnames, (ternaryfunc)Pullback_call);
-}
-
-static PyObject *pullback_run(PullbackObject *self, PyObject *GO, PyObject *GA)
-{
-    PyObject *result = NULL;
-    PyArrayObject *g = as_real_array(GO, "pullback(): grad_output");
-    if (g == NULL || check_cotangent(g, self->out_ndim, self->out_dims, "grad_output") < 0)
-        goto done;
-    switch (self->kind) {
-    case VJP_LINEAR_OBJ:
-        result = pull_linear_object(self, g);
-        break;
-    case VJP_MYATT:
-        result = pull_myatt(self, g, GA);
-        break;
-    case VJP_SDPA:
-        result = sdpa_grads_run(&self->skept, g);
-        break;
-    case VJP_MHA:
-        result = pull_mha(self, g, GA);
-        break;
-    default:
-        result = pull_function(self, g);
-    }
-done:
-    Py_XDECREF(g);
-    return result;
 }
 
 /* s (a new reference, or NULL) appended to parts: 0 or -1. */

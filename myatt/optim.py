@@ -83,9 +83,8 @@ def _check_number(name, v, at_least_zero=False):
     myatt refuses them); with at_least_zero, ValueError for one that is not >= 0 (NaN
     included: torch's Adam refuses it, its SGD does not; a NaN learning rate only ever
     makes NaN parameters)."""
-    kind = getattr(getattr(v, "dtype", None), "kind", None)   # NumPy's; torch's has none
-    zero_d = getattr(v, "ndim", None) == 0 and (kind in ("f", "i", "u") or (
-        kind is None and str(getattr(v, "dtype", "")).startswith(("torch.float", "torch.int"))))
+    dtype = str(getattr(v, "dtype", ""))   # NumPy's float64, uint8; torch's torch.float32
+    zero_d = getattr(v, "ndim", None) == 0 and ("float" in dtype or "int" in dtype)
     if isinstance(v, (bool, np.bool_)) or not (isinstance(v, numbers.Real) or zero_d):
         raise TypeError(f"{name} must be a real number, got {v!r}")
     if at_least_zero and not v >= 0:
