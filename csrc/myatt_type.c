@@ -334,26 +334,41 @@ static PyObject *myatt_forward(MyAttObject *self, PyObject *Q, PyObject *K, PyOb
     return myatt_forward_impl(self, Q, K, V, NULL);
 }
 
-PyObject *myatt_forward_keep(PyObject *self, PyObject *Q, PyObject *K, PyObject *V,
-                             myatt_kept *kept)
+/* Q, K, V of a call, parsed as the forward's methods parse them (`format` names
+ * the method): 0, or -1 with the parser's TypeError. */
+static int parse_qkv(PyObject *args, PyObject *kwds, const char *format, PyObject **Q,
+                     PyObject **K, PyObject **V)
 {
-    return myatt_forward_impl((MyAttObject *)self, Q, K, V, kept);
+    static char *kwlist[] = {"Q", "K", "V", NULL};
+    return PyArg_ParseTupleAndKeywords(args, kwds, format, kwlist, Q, K, V) ? 0 : -1;
+}
+
+PyObject *myatt_forward_keep(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames, myatt_kept *kept)
+{
+    if (nargs == 3 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0))
+        return myatt_forward_impl((MyAttObject *)self, args[0], args[1], args[2], kept);
+    PyObject *kwds, *tuple = tuple_and_kwargs(args, nargs, kwnames, &kwds), *Q, *K, *V;
+    PyObject *result = NULL;
+    if (tuple != NULL && parse_qkv(tuple, kwds, "OOO:MyAtt.__call__", &Q, &K, &V) == 0)
+        result = myatt_forward_impl((MyAttObject *)self, Q, K, V, kept);
+    Py_XDECREF(tuple);
+    Py_XDECREF(kwds);
+    return result;
 }
 
 static PyObject *MyAtt_call(MyAttObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"Q", "K", "V", NULL};
     PyObject *Q, *K, *V;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:MyAtt.__call__", kwlist, &Q, &K, &V))
+    if (parse_qkv(args, kwds, "OOO:MyAtt.__call__", &Q, &K, &V) < 0)
         return NULL;
     return myatt_forward(self, Q, K, V);
 }
 
 static PyObject *MyAtt_forward(MyAttObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"Q", "K", "V", NULL};
     PyObject *Q, *K, *V;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:MyAtt.forward", kwlist, &Q, &K, &V))
+    if (parse_qkv(args, kwds, "OOO:MyAtt.forward", &Q, &K, &V) < 0)
         return NULL;
     return myatt_forward(self, Q, K, V);
 }

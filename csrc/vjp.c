@@ -674,7 +674,7 @@ PyDoc_STRVAR(vjp_doc,
 "[(2, 3, 4), (2, 5, 4), (1, 5, 6), None]");
 
 /* vjp(fn, *args, **kwargs): fn's arguments as a tuple and a dict (NULL when
- * there are no keywords), but vjp(a MyAtt, Q, K, V) as they are. */
+ * there are no keywords), but a MyAtt's as they came (myatt_forward_keep). */
 static PyObject *myatt_vjp(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                            PyObject *kwnames)
 {
@@ -697,10 +697,8 @@ static PyObject *myatt_vjp(PyObject *module, PyObject *const *args, Py_ssize_t n
                      "MultiheadAttention object, got %.200R", fn);
         return NULL;
     }
-    const Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
-    const int qkv = kind == VJP_MYATT && nargs == 4 && nkw == 0;
     PyObject *rest = NULL, *kwds = NULL, *result = NULL, *pair = NULL;
-    if (!qkv && (rest = tuple_and_kwargs(args + 1, nargs - 1, kwnames, &kwds)) == NULL)
+    if (kind != VJP_MYATT && (rest = tuple_and_kwargs(args + 1, nargs - 1, kwnames, &kwds)) == NULL)
         return NULL;
     PullbackObject *pb = PyObject_New(PullbackObject, st->pullback_type);
     if (pb == NULL)
@@ -724,16 +722,8 @@ static PyObject *myatt_vjp(PyObject *module, PyObject *const *args, Py_ssize_t n
         pb->dtype = ((LinearObject *)fn)->dtype;
         out = (PyArrayObject *)result;
     } else if (kind == VJP_MYATT || kind == VJP_MHA) {
-        static char *kw_myatt[] = {"Q", "K", "V", NULL};
-        PyObject *const *qkv_args = args + 1, *parsed[3];
-        if (kind == VJP_MYATT && !qkv) {   /* as MyAtt.__call__ parses them */
-            if (!PyArg_ParseTupleAndKeywords(rest, kwds, "OOO:MyAtt.__call__", kw_myatt,
-                                             &parsed[0], &parsed[1], &parsed[2]))
-                goto fail;
-            qkv_args = parsed;
-        }
-        result = kind == VJP_MYATT ? myatt_forward_keep(fn, qkv_args[0], qkv_args[1],
-                                                        qkv_args[2], &pb->kept)
+        result = kind == VJP_MYATT ? myatt_forward_keep(fn, args + 1, nargs - 1, kwnames,
+                                                        &pb->kept)
                                    : mha_forward_keep(fn, rest, kwds, &pb->mkept);
         if (result == NULL)
             goto fail;

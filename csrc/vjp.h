@@ -28,10 +28,11 @@ typedef struct {
     void *aw, *applied;                  /* attn_weights [S, v1], applied [S, v2] */
 } myatt_kept;
 
-/* m(Q, K, V) of a MyAtt `self`, filling *kept (zero-filled by the caller, which
- * releases it with private_block_free(kept->block), also when NULL is returned). */
-PyObject *myatt_forward_keep(PyObject *self, PyObject *Q, PyObject *K, PyObject *V,
-                             myatt_kept *kept);
+/* m(*args) of a MyAtt `self` (a vectorcall's arguments, parsed as
+ * MyAtt.__call__), filling *kept (zero-filled by the caller, which releases it
+ * with private_block_free(kept->block), also when NULL is returned). */
+PyObject *myatt_forward_keep(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames, myatt_kept *kept);
 
 /* MyAtt.backward's dict (myatt_type.c; MyAtt.backward and the pullback share it):
  * allocates the gradients (Q, K shaped dims[0], dims[1], zero beyond batch item

@@ -204,6 +204,7 @@ def test_takes_a_multihead_attention_pullback(rng):
     myatt.Adam(m, lr=1e-2).step(pullback(np.ones_like(out)))
     assert all((m.state_dict()[k] != v).any() for k, v in before.items())
 
+
 @pytest.mark.parametrize("cls", [myatt.SGD, myatt.Adam])
 def test_unknown_key_is_an_error(rng, cls):
     """A misspelt key changed nothing and said nothing; torch's optimisers never see
