@@ -153,6 +153,35 @@ static int broadcast_batch(npy_intp *dims, int nb, PyArrayObject *a, npy_intp he
     return 0;
 }
 
+/* `a` with each dimension of stride 0 (a broadcast view, np.broadcast_to) as a
+ * dimension of 1, a new reference: what operand_strides reads is the same, and a
+ * copy or a cast of it (vjp's private mask, a float64 mask for float32 inputs)
+ * holds the mask once instead of once per broadcast item. */
+static PyArrayObject *squeeze_broadcast(PyArrayObject *a)
+{
+    const int nd = PyArray_NDIM(a);
+    npy_intp dims[NPY_MAXDIMS];
+    int squeezed = 0;
+    for (int i = 0; i < nd; i++) {
+        dims[i] = PyArray_STRIDES(a)[i] == 0 && PyArray_DIM(a, i) > 1 ? 1 : PyArray_DIM(a, i);
+        squeezed |= dims[i] != PyArray_DIM(a, i);
+    }
+    if (!squeezed) {
+        Py_INCREF(a);
+        return a;
+    }
+    PyArray_Descr *descr = PyArray_DESCR(a);
+    Py_INCREF(descr);   /* stolen */
+    PyArrayObject *view = (PyArrayObject *)PyArray_NewFromDescr(
+        &PyArray_Type, descr, nd, dims, PyArray_STRIDES(a), PyArray_DATA(a), 0, NULL);
+    Py_INCREF(a);
+    if (view != NULL && PyArray_SetBaseObject(view, (PyObject *)a) < 0)   /* steals a */
+        Py_CLEAR(view);
+    else if (view == NULL)
+        Py_DECREF(a);
+    return view;
+}
+
 void sdpa_kept_clear(sdpa_kept *kept)
 {
     Py_CLEAR(kept->q);
@@ -326,8 +355,13 @@ static int sdpa_parse(PyObject *module, PyObject *args, PyObject *kwds, int priv
             goto fail;
     if (rm != NULL) {
         const int mt = PyArray_TYPE(rm) == NPY_BOOL ? NPY_BOOL : typenum;
-        if ((a->mask = private ? private_cast(rm, mt, WHAT "attn_mask")
-                               : cast_array(rm, mt, 0, WHAT "attn_mask")) == NULL)
+        PyArrayObject *m = squeeze_broadcast(rm);
+        if (m == NULL)
+            goto fail;
+        a->mask = private ? private_cast(m, mt, WHAT "attn_mask")
+                          : cast_array(m, mt, 0, WHAT "attn_mask");
+        Py_DECREF(m);
+        if (a->mask == NULL)
             goto fail;
         if (PyArray_NDIM(a->mask) < 2) {   /* [S] or a scalar: as [1, S] or [1, 1] */
             npy_intp mdims[2] = {1, PyArray_NDIM(a->mask) == 1 ? PyArray_DIM(a->mask, 0) : 1};
@@ -405,8 +439,10 @@ static PyObject *sdpa_run(const sdpa_kept *a, PyArrayObject *lse)
     void *ld = lse != NULL ? PyArray_DATA(lse) : NULL;
     int rc = 0;
     /* An empty result (L or Ev 0) is written by nobody: no kernel run, whatever the
-     * broadcast batch (a 2**40-item broadcast computed every item's scores). */
-    if (ld != NULL || PyArray_SIZE((PyArrayObject *)out) > 0) {
+     * broadcast batch (a 2**40-item broadcast computed every item's scores), nor for
+     * its log-sum-exp, which the backward of an empty result never reads (its
+     * gradients are zeros): vjp's [L, S] scores of E = Ev = 0 ran for seconds. */
+    if (PyArray_SIZE((PyArrayObject *)out) > 0) {
         MYATT_BEGIN_COMPUTE(sdpa_work(p))
         rc = dtype_of_typenum(a->typenum)->k->sdpa_forward(od, ld, p);
         MYATT_END_COMPUTE
@@ -440,6 +476,8 @@ PyObject *sdpa_forward_keep(PyObject *module, PyObject *args, PyObject *kwds, sd
                                                 "vjp(): the log-sum-exp")) == NULL   /* sdpa.h */
             || (kept->out = (PyArrayObject *)sdpa_run(kept, kept->lse)) == NULL)
         return NULL;
+    if (PyArray_SIZE(kept->out) == 0)   /* not computed (sdpa_run): zeros, never read */
+        memset(PyArray_DATA(kept->lse), 0, (size_t)PyArray_NBYTES(kept->lse));
     return (PyObject *)copy_array(kept->out);   /* the caller's; ours stays unchanged */
 }
 

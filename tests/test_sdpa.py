@@ -411,12 +411,15 @@ def test_long_sequence_never_allocates_L_by_S():
     assert_matches(out, torch_sdpa(q, k, v, is_causal=True))
 
 
-@pytest.mark.parametrize("mask_dtype", [np.float32, np.bool_])
-def test_broadcast_mask_is_not_copied_per_head(mask_dtype):
+@pytest.mark.parametrize("view", [False, True], ids=["array", "broadcast_to"])
+@pytest.mark.parametrize("mask_dtype", [np.float32, np.float64, np.bool_])
+def test_broadcast_mask_is_not_copied_per_head(mask_dtype, view):
     """A [1, 1, L, S] mask over 2 x 16 heads reaches the kernel through zero strides:
     neither the forward nor vjp and its pullback (which keeps a private copy of the
     mask as given) ever holds it once per head (32 copies: 8 MiB as bool, 32 MiB as
-    float32). Measured: the forward's traced peak 0.6 MiB (its output and workspace),
+    float32), also when the mask is np.broadcast_to's [2, 16, L, S] view of it, whose
+    zero strides a copy or a cast to float32 would fill in (they did, found by a
+    helper session). Measured: the forward's traced peak 0.6 MiB (its output and workspace),
     vjp + pullback 8.5 MiB (bool) and 9.2 MiB (float32) alone, 10.9 MiB (float32) in
     the whole suite: the inputs' and the mask's copies, the outputs, the log-sum-exp,
     the gradients, and the backward's workspace, 1.5 MiB a thread at blocks of 256
@@ -425,10 +428,12 @@ def test_broadcast_mask_is_not_copied_per_head(mask_dtype):
     rng = np.random.default_rng(17)
     N, H, L, S, E = 2, 16, 512, 512, 8
     q, k, v = make(rng, (N, H, L, E)), make(rng, (N, H, S, E)), make(rng, (N, H, S, E))
-    mask = rng.standard_normal((1, 1, L, S)).astype(np.float32)
+    mask = rng.standard_normal((1, 1, L, S)).astype(mask_dtype)
     if mask_dtype == np.bool_:
-        mask = mask > -1.0
-    per_head = N * H * L * S * mask.itemsize   # the mask copied for every head
+        mask = rng.standard_normal((1, 1, L, S)) > -1.0
+    per_head = N * H * L * S * (1 if mask_dtype == np.bool_ else 4)   # copied for every head
+    if view:
+        mask = np.broadcast_to(mask, (N, H, L, S))
     g = make(rng, (N, H, L, E))
     myatt.empty_cache()
     tracemalloc.start()
@@ -1041,3 +1046,14 @@ def test_empty_result_of_a_huge_broadcast_batch():
                for s in [(2 ** 40, 3, 4), (2 ** 40, 5, 4), (2 ** 40, 5, 0)])
     out = sdpa(q, k, v)
     assert out.shape == (2 ** 40, 3, 0) and out.dtype == np.float32
+
+
+def test_vjp_of_an_empty_result_over_many_keys():
+    """Ev == 0 through vjp: neither the result nor its log-sum-exp is computed (the
+    [L, S] scores of 2**40 keys of E = 0, which hold no data, took seconds per 10**9
+    keys before), and the gradients are the zeros of an empty result."""
+    q, k = np.ones((3, 0), np.float32), np.ones((2 ** 40, 0), np.float32)
+    out, pullback = myatt.vjp(sdpa, q, k, k)
+    grads = pullback(np.ones((3, 0), np.float32))
+    assert out.shape == (3, 0)
+    assert [g.shape for g in grads[:3]] == [(3, 0), (2 ** 40, 0), (2 ** 40, 0)]
