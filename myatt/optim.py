@@ -179,7 +179,7 @@ class SGD(_Optimizer):
 
     Parameters
     ----------
-    params : MyAtt, Linear or mapping of str to ndarray
+    params : MyAtt, Linear, MultiheadAttention or mapping of str to ndarray
         A module (its live parameters, under its ``state_dict`` keys) or a mapping of names
         to writeable float32/float64 arrays, updated in place.
     lr : float, default 1e-3
@@ -233,6 +233,7 @@ class SGD(_Optimizer):
 
     @property
     def defaults(self):
+        """The hyperparameters as a dict, as torch's ``optimizer.defaults``."""
         return dict(lr=self.lr, momentum=self.momentum, dampening=self.dampening,
                     weight_decay=self.weight_decay, nesterov=self.nesterov,
                     maximize=self.maximize)
@@ -263,7 +264,7 @@ class Adam(_Optimizer):
 
     Parameters
     ----------
-    params : MyAtt, Linear or mapping of str to ndarray
+    params : MyAtt, Linear, MultiheadAttention or mapping of str to ndarray
         A module (its live parameters, under its ``state_dict`` keys) or a mapping of names
         to writeable float32/float64 arrays, updated in place.
     lr : float, default 1e-3
@@ -335,6 +336,7 @@ class Adam(_Optimizer):
 
     @property
     def defaults(self):
+        """The hyperparameters as a dict, as torch's ``optimizer.defaults``."""
         return dict(lr=self.lr, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay,
                     amsgrad=self.amsgrad, maximize=self.maximize,
                     decoupled_weight_decay=self.decoupled_weight_decay)
