@@ -326,6 +326,32 @@ PyArrayObject *private_cast(PyArrayObject *a, int typenum, const char *what)
     return c;
 }
 
+PyArrayObject *squeeze_broadcast(PyArrayObject *a, int upto)
+{
+    const int nd = PyArray_NDIM(a);
+    npy_intp dims[NPY_MAXDIMS];
+    int squeezed = 0;
+    for (int i = 0; i < nd; i++) {
+        dims[i] = i < upto && PyArray_STRIDES(a)[i] == 0 && PyArray_DIM(a, i) > 1
+                      ? 1 : PyArray_DIM(a, i);
+        squeezed |= dims[i] != PyArray_DIM(a, i);
+    }
+    if (!squeezed) {
+        Py_INCREF(a);
+        return a;
+    }
+    PyArray_Descr *descr = PyArray_DESCR(a);
+    Py_INCREF(descr);   /* stolen */
+    PyArrayObject *view = (PyArrayObject *)PyArray_NewFromDescr(
+        &PyArray_Type, descr, nd, dims, PyArray_STRIDES(a), PyArray_DATA(a), 0, NULL);
+    Py_INCREF(a);
+    if (view != NULL && PyArray_SetBaseObject(view, (PyObject *)a) < 0)   /* steals a */
+        Py_CLEAR(view);
+    else if (view == NULL)
+        Py_DECREF(a);
+    return view;
+}
+
 const myatt_dtype *result_dtype(PyArrayObject *const *ops, int n)
 {
     const myatt_dtype *best = MYATT_DTYPE_DEFAULT;

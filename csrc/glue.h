@@ -49,6 +49,13 @@ PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous, const c
  * nothing else holds (new reference), or NULL (a MemoryError names `what`). */
 PyArrayObject *private_cast(PyArrayObject *a, int typenum, const char *what);
 
+/* `a` with each of its first `upto` dimensions that has stride 0 (a broadcast
+ * view: np.broadcast_to, torch's expand) as a dimension of 1, a new reference
+ * (`a` itself when there is none), or NULL: a copy or a cast of it then holds
+ * the data once instead of once per broadcast item.  The kernel must read the
+ * dimension of 1 as broadcast. */
+PyArrayObject *squeeze_broadcast(PyArrayObject *a, int upto);
+
 /* A copy of `a` (an ndarray, same dtype): one memcpy where `a` is C- or
  * Fortran-contiguous (the copy then has the same layout: MultiheadAttention's
  * transposed weights), aligned and in native byte order (NumPy's general copy

@@ -402,8 +402,15 @@ static int forward_args(MHAObject *self, PyObject *q_obj, PyObject *k_obj, PyObj
         goto done;
     if (rkpm != NULL && (a->kpm = canonical_mask(rkpm, "key_padding_mask", dt)) == NULL)
         goto done;
-    if (ram != NULL && (a->am = canonical_mask(ram, "attn_mask", dt)) == NULL)
-        goto done;
+    if (ram != NULL) {   /* one [L, S] for all N*H when a broadcast view (torch's expand) */
+        PyArrayObject *m = squeeze_broadcast(ram, 1);
+        if (m == NULL)
+            goto done;
+        a->am = canonical_mask(m, "attn_mask", dt);
+        Py_DECREF(m);
+        if (a->am == NULL)
+            goto done;
+    }
 
     memset(p, 0, sizeof *p);
     p->L = L;
@@ -418,6 +425,7 @@ static int forward_args(MHAObject *self, PyObject *q_obj, PyObject *k_obj, PyObj
     p->key_padding_mask = a->kpm != NULL ? PyArray_DATA(a->kpm) : NULL;
     p->attn_mask = a->am != NULL ? PyArray_DATA(a->am) : NULL;
     p->attn_mask_3d = a->am != NULL && PyArray_NDIM(a->am) == 3;
+    p->attn_mask_stride = p->attn_mask_3d && PyArray_DIM(a->am, 0) > 1 ? L * S : 0;
     /* torch's _in_projection_packed: one GEMM for query is key is value (the
      * same object), two for key is value; separate weights: three */
     const int packed = self->param[P_IN] != NULL;

@@ -153,35 +153,6 @@ static int broadcast_batch(npy_intp *dims, int nb, PyArrayObject *a, npy_intp he
     return 0;
 }
 
-/* `a` with each dimension of stride 0 (a broadcast view, np.broadcast_to) as a
- * dimension of 1, a new reference: what operand_strides reads is the same, and a
- * copy or a cast of it (vjp's private mask, a float64 mask for float32 inputs)
- * holds the mask once instead of once per broadcast item. */
-static PyArrayObject *squeeze_broadcast(PyArrayObject *a)
-{
-    const int nd = PyArray_NDIM(a);
-    npy_intp dims[NPY_MAXDIMS];
-    int squeezed = 0;
-    for (int i = 0; i < nd; i++) {
-        dims[i] = PyArray_STRIDES(a)[i] == 0 && PyArray_DIM(a, i) > 1 ? 1 : PyArray_DIM(a, i);
-        squeezed |= dims[i] != PyArray_DIM(a, i);
-    }
-    if (!squeezed) {
-        Py_INCREF(a);
-        return a;
-    }
-    PyArray_Descr *descr = PyArray_DESCR(a);
-    Py_INCREF(descr);   /* stolen */
-    PyArrayObject *view = (PyArrayObject *)PyArray_NewFromDescr(
-        &PyArray_Type, descr, nd, dims, PyArray_STRIDES(a), PyArray_DATA(a), 0, NULL);
-    Py_INCREF(a);
-    if (view != NULL && PyArray_SetBaseObject(view, (PyObject *)a) < 0)   /* steals a */
-        Py_CLEAR(view);
-    else if (view == NULL)
-        Py_DECREF(a);
-    return view;
-}
-
 void sdpa_kept_clear(sdpa_kept *kept)
 {
     Py_CLEAR(kept->q);
@@ -355,7 +326,7 @@ static int sdpa_parse(PyObject *module, PyObject *args, PyObject *kwds, int priv
             goto fail;
     if (rm != NULL) {
         const int mt = PyArray_TYPE(rm) == NPY_BOOL ? NPY_BOOL : typenum;
-        PyArrayObject *m = squeeze_broadcast(rm);
+        PyArrayObject *m = squeeze_broadcast(rm, PyArray_NDIM(rm));
         if (m == NULL)
             goto fail;
         a->mask = private ? private_cast(m, mt, WHAT "attn_mask")

@@ -48,6 +48,8 @@ typedef struct {
     const void *b_out;               /* [E] or NULL */
     const void *attn_mask;           /* [L, S], [N*H, L, S] or NULL */
     int attn_mask_3d;
+    int64_t attn_mask_stride;        /* 3-D: elements from one [L, S] to the next, L * S,
+                                        or 0 where all N*H are one (a broadcast view) */
     const void *key_padding_mask;    /* [N, S] or NULL */
     int is_causal;                   /* flash path only: the causal triangle, no mask */
     int need_weights, average_weights;

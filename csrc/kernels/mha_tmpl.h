@@ -106,7 +106,8 @@ static T *SUF(mha_merge_masks)(const mha_problem *p, int64_t S2, int64_t st[3])
             for (int64_t i = 0; i < Lm; i++) {
                 T *row = m + ((b * Hm + h) * Lm + i) * S2;
                 const T *ar = am == NULL ? NULL
-                              : p->attn_mask_3d ? am + ((b * H + h) * L + i) * S : am + i * S;
+                              : p->attn_mask_3d ? am + (b * H + h) * p->attn_mask_stride + i * S
+                                                : am + i * S;
                 const T *kr = kpm != NULL ? kpm + b * S : NULL;
                 for (int64_t j = 0; j < S; j++)
                     row[j] = ar != NULL && kr != NULL ? ar[j] + kr[j] : ar != NULL ? ar[j] : kr[j];
