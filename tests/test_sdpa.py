@@ -428,9 +428,8 @@ def test_broadcast_mask_is_not_copied_per_head(mask_dtype, view):
     rng = np.random.default_rng(17)
     N, H, L, S, E = 2, 16, 512, 512, 8
     q, k, v = make(rng, (N, H, L, E)), make(rng, (N, H, S, E)), make(rng, (N, H, S, E))
-    mask = rng.standard_normal((1, 1, L, S)).astype(mask_dtype)
-    if mask_dtype == np.bool_:
-        mask = rng.standard_normal((1, 1, L, S)) > -1.0
+    mask = rng.standard_normal((1, 1, L, S))
+    mask = mask > -1.0 if mask_dtype == np.bool_ else mask.astype(mask_dtype)
     per_head = N * H * L * S * (1 if mask_dtype == np.bool_ else 4)   # copied for every head
     if view:
         mask = np.broadcast_to(mask, (N, H, L, S))
