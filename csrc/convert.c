@@ -344,11 +344,11 @@ PyArrayObject *squeeze_broadcast(PyArrayObject *a, int upto)
     Py_INCREF(descr);   /* stolen */
     PyArrayObject *view = (PyArrayObject *)PyArray_NewFromDescr(
         &PyArray_Type, descr, nd, dims, PyArray_STRIDES(a), PyArray_DATA(a), 0, NULL);
+    if (view == NULL)
+        return NULL;
     Py_INCREF(a);
-    if (view != NULL && PyArray_SetBaseObject(view, (PyObject *)a) < 0)   /* steals a */
+    if (PyArray_SetBaseObject(view, (PyObject *)a) < 0)   /* steals a, also on failure */
         Py_CLEAR(view);
-    else if (view == NULL)
-        Py_DECREF(a);
     return view;
 }
 

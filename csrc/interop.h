@@ -47,6 +47,10 @@ typedef struct {
     module_init_state init;
 } module_head;
 
+#define MODULE_HEAD_ASSERT(type)                                                 \
+    _Static_assert(offsetof(type, init) == offsetof(module_head, init),         \
+                   "interop.h: module_head")
+
 /* Whether tp_new (`own`) gives `type` a placeholder: a subclass with an
  * __init__ of its own and not a __new__. */
 int init_deferred(PyTypeObject *type, newfunc own);

@@ -19,8 +19,7 @@ typedef struct {
                                    itself */
     PyArrayObject *bias;        /* [out], or NULL for bias=False */
 } LinearObject;
-_Static_assert(offsetof(LinearObject, init) == offsetof(module_head, init),
-               "interop.h: module_head");
+MODULE_HEAD_ASSERT(LinearObject);
 
 /* What a new Linear's parameters start as. */
 typedef enum {

@@ -34,8 +34,7 @@ typedef struct {
                                         bias_k, bias_v [1, 1, E] */
     LinearObject *out_proj;          /* Linear(E, E, bias) */
 } MHAObject;
-_Static_assert(offsetof(MHAObject, init) == offsetof(module_head, init),
-               "interop.h: module_head");
+MODULE_HEAD_ASSERT(MHAObject);
 
 static const char *const param_names[P_COUNT] = {
     "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight",

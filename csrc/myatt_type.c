@@ -24,8 +24,7 @@ typedef struct {
     LinearObject *attn;           /* Linear(query_size + key_size, value_size1)   */
     LinearObject *attn_combine;   /* Linear(query_size + value_size2, output_size) */
 } MyAttObject;
-_Static_assert(offsetof(MyAttObject, init) == offsetof(module_head, init),
-               "interop.h: module_head");
+MODULE_HEAD_ASSERT(MyAttObject);
 
 static PyObject *MyAtt_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
                                   PyObject *kwnames);
