@@ -60,8 +60,119 @@ int rebuild_requested(myatt_state *st, PyObject *kwds, PyObject **rest)
     return 1;
 }
 
+/* The names of the sub-modules `self`'s type owns, as torch names them (NULL-ended). */
+static const char *const *own_children(myatt_state *st, PyObject *self)
+{
+    static const char *const myatt[] = {"attn", "attn_combine", NULL};
+    static const char *const mha[] = {"out_proj", NULL};
+    static const char *const none[] = {NULL};
+    return PyObject_TypeCheck(self, st->myatt_type) ? myatt
+           : PyObject_TypeCheck(self, st->mha_type) ? mha : none;
+}
+
+static int is_module(myatt_state *st, PyObject *obj)
+{
+    return PyObject_TypeCheck(obj, st->linear_type) || PyObject_TypeCheck(obj, st->myatt_type)
+           || PyObject_TypeCheck(obj, st->mha_type);
+}
+
+/* self.training = mode, then child.train(mode) for each sub-module, as torch's
+ * Module.train: the layers the type owns, then the myatt modules held in a
+ * subclass's __dict__ (as torch registers a module assigned to an attribute). */
+static PyObject *set_mode(PyObject *self, int mode)
+{
+    myatt_state *st = myatt_state_of_type(Py_TYPE(self));
+    if (st == NULL)
+        return NULL;
+    ((module_head *)self)->training = mode;
+    PyObject *flag = mode ? Py_True : Py_False;
+    for (const char *const *name = own_children(st, self); *name != NULL; name++) {
+        PyObject *child = PyObject_GetAttrString(self, *name);
+        PyObject *r = child == NULL ? NULL : PyObject_CallMethod(child, "train", "O", flag);
+        Py_XDECREF(child);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+    }
+    PyObject *dict = PyObject_GenericGetDict(self, NULL);
+    if (dict == NULL) {   /* the types have no __dict__, their subclasses may */
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return NULL;
+        PyErr_Clear();
+        return Py_NewRef(self);
+    }
+    PyObject *values = PyDict_Values(dict);
+    Py_DECREF(dict);
+    if (values == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); i++) {
+        PyObject *v = PyList_GET_ITEM(values, i);
+        if (v == self || !is_module(st, v))
+            continue;
+        PyObject *r = PyObject_CallMethod(v, "train", "O", flag);
+        if (r == NULL) {
+            Py_DECREF(values);
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    Py_DECREF(values);
+    return Py_NewRef(self);
+}
+
+/* {"": self.training, name: self.<name>.training for each sub-module it owns} */
+static PyObject *module_modes(PyObject *self)
+{
+    myatt_state *st = myatt_state_of_type(Py_TYPE(self));
+    PyObject *modes = st == NULL ? NULL : PyDict_New();
+    if (modes == NULL || PyDict_SetItemString(modes, "", ((module_head *)self)->training
+                                                         ? Py_True : Py_False) < 0)
+        goto fail;
+    for (const char *const *name = own_children(st, self); *name != NULL; name++) {
+        PyObject *child = PyObject_GetAttrString(self, *name);
+        if (child == NULL)
+            goto fail;
+        int rc = PyDict_SetItemString(modes, *name, ((module_head *)child)->training
+                                                    ? Py_True : Py_False);
+        Py_DECREF(child);
+        if (rc < 0)
+            goto fail;
+    }
+    return modes;
+fail:
+    Py_XDECREF(modes);
+    return NULL;
+}
+
+/* obj's and its own sub-modules' training from `modes` (module_modes' dict; a name
+ * it lacks is left as it is).  0, or -1 with an exception. */
+static int set_modes(PyObject *obj, PyObject *modes)
+{
+    myatt_state *st = myatt_state_of_type(Py_TYPE(obj));
+    if (st == NULL)
+        return -1;
+    if (!PyDict_Check(modes)) {
+        PyErr_SetString(PyExc_TypeError, "_from_state(): modes must be a dict");
+        return -1;
+    }
+    PyObject *flag = PyDict_GetItemString(modes, "");   /* borrowed */
+    if (flag != NULL && bool_arg(flag, "_from_state(): modes['']",
+                                 &((module_head *)obj)->training) < 0)
+        return -1;
+    for (const char *const *name = own_children(st, obj); *name != NULL; name++) {
+        if ((flag = PyDict_GetItemString(modes, *name)) == NULL)
+            continue;
+        PyObject *child = PyObject_GetAttrString(obj, *name);
+        int rc = child == NULL ? -1 : PyObject_SetAttrString(child, "training", flag);
+        Py_XDECREF(child);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
 PyObject *object_from_state(PyTypeObject *type, PyObject *args, PyObject *kwargs,
-                            PyObject *state_dict)
+                            PyObject *state_dict, PyObject *modes)
 {
     if (!PyTuple_Check(args) || (kwargs != Py_None && !PyDict_Check(kwargs))) {
         PyErr_Format(PyExc_TypeError, "%s._from_state(): args must be a tuple and kwargs a "
@@ -87,7 +198,8 @@ PyObject *object_from_state(PyTypeObject *type, PyObject *args, PyObject *kwargs
     if (obj == NULL)
         return NULL;
     PyObject *r = PyObject_CallMethod(obj, "load_state_dict", "O", state_dict);
-    if (r == NULL) {
+    if (r == NULL || (modes != Py_None && set_modes(obj, modes) < 0)) {
+        Py_XDECREF(r);
         Py_DECREF(obj);
         return NULL;
     }
@@ -180,21 +292,22 @@ int refuse_abstract(PyTypeObject *type)
 
 PyObject *reduce_object(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *rebuild = NULL, *sd = NULL, *dict = NULL, *result = NULL;
+    PyObject *rebuild = NULL, *sd = NULL, *modes = NULL, *dict = NULL, *result = NULL;
     rebuild = PyObject_GetAttrString((PyObject *)Py_TYPE(self), "_from_state");
     if (rebuild == NULL)
         goto done;
     sd = PyObject_CallMethod(self, "state_dict", NULL);
-    if (sd == NULL)
+    if (sd == NULL || (modes = module_modes(self)) == NULL)
         goto done;
     /* what a Python subclass's instance holds besides (None for the types) */
     dict = call_package_helper("myatt._interop", "object_state", self);
     if (dict == NULL)
         goto done;
-    result = Py_BuildValue("O(OOO)O", rebuild, args, kwargs, sd, dict);
+    result = Py_BuildValue("O(OOOO)O", rebuild, args, kwargs, sd, modes, dict);
 done:
     Py_XDECREF(rebuild);
     Py_XDECREF(sd);
+    Py_XDECREF(modes);
     Py_XDECREF(dict);
     return result;
 }
@@ -211,10 +324,10 @@ PyObject *call_package_helper(const char *module, const char *func, PyObject *ar
 
 PyObject *from_state_method(PyTypeObject *cls, PyObject *args)
 {
-    PyObject *cargs, *ckwargs, *sd;
-    if (!PyArg_ParseTuple(args, "OOO:_from_state", &cargs, &ckwargs, &sd))
+    PyObject *cargs, *ckwargs, *sd, *modes = Py_None;
+    if (!PyArg_ParseTuple(args, "OOO|O:_from_state", &cargs, &ckwargs, &sd, &modes))
         return NULL;
-    return object_from_state(cls, cargs, ckwargs, sd);
+    return object_from_state(cls, cargs, ckwargs, sd, modes);
 }
 
 PyObject *from_torch_with(PyTypeObject *cls, PyObject *module, const char *spec_func)
@@ -222,9 +335,9 @@ PyObject *from_torch_with(PyTypeObject *cls, PyObject *module, const char *spec_
     PyObject *spec = call_package_helper("myatt._interop", spec_func, module);
     if (spec == NULL)
         return NULL;
-    PyObject *r = NULL, *cargs, *ckwargs, *sd;
-    if (PyArg_ParseTuple(spec, "OOO:from_torch", &cargs, &ckwargs, &sd))
-        r = object_from_state(cls, cargs, ckwargs, sd);
+    PyObject *r = NULL, *cargs, *ckwargs, *sd, *modes;
+    if (PyArg_ParseTuple(spec, "OOOO:from_torch", &cargs, &ckwargs, &sd, &modes))
+        r = object_from_state(cls, cargs, ckwargs, sd, modes);
     Py_DECREF(spec);
     return r;
 }
@@ -232,4 +345,79 @@ PyObject *from_torch_with(PyTypeObject *cls, PyObject *module, const char *spec_
 PyObject *repr_html_method(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
     return call_package_helper("myatt._display", "html", self);
+}
+
+const char module_training_doc[] =
+    "Whether the module is in training mode (bool, torch's Module.training): dropout\n"
+    "happens only while it is True. Set it with train() and eval(), or assign a bool.";
+
+const char module_train_doc[] =
+    "train($self, /, mode=True)\n--\n\n"
+    "Set training mode (``mode=True``) or evaluation mode, as torch's Module.train.\n"
+    "\n"
+    "Sets ``training`` on the module and on its sub-modules (its Linear layers, and\n"
+    "the myatt modules a subclass holds as attributes). Dropout happens only in\n"
+    "training mode.\n"
+    "\n"
+    "Parameters\n"
+    "----------\n"
+    "mode : bool, default True\n"
+    "\n"
+    "Returns\n"
+    "-------\n"
+    "self\n"
+    "\n"
+    "Raises\n"
+    "------\n"
+    "TypeError\n"
+    "    If `mode` is not a bool (torch: ValueError).\n"
+    "\n"
+    "Examples\n"
+    "--------\n"
+    ">>> m = myatt.Linear(3, 2)\n"
+    ">>> m.training, m.train(False).training, m.train().training\n"
+    "(True, False, True)";
+
+const char module_eval_doc[] =
+    "eval($self, /)\n--\n\n"
+    "Set evaluation mode: ``train(False)``, as torch's Module.eval.\n"
+    "\n"
+    "Returns\n"
+    "-------\n"
+    "self\n"
+    "\n"
+    "Examples\n"
+    "--------\n"
+    ">>> m = myatt.MultiheadAttention(8, 2, dropout=0.1).eval()\n"
+    ">>> m.training, m.out_proj.training\n"
+    "(False, False)";
+
+PyObject *module_get_training(PyObject *self, void *Py_UNUSED(closure))
+{
+    return PyBool_FromLong(((module_head *)self)->training);
+}
+
+int module_set_training(PyObject *self, PyObject *value, void *Py_UNUSED(closure))
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, "cannot delete the training attribute");
+        return -1;
+    }
+    return bool_arg(value, "training", &((module_head *)self)->training);
+}
+
+PyObject *module_train(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"mode", NULL};
+    PyObject *mode_obj = Py_True;
+    int mode;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:train", kwlist, &mode_obj)
+            || bool_arg(mode_obj, "train(): mode", &mode) < 0)
+        return NULL;
+    return set_mode(self, mode);
+}
+
+PyObject *module_eval(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return set_mode(self, 0);
 }

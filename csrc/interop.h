@@ -6,11 +6,13 @@
 #include "state.h"
 
 /* A new object of `type` from its tp_new(args, kwargs) (kwargs a dict or None),
- * loaded from state_dict with strict=True.  Draws nothing from myatt's
- * generator: tp_new is asked to rebuild (rebuild_requested), so the
- * parameters start as zeros.  Unpickling, copy and from_torch. */
+ * loaded from state_dict with strict=True, its modes and its sub-modules' set from
+ * `modes` ({"": bool, "attn": bool, ...}, myatt._interop.modes; None: training).
+ * Draws nothing from myatt's generator: tp_new is asked to rebuild
+ * (rebuild_requested), so the parameters start as zeros.  Unpickling, copy and
+ * from_torch. */
 PyObject *object_from_state(PyTypeObject *type, PyObject *args, PyObject *kwargs,
-                            PyObject *state_dict);
+                            PyObject *state_dict, PyObject *modes);
 
 /* For a tp_new: whether its keywords `kwds` (a dict or NULL) hold
  * object_from_state's private rebuild keyword (with the module's token as
@@ -45,11 +47,30 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     module_init_state init;
+    int training;   /* torch's Module.training: 1 from construction; dropout only while set */
 } module_head;
 
 #define MODULE_HEAD_ASSERT(type)                                                 \
-    _Static_assert(offsetof(type, init) == offsetof(module_head, init),         \
+    _Static_assert(offsetof(type, init) == offsetof(module_head, init)          \
+                   && offsetof(type, training) == offsetof(module_head, training), \
                    "interop.h: module_head")
+
+/* torch's modes, shared by the module types: the `training` attribute, train(mode=True)
+ * and eval(), which set the object's flag and then call train(mode) on each of its
+ * sub-modules (myatt._interop.children: its own Linear layers, and the myatt modules a
+ * subclass holds as attributes, as torch registers them), and return the object. */
+PyObject *module_get_training(PyObject *self, void *closure);
+int module_set_training(PyObject *self, PyObject *value, void *closure);
+PyObject *module_train(PyObject *self, PyObject *args, PyObject *kwds);
+PyObject *module_eval(PyObject *self, PyObject *ignored);
+extern const char module_train_doc[], module_eval_doc[], module_training_doc[];
+
+#define MODULE_MODE_METHODS                                                                  \
+    {"train", (PyCFunction)(void (*)(void))module_train, METH_VARARGS | METH_KEYWORDS,      \
+     module_train_doc},                                                                      \
+    {"eval", (PyCFunction)module_eval, METH_NOARGS, module_eval_doc}
+#define MODULE_MODE_GETSET \
+    {"training", module_get_training, module_set_training, module_training_doc, NULL}
 
 /* Whether tp_new (`own`) gives `type` a placeholder: a subclass with an
  * __init__ of its own and not a __new__. */
@@ -75,9 +96,9 @@ int module_built(PyObject *self, const char *what);
  * gives: -1, else 0. */
 int refuse_abstract(PyTypeObject *type);
 
-/* __reduce__: (type(self)._from_state, (args, kwargs, self.state_dict()),
+/* __reduce__: (type(self)._from_state, (args, kwargs, self.state_dict(), modes),
  * myatt._interop.object_state(self): a subclass's __getstate__(), or its
- * __dict__ and __slots__, or None). */
+ * __dict__ and __slots__, or None); modes: myatt._interop.modes(self). */
 PyObject *reduce_object(PyObject *self, PyObject *args, PyObject *kwargs);
 
 /* The methods both types share: _from_state (unpickling), from_torch (with the

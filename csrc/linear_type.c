@@ -34,6 +34,7 @@ LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_f
     if (self == NULL)
         return NULL;
     self->vectorcall = Linear_vectorcall;
+    self->training = 1;
     self->in_features = in_features;
     self->out_features = out_features;
     self->dtype = dtype;
@@ -438,9 +439,10 @@ PyDoc_STRVAR(Linear_reduce_doc,
 "weights and do not draw from myatt's generator.");
 
 PyDoc_STRVAR(Linear_from_state_doc,
-"_from_state($type, args, kwargs, state_dict, /)\n--\n\n"
+"_from_state($type, args, kwargs, state_dict, modes=None, /)\n--\n\n"
 "cls(*args, **kwargs) without drawing from myatt's generator, then\n"
-"load_state_dict(state_dict). What unpickling calls.");
+"load_state_dict(state_dict), and the modes (training) of the module and its\n"
+"sub-modules from `modes` ({'': bool, 'attn': bool, ...}). What unpickling calls.");
 
 PyDoc_STRVAR(Linear_from_torch_doc,
 "from_torch($type, module, /)\n--\n\n"
@@ -678,6 +680,7 @@ static PyMethodDef Linear_methods[] = {
     {"from_torch", (PyCFunction)Linear_from_torch, METH_O | METH_CLASS,
      Linear_from_torch_doc},
     {"_repr_html_", (PyCFunction)repr_html_method, METH_NOARGS, Linear_repr_html_doc},
+    MODULE_MODE_METHODS,
     {NULL, NULL, 0, NULL},
 };
 
@@ -693,6 +696,7 @@ static PyGetSetDef Linear_getset[] = {
      "Size of each output row (int): the last axis of the result.", NULL},
     {"dtype", (getter)Linear_get_dtype, NULL,
      "The dtype of the parameters and the results: float32 or float64.", NULL},
+    MODULE_MODE_GETSET,
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -12,6 +12,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;  /* layer(x) without an args tuple (linear_type.c) */
     module_init_state init;     /* built in __init__ or not (interop.h: module_head) */
+    int training;               /* torch's mode (interop.h: module_head) */
     Py_ssize_t in_features, out_features;
     const myatt_dtype *dtype;   /* a row of the dtype table (dtype.h) */
     PyArrayObject *weight;      /* [out, in], C-contiguous (MultiheadAttention's out_proj:

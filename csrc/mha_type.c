@@ -25,6 +25,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;    /* MHA_vectorcall: m(query, key, value) without a tuple */
     module_init_state init;       /* built in __init__ or not (interop.h: module_head) */
+    int training;                 /* torch's mode (interop.h: module_head) */
     Py_ssize_t embed_dim, num_heads, head_dim, kdim, vdim;
     int batch_first, add_zero_attn, bias;
     double dropout;
@@ -150,6 +151,7 @@ static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (self == NULL)
         return NULL;
     self->vectorcall = MHA_vectorcall;
+    self->training = 1;
     self->embed_dim = E;
     self->num_heads = H;
     self->head_dim = E / H;
@@ -401,8 +403,11 @@ static int forward_args(MHAObject *self, PyObject *q_obj, PyObject *k_obj, PyObj
         goto done;
     if (rkpm != NULL && (a->kpm = canonical_mask(rkpm, "key_padding_mask", dt)) == NULL)
         goto done;
-    if (ram != NULL) {   /* one [L, S] for all N*H when a broadcast view (torch's expand) */
-        PyArrayObject *m = squeeze_broadcast(ram, 1);
+    if (ram != NULL) {
+        /* a 3-D mask that is one [L, S] broadcast over its N*H items (np.broadcast_to,
+         * torch's expand) is converted once: its zero-stride item dimension becomes 1;
+         * an [L, S] mask is read as [L, S] whatever its strides */
+        PyArrayObject *m = squeeze_broadcast(ram, PyArray_NDIM(ram) == 3 ? 1 : 0);
         if (m == NULL)
             goto done;
         a->am = canonical_mask(m, "attn_mask", dt);
@@ -533,7 +538,7 @@ static PyObject *mha_forward(MHAObject *self, PyObject *q_obj, PyObject *k_obj, 
     }
     p.need_weights = need_weights;
     p.average_weights = average;
-    p.dropout_p = self->dropout;
+    p.dropout_p = self->training ? self->dropout : 0.0;   /* torch: F.dropout(training=) */
     if (p.dropout_p > 0) {   /* one draw of myatt's generator (GIL held) seeds the mask */
         myatt_state *st = myatt_state_of_type(Py_TYPE(self));
         if (st == NULL)
@@ -833,6 +838,20 @@ static PyObject *MHA_get_dropout(MHAObject *self, void *Py_UNUSED(closure))
     return PyFloat_FromDouble(self->dropout);
 }
 
+/* torch's attribute is a plain float, checked by F.dropout when it drops: here when set. */
+static int MHA_set_dropout(MHAObject *self, PyObject *value, void *Py_UNUSED(closure))
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_TypeError, OWNER ": cannot delete dropout");
+        return -1;
+    }
+    double p;
+    if (probability_arg(value, OWNER ": dropout", &p) < 0)
+        return -1;
+    self->dropout = p;
+    return 0;
+}
+
 static PyObject *MHA_get_dtype(MHAObject *self, void *Py_UNUSED(closure))
 {
     return (PyObject *)PyArray_DescrFromType(self->dtype->typenum);
@@ -883,9 +902,10 @@ PyDoc_STRVAR(MHA_reduce_doc,
 "equal weights and do not draw from myatt's generator.");
 
 PyDoc_STRVAR(MHA_from_state_doc,
-"_from_state($type, args, kwargs, state_dict, /)\n--\n\n"
+"_from_state($type, args, kwargs, state_dict, modes=None, /)\n--\n\n"
 "cls(*args, **kwargs) without drawing from myatt's generator, then\n"
-"load_state_dict(state_dict). What unpickling calls.");
+"load_state_dict(state_dict), and the modes (training) of the module and its\n"
+"sub-modules from `modes` ({'': bool, 'attn': bool, ...}). What unpickling calls.");
 
 PyDoc_STRVAR(MHA_from_torch_doc,
 "from_torch($type, module, /)\n--\n\n"
@@ -927,7 +947,7 @@ PyDoc_STRVAR(MHA_repr_html_doc,
 
 #define FORWARD_DOC_BODY \
 "Multi-head attention of query over key and value, as torch's module in\n" \
-"training mode (dropout with myatt's generator).\n" \
+"its mode (dropout only in training mode, with myatt's generator).\n" \
 "\n" \
 "Parameters\n" \
 "----------\n" \
@@ -1060,7 +1080,8 @@ PyDoc_STRVAR(MHA_doc,
 "The input projections (one product for self-attention), the heads\n"
 "(addressed by strides, through the flash kernel when the weights are not\n"
 "wanted) and the output projection are C kernels. The forward is torch's\n"
-"module in training mode (dropout with myatt's generator). The initial\n"
+"module's without its inference fast path; dropout happens in training mode\n"
+"(the default; see train() and eval()), with myatt's generator. The initial\n"
 "weights are torch's for the same seed (see `manual_seed`). Gradients:\n"
 "``myatt.vjp(m, query, key, value, ...)``, whose pullback gives query, key,\n"
 "value and every state_dict key.\n"
@@ -1157,6 +1178,7 @@ static PyMethodDef MHA_methods[] = {
      MHA_from_state_doc},
     {"from_torch", (PyCFunction)MHA_from_torch, METH_O | METH_CLASS, MHA_from_torch_doc},
     {"_repr_html_", (PyCFunction)repr_html_method, METH_NOARGS, MHA_repr_html_doc},
+    MODULE_MODE_METHODS,
     {NULL, NULL, 0, NULL},
 };
 
@@ -1190,10 +1212,12 @@ static PyGetSetDef MHA_getset[] = {
     SIZE_ATTR(vdim, "The feature size of value (int)."),
     FLAG_ATTR(batch_first, "Whether batched inputs and output are [N, L, E] (bool)."),
     FLAG_ATTR(add_zero_attn, "Whether a row of zeros is appended to keys and values (bool)."),
-    {"dropout", (getter)MHA_get_dropout, NULL,
-     "The probability of dropping an attention weight (float).", NULL},
+    {"dropout", (getter)MHA_get_dropout, (setter)MHA_set_dropout,
+     "The probability of dropping an attention weight (float in [0, 1]), in training mode.",
+     NULL},
     {"dtype", (getter)MHA_get_dtype, NULL,
      "The dtype of the parameters and the results: float32 or float64.", NULL},
+    MODULE_MODE_GETSET,
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -19,6 +19,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;    /* MyAtt_vectorcall: m(Q, K, V) without an args tuple */
     module_init_state init;       /* built in __init__ or not (interop.h: module_head) */
+    int training;                 /* torch's mode (interop.h: module_head) */
     Py_ssize_t query_size, key_size, value_size1, value_size2, output_size;
     const myatt_dtype *dtype;     /* a row of the dtype table (dtype.h) */
     LinearObject *attn;           /* Linear(query_size + key_size, value_size1)   */
@@ -69,6 +70,7 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (self == NULL)
         return NULL;
     self->vectorcall = MyAtt_vectorcall;
+    self->training = 1;
     self->query_size = qs;
     self->key_size = ks;
     self->value_size1 = v1;
@@ -666,9 +668,10 @@ PyDoc_STRVAR(MyAtt_reduce_doc,
 "equal weights and do not draw from myatt's generator.");
 
 PyDoc_STRVAR(MyAtt_from_state_doc,
-"_from_state($type, args, kwargs, state_dict, /)\n--\n\n"
+"_from_state($type, args, kwargs, state_dict, modes=None, /)\n--\n\n"
 "cls(*args, **kwargs) without drawing from myatt's generator, then\n"
-"load_state_dict(state_dict). What unpickling calls.");
+"load_state_dict(state_dict), and the modes (training) of the module and its\n"
+"sub-modules from `modes` ({'': bool, 'attn': bool, ...}). What unpickling calls.");
 
 PyDoc_STRVAR(MyAtt_from_torch_doc,
 "from_torch($type, module, /)\n--\n\n"
@@ -948,6 +951,7 @@ static PyMethodDef MyAtt_methods[] = {
     {"from_torch", (PyCFunction)MyAtt_from_torch, METH_O | METH_CLASS,
      MyAtt_from_torch_doc},
     {"_repr_html_", (PyCFunction)repr_html_method, METH_NOARGS, MyAtt_repr_html_doc},
+    MODULE_MODE_METHODS,
     {NULL, NULL, 0, NULL},
 };
 
@@ -967,6 +971,7 @@ static PyGetSetDef MyAtt_getset[] = {
     SIZE_ATTR(output_size, "Feature size of the output (int): output.shape[2]."),
     {"dtype", (getter)MyAtt_get_dtype, NULL,
      "The dtype of the parameters and the results: float32 or float64.", NULL},
+    MODULE_MODE_GETSET,
     {NULL, NULL, NULL, NULL, NULL},
 };
 

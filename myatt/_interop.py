@@ -1,10 +1,11 @@
 """Reading torch modules for ``Linear``, ``MyAtt`` and ``MultiheadAttention.from_torch``.
 
 The C classmethods call ``linear_spec`` / ``myatt_spec`` / ``mha_spec``, which return
-``(args, kwargs, state_dict)``: what the constructor gets and what is then
-loaded into the new object.  Nothing here imports torch: a module and its
-tensors are read through their attributes (``.dtype``, ``.detach()``,
-``.cpu()``, ``.numpy()``), so only a caller that already has torch pays for it.
+``(args, kwargs, state_dict, modes)``: what the constructor gets, what is then
+loaded into the new object, and the modes (``training``) of the module and its
+sub-layers.  Nothing here imports torch: a module and its tensors are read
+through their attributes (``.dtype``, ``.detach()``, ``.cpu()``, ``.numpy()``),
+so only a caller that already has torch pays for it.
 """
 import copyreg
 
@@ -13,6 +14,13 @@ import numpy as np
 MYATT_SIZES = ("query_size", "key_size", "value_size1", "value_size2", "output_size")
 
 _DTYPES = {"torch.float32": "float32", "torch.float64": "float64"}
+
+
+def _torch_modes(module):
+    """The modes of a torch module and of its sub-modules, as the types' ``_from_state``
+    takes them: ``{"": module.training, "out_proj": module.out_proj.training, ...}``."""
+    return {"": bool(module.training),
+            **{name: bool(child.training) for name, child in module.named_children()}}
 
 
 def dtype_name(tensor, what):
@@ -66,7 +74,7 @@ def _state_dict(module, caller):
 
 
 def linear_spec(module):
-    """(args, kwargs, state_dict) of a myatt.Linear equal to the torch.nn.Linear `module`."""
+    """(args, kwargs, state_dict, modes) of a myatt.Linear equal to the torch.nn.Linear `module`."""
     caller = "Linear.from_torch()"
     missing = [a for a in ("in_features", "out_features", "weight") if not hasattr(module, a)]
     if missing:
@@ -75,11 +83,11 @@ def linear_spec(module):
     dtype, sd = _state_dict(module, caller)
     args = (int(module.in_features), int(module.out_features),
             getattr(module, "bias", None) is not None)
-    return args, {"dtype": dtype}, sd
+    return args, {"dtype": dtype}, sd, _torch_modes(module)
 
 
 def myatt_spec(module):
-    """(args, kwargs, state_dict) of a myatt.MyAtt equal to the tutorial's torch MyAtt `module`."""
+    """(args, kwargs, state_dict, modes) of a myatt.MyAtt equal to the tutorial's torch MyAtt `module`."""
     caller = "MyAtt.from_torch()"
     missing = [a for a in MYATT_SIZES + ("attn", "attn_combine") if not hasattr(module, a)]
     if missing:
@@ -87,11 +95,12 @@ def myatt_spec(module):
                         f"{', '.join(MYATT_SIZES)}, attn, attn_combine), got "
                         f"{type(module).__name__} without {', '.join(missing)}")
     dtype, sd = _state_dict(module, caller)
-    return tuple(int(getattr(module, a)) for a in MYATT_SIZES), {"dtype": dtype}, sd
+    return (tuple(int(getattr(module, a)) for a in MYATT_SIZES), {"dtype": dtype}, sd,
+            _torch_modes(module))
 
 
 def mha_spec(module):
-    """(args, kwargs, state_dict) of a myatt.MultiheadAttention equal to the
+    """(args, kwargs, state_dict, modes) of a myatt.MultiheadAttention equal to the
     torch.nn.MultiheadAttention `module`."""
     caller = "MultiheadAttention.from_torch()"
     attrs = ("embed_dim", "num_heads", "dropout", "kdim", "vdim", "batch_first",
@@ -105,4 +114,4 @@ def mha_spec(module):
             module.in_proj_bias is not None, module.bias_k is not None,
             bool(module.add_zero_attn), int(module.kdim), int(module.vdim),
             bool(module.batch_first))
-    return args, {"dtype": dtype}, sd
+    return args, {"dtype": dtype}, sd, _torch_modes(module)

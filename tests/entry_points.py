@@ -458,6 +458,11 @@ def _mha(s, dtype):
     return myatt.MultiheadAttention(s.embed, s.heads, dtype=dtype)
 
 
+def _mha_eval(s, dtype):
+    """A module with dropout in eval mode: it does not drop (torch's oracle: the same)."""
+    return myatt.MultiheadAttention(s.embed, s.heads, dropout=0.4, dtype=dtype).eval()
+
+
 def _mha_separate(s, dtype):
     return myatt.MultiheadAttention(s.embed, s.heads, add_bias_kv=True, kdim=s.kdim,
                                     vdim=s.vdim, dtype=dtype)
@@ -741,6 +746,21 @@ ENTRY_POINTS += [
                lambda m, q, k, v, kpm, am, g, gw: _vjp_pull(
                    m, q, k, v, key_padding_mask=kpm, attn_mask=am)(g, gw),
                "grads", make=_mha, torch=_torch_mha_backward, sizes_of=MHA_SIZES,
+               plain=_plain_mha_backward, module_dtype=True, shapes=_mha_grads,
+               keywords=False),
+]
+
+# The modes: a module with dropout in eval mode computes as torch's in eval mode, forward
+# and through vjp (in training mode it drops: test_mha.py, test_modes.py)
+ENTRY_POINTS += [
+    EntryPoint("MultiheadAttention.eval.__call__", "method", (HQ, HK, HV, HKPM, HAM),
+               lambda m, q, k, v, kpm, am: m(q, k, v, key_padding_mask=kpm, attn_mask=am),
+               "arrays", make=_mha_eval, torch=_torch_mha, sizes_of=MHA_SIZES, plain=_plain_mha,
+               module_dtype=True, shapes=_mha_shapes, keywords=False),
+    EntryPoint("MultiheadAttention.eval.vjp.pullback", "method", (HQ, HK, HV, HKPM, HAM, HG, HGW),
+               lambda m, q, k, v, kpm, am, g, gw: _vjp_pull(
+                   m, q, k, v, key_padding_mask=kpm, attn_mask=am)(g, gw),
+               "grads", make=_mha_eval, torch=_torch_mha_backward, sizes_of=MHA_SIZES,
                plain=_plain_mha_backward, module_dtype=True, shapes=_mha_grads,
                keywords=False),
 ]

@@ -128,15 +128,16 @@ def assert_matches(ours, theirs, *, equal_nan=False):
 
 def torch_mha(m):
     """A torch nn.MultiheadAttention configured as the myatt.MultiheadAttention `m` and
-    holding exactly its weights, in m's dtype, in training mode with dropout 0 (torch's
-    module then takes multi_head_attention_forward, never its inference fast path)."""
+    holding exactly its weights, in m's dtype and mode, that never drops: in training mode
+    with dropout 0 (torch's module then takes multi_head_attention_forward, never its
+    inference fast path), or in eval mode with m's dropout."""
     sd = m.state_dict()
     t = _quiet_init(lambda: nn.MultiheadAttention(
-        m.embed_dim, m.num_heads, dropout=0.0, bias="in_proj_bias" in sd,
-        add_bias_kv="bias_k" in sd, add_zero_attn=m.add_zero_attn, kdim=m.kdim, vdim=m.vdim,
-        batch_first=m.batch_first, dtype=torch_dtype(m.dtype)))
+        m.embed_dim, m.num_heads, dropout=0.0 if m.training else m.dropout,
+        bias="in_proj_bias" in sd, add_bias_kv="bias_k" in sd, add_zero_attn=m.add_zero_attn,
+        kdim=m.kdim, vdim=m.vdim, batch_first=m.batch_first, dtype=torch_dtype(m.dtype)))
     t.load_state_dict(state_dict_to_torch(sd))
-    return t.train()
+    return t.train(m.training)
 
 
 def mask_to_torch(mask, dtype):

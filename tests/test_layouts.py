@@ -370,3 +370,56 @@ def test_entry_point_layouts(dtype, ep, layout, target):
     for o, t in zip(ours, theirs):
         assert o.dtype == rd
         assert_matches(o, t)
+
+
+# --------------------------------------------------------------------------- #
+# Every broadcast form of every mask argument (np.broadcast_to's and torch's expand's
+# zero strides), for every entry point that takes one
+# --------------------------------------------------------------------------- #
+def _broadcast_forms(shape):
+    """Each non-empty set of the axes of `shape` longer than 1, as the shape of the base
+    that is broadcast along them."""
+    axes = [i for i, n in enumerate(shape) if n > 1]
+    for bits in range(1, 2 ** len(axes)):
+        yield tuple(1 if i in axes and bits >> axes.index(i) & 1 else n
+                    for i, n in enumerate(shape))
+
+
+def _broadcast_mask_cases():
+    for ep in COMPUTING:
+        if ep.torch is None:
+            continue
+        for pos, arg in enumerate(ep.args):
+            if not arg.floating:      # the masks: bool or floating
+                continue
+            for base in _broadcast_forms(arg.shape(SMALL)):
+                for view in ("numpy", "torch"):
+                    for kind in ("float", "bool"):
+                        yield pytest.param(ep, pos, base, view, kind,
+                                           id=f"{ep.name}-{arg.name}-{base}-{view}-{kind}")
+
+
+@pytest.mark.parametrize("ep,pos,base,view,kind", list(_broadcast_mask_cases()))
+def test_entry_point_broadcast_masks(dtype, ep, pos, base, view, kind):
+    """A mask that is a broadcast view of a smaller one: torch's results on the same values
+    (a 2-D MultiheadAttention attn_mask broadcast along its rows was read past its end)."""
+    obj = ep.target(SMALL, dtype)
+    vals = ep.good(SMALL, dtype, seed=7)
+    shape = ep.args[pos].shape(SMALL)
+    small = np.random.default_rng(3).standard_normal(base).astype(dtype)
+    if kind == "bool":
+        small = small > -0.5
+    vals[pos] = np.broadcast_to(small, shape)
+    objs = list(vals)
+    objs[pos] = (vals[pos] if view == "numpy"
+                 else torch.from_numpy(small).expand(shape))
+    guard = Guard(*objs)
+    ours = flat(invoke(ep, obj, objs), ep.result)
+    guard.check(*ours)
+    rd = np.dtype(obj.dtype) if ep.module_dtype else np.dtype(dtype)
+    tensors = [torch.from_numpy(np.ascontiguousarray(v)) if v.dtype == bool else to_torch(v, rd)
+               for v in vals]
+    theirs = flat(invoke_torch(ep, obj, tensors), ep.result)
+    assert len(ours) == len(theirs)
+    for o, t in zip(ours, theirs):
+        assert_matches(o, t, equal_nan=kind == "bool")   # rows with every key masked: NaN

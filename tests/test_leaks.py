@@ -175,6 +175,11 @@ def _cases(I):
         "MyAtt-load-err-type": lambda: _expect(TypeError, I.mod.load_state_dict, [1, 2]),
         "MyAtt-set-err": lambda: _expect(AttributeError, setattr, I.mod, "attn", I.lin),
         "MyAtt-repr": lambda: repr(I.mod),
+        # modes (train and eval reach the sub-layers through myatt._interop.children)
+        "MyAtt-modes": lambda: (I.mod.eval(), I.mod.train(mode=True), I.mod.training),
+        "MyAtt-modes-err": lambda: _expect(TypeError, I.mod.train, 1),
+        "Linear-training=": lambda: setattr(I.lin, "training", True),
+        "Linear-training=-err": lambda: _expect(TypeError, setattr, I.lin, "training", 1),
         # module functions
         "manual_seed": lambda: myatt.manual_seed(I.seed),
         "manual_seed-err": lambda: _expect(TypeError, myatt.manual_seed, 1.5),

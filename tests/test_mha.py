@@ -216,9 +216,9 @@ def test_projection_weights_are_stored_transposed(rng, dtype, opts):
 
 
 @pytest.mark.parametrize("name", ["embed_dim", "num_heads", "head_dim", "kdim", "vdim",
-                                  "batch_first", "dropout", "dtype", "out_proj",
-                                  "add_zero_attn"])
+                                  "batch_first", "dtype", "out_proj", "add_zero_attn"])
 def test_readonly_attributes(name):
+    """(dropout is writable, as torch's: test_modes.py)"""
     m = MHA(4, 2)
     before = getattr(m, name)
     snap = snapshot(m)
