@@ -13,7 +13,7 @@
 
 #include "kernels/mha.h"
 #include "kernels/myatt.h"
-#include "kernels/rng.h"
+#include "kernels/runtime/rng.h"
 #include "kernels/sdpa.h"
 #include "kernels/view.h"
 

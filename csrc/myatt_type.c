@@ -6,8 +6,8 @@
 #include "pieces.h"
 #include "state_dict.h"
 
-#include "kernels/alloc.h"
-#include "kernels/copy.h"
+#include "kernels/runtime/alloc.h"
+#include "kernels/runtime/copy.h"
 #include "kernels/myatt.h"
 #include "vjp.h"
 

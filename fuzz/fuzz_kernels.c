@@ -25,7 +25,7 @@
 #include "myatt.h"
 #include "sdpa.h"
 #include "softmax.h"
-#include "threads.h"
+#include "runtime/threads.h"
 
 /* ---- reading the input ---------------------------------------------------- */
 

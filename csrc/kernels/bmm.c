@@ -15,7 +15,7 @@
 
 #include "gemm.h"
 #include "gemm_internal.h"
-#include "threads.h"
+#include "runtime/threads.h"
 
 /* Threads for a batch of b items of item_work multiply-adds each: 1 when the
  * gemm threads each item itself, or when the whole batch is too small to pay

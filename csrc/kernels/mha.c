@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "alloc.h"
+#include "runtime/alloc.h"
 #include "bmm.h"
 #include "linear.h"
 #include "sdpa.h"

@@ -11,11 +11,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "alloc.h"
+#include "runtime/alloc.h"
 #include "colsum.h"
 #include "gemm.h"
 #include "softmax.h"
-#include "threads.h"
+#include "runtime/threads.h"
 
 /* Row blocks: a block of R rows of S keeps each [R, width] workspace panel
  * (applied in the forward; aw, ga, ad in the backward) within
