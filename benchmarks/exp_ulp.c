@@ -1,5 +1,5 @@
 /* Accuracy sweep of the vector exp of the softmax kernels: Sleef's expf_u10 /
- * exp_u10 as torch computes them (csrc/kernels/simd_exp_sleef.h).
+ * exp_u10 as torch computes them (csrc/kernels/simd/simd_exp_sleef.h).
  *
  * float32: every float x in [-104, 89] (about 2.2e9 values; below -104 the
  * result is 0, above 88.72 it overflows to inf, which is also checked) against

@@ -32,7 +32,7 @@
  * flags (cpu.h). */
 MYATT_TARGET_PUSH(MYATT_TARGET_AVX2)
 
-#include "simd_avx2.h"
+#include "simd/simd_avx2.h"
 #include "gemm_copy_avx.h"
 #include "gemm_row_avx.h"
 

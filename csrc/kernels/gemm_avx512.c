@@ -46,7 +46,7 @@
  * flags (cpu.h). */
 MYATT_TARGET_PUSH(MYATT_TARGET_AVX512)
 
-#include "simd_avx512.h"
+#include "simd/simd_avx512.h"
 #include "gemm_copy_avx.h"
 #include "gemm_row_avx.h"
 

@@ -15,7 +15,7 @@
 
 MYATT_TARGET_PUSH(MYATT_TARGET_AVX2)
 
-#include "simd_avx2.h"
+#include "simd/simd_avx2.h"
 #include "gemm_copy_avx.h"
 
 /* torch's Vectorized<float>::exp_u20 on AVX2 (vec256_float.h): the steps of

@@ -15,7 +15,7 @@
 
 MYATT_TARGET_PUSH(MYATT_TARGET_AVX512)
 
-#include "simd_avx512.h"
+#include "simd/simd_avx512.h"
 #include "gemm_copy_avx.h"
 
 /* torch's Vectorized<float>::exp_u20 on AVX-512 (vec512_float.h): x clamped
