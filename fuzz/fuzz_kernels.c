@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "bmm.h"
-#include "gemm.h"
+#include "gemm/gemm.h"
 #include "linear.h"
 #include "myatt.h"
 #include "sdpa.h"

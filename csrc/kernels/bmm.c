@@ -13,8 +13,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-#include "gemm.h"
-#include "gemm_internal.h"
+#include "gemm/gemm.h"
+#include "gemm/gemm_internal.h"
 #include "runtime/threads.h"
 
 /* Threads for a batch of b items of item_work multiply-adds each: 1 when the

@@ -13,7 +13,7 @@
 #include <stddef.h>
 
 #include "colsum.h"
-#include "gemm.h"
+#include "gemm/gemm.h"
 
 int linear_forward_f32(mk_mat out, mk_cmat inp, mk_cmat weight, const void *bias)
 {

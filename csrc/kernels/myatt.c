@@ -13,7 +13,7 @@
 
 #include "runtime/alloc.h"
 #include "colsum.h"
-#include "gemm.h"
+#include "gemm/gemm.h"
 #include "softmax.h"
 #include "runtime/threads.h"
 

@@ -13,8 +13,8 @@
 
 #include "runtime/alloc.h"
 #include "runtime/cpu.h"
-#include "gemm.h"
-#include "gemm_internal.h"
+#include "gemm/gemm.h"
+#include "gemm/gemm_internal.h"
 #include "sdpa_internal.h"
 #include "runtime/threads.h"
 
