@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "dtype.h"
-#include "kernels/bmm.h"
-#include "kernels/linear.h"
+#include "kernels/bmm/bmm.h"
+#include "kernels/linear/linear.h"
 #include "kernels/softmax.h"
 
 /* The kernels whose public signatures are typed (softmax.h, rng.h), seen

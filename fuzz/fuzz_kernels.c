@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bmm.h"
+#include "bmm/bmm.h"
 #include "gemm/gemm.h"
-#include "linear.h"
+#include "linear/linear.h"
 #include "myatt.h"
 #include "sdpa.h"
 #include "softmax.h"

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "runtime/alloc.h"
-#include "bmm.h"
-#include "linear.h"
+#include "bmm/bmm.h"
+#include "linear/linear.h"
 #include "sdpa.h"
 #include "softmax.h"
 

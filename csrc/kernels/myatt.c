@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "runtime/alloc.h"
-#include "colsum.h"
+#include "linear/colsum.h"
 #include "gemm/gemm.h"
 #include "softmax.h"
 #include "runtime/threads.h"
