@@ -6,7 +6,7 @@
 #include "dtype.h"
 #include "kernels/bmm/bmm.h"
 #include "kernels/linear/linear.h"
-#include "kernels/softmax.h"
+#include "kernels/softmax/softmax.h"
 
 /* The kernels whose public signatures are typed (softmax.h, rng.h), seen
  * through the table's type-erased ones. */

@@ -24,7 +24,7 @@
 #include "linear/linear.h"
 #include "myatt.h"
 #include "sdpa.h"
-#include "softmax.h"
+#include "softmax/softmax.h"
 #include "runtime/threads.h"
 
 /* ---- reading the input ---------------------------------------------------- */

@@ -14,7 +14,7 @@
 #include "runtime/alloc.h"
 #include "linear/colsum.h"
 #include "gemm/gemm.h"
-#include "softmax.h"
+#include "softmax/softmax.h"
 #include "runtime/threads.h"
 
 /* Row blocks: a block of R rows of S keeps each [R, width] workspace panel
