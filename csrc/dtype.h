@@ -14,7 +14,7 @@
 #include "kernels/mha.h"
 #include "kernels/myatt.h"
 #include "kernels/runtime/rng.h"
-#include "kernels/sdpa.h"
+#include "kernels/sdpa/sdpa.h"
 #include "kernels/view.h"
 
 typedef struct {

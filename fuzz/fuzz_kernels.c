@@ -23,7 +23,7 @@
 #include "gemm/gemm.h"
 #include "linear/linear.h"
 #include "myatt.h"
-#include "sdpa.h"
+#include "sdpa/sdpa.h"
 #include "softmax/softmax.h"
 #include "runtime/threads.h"
 

@@ -10,7 +10,7 @@
 #include "runtime/alloc.h"
 #include "bmm/bmm.h"
 #include "linear/linear.h"
-#include "sdpa.h"
+#include "sdpa/sdpa.h"
 #include "softmax/softmax.h"
 
 /* A workspace of n elements of `size` bytes (at least one cache line, so that
