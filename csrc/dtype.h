@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "kernels/mha.h"
+#include "kernels/mha/mha.h"
 #include "kernels/myatt.h"
 #include "kernels/runtime/rng.h"
 #include "kernels/sdpa/sdpa.h"
