@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "kernels/mha/mha.h"
-#include "kernels/myatt.h"
+#include "kernels/tutorial/tutorial.h"
 #include "kernels/runtime/rng.h"
 #include "kernels/sdpa/sdpa.h"
 #include "kernels/view.h"

@@ -8,7 +8,7 @@
 
 #include "kernels/runtime/alloc.h"
 #include "kernels/runtime/copy.h"
-#include "kernels/myatt.h"
+#include "kernels/tutorial/tutorial.h"
 #include "vjp.h"
 
 #include <stddef.h>

@@ -22,7 +22,7 @@
 #include "bmm/bmm.h"
 #include "gemm/gemm.h"
 #include "linear/linear.h"
-#include "myatt.h"
+#include "tutorial/tutorial.h"
 #include "sdpa/sdpa.h"
 #include "softmax/softmax.h"
 #include "runtime/threads.h"

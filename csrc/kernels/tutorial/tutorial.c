@@ -5,7 +5,7 @@
  * the products that need a workspace run over blocks of rows of S so that it
  * stays bounded whatever S is.  The backward runs over row blocks too and
  * recomputes each block's forward values, bit for bit (myatt_tmpl.h). */
-#include "myatt.h"
+#include "tutorial.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -29,11 +29,11 @@
 
 #define T float
 #define SUF(name) name##_f32
-#include "myatt_tmpl.h"
+#include "tutorial_tmpl.h"
 
 #define T double
 #define SUF(name) name##_f64
-#include "myatt_tmpl.h"
+#include "tutorial_tmpl.h"
 
 int myatt_forward_f32(void *out, void *attn_weights, const myatt_inputs *in)
 {
