@@ -12,9 +12,9 @@
 #include <stdint.h>
 
 #include "kernels/mha/mha.h"
-#include "kernels/tutorial/tutorial.h"
 #include "kernels/runtime/rng.h"
 #include "kernels/sdpa/sdpa.h"
+#include "kernels/tutorial/tutorial.h"
 #include "kernels/view.h"
 
 typedef struct {

@@ -22,10 +22,10 @@
 #include "bmm/bmm.h"
 #include "gemm/gemm.h"
 #include "linear/linear.h"
-#include "tutorial/tutorial.h"
+#include "runtime/threads.h"
 #include "sdpa/sdpa.h"
 #include "softmax/softmax.h"
-#include "runtime/threads.h"
+#include "tutorial/tutorial.h"
 
 /* ---- reading the input ---------------------------------------------------- */
 

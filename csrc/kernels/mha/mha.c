@@ -7,9 +7,9 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "runtime/alloc.h"
 #include "bmm/bmm.h"
 #include "linear/linear.h"
+#include "runtime/alloc.h"
 #include "sdpa/sdpa.h"
 #include "softmax/softmax.h"
 

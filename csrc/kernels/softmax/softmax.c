@@ -7,8 +7,8 @@
  * of the path cpu.h chose, the same as the GEMM's. */
 #include "softmax.h"
 #include "runtime/cpu.h"
-#include "softmax_internal.h"
 #include "runtime/threads.h"
+#include "softmax_internal.h"
 
 #include <math.h>
 #include <stddef.h>

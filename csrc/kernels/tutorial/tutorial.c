@@ -11,11 +11,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "runtime/alloc.h"
-#include "linear/colsum.h"
 #include "gemm/gemm.h"
-#include "softmax/softmax.h"
+#include "linear/colsum.h"
+#include "runtime/alloc.h"
 #include "runtime/threads.h"
+#include "softmax/softmax.h"
 
 /* Row blocks: a block of R rows of S keeps each [R, width] workspace panel
  * (applied in the forward; aw, ga, ad in the backward) within
