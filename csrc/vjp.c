@@ -49,6 +49,7 @@ int check_cotangent(PyArrayObject *g, int ndim, const npy_intp *want, const char
 
 typedef struct {
     const entry *e;
+    const myatt_dtype *dt;             /* the forward's result dtype: the gradients' too */
     PyObject *saved[ENTRY_MAX_ARGS];   /* what follows grad_output in the backward's call */
 } function_kept;
 
@@ -62,6 +63,7 @@ static PyObject *function_forward(PyObject *module, PyObject *fn, PyObject *cons
     if (entry_parse(e, module, args, nargs, kwnames, &c) < 0
             || (e->check != NULL && e->check(&c) < 0))
         goto done;
+    kept->dt = c.dt;
     if (e->saves == SAVES_ARGUMENTS) {
         /* the forward reads private copies (converted as it converts them), which
          * the pullback keeps: it reads what the forward read, even where converting
@@ -101,14 +103,20 @@ static PyObject *function_pull(PyObject *module, const void *kept_, PyArrayObjec
 {
     const function_kept *kept = kept_;
     const entry *b = kept->e->backward;
+    /* grad_output in the forward's dtype, as torch's autograd casts a gradient to its
+     * tensor's: the gradients are in that dtype too (the saved arrays are) */
+    PyArrayObject *g = cast_array(go, kept->dt->typenum, 0, "pullback(): grad_output");
+    if (g == NULL)
+        return NULL;
     entry_call c = {.module = module, .e = b};
-    c.obj[0] = (PyObject *)go;
+    c.obj[0] = (PyObject *)g;
     for (int i = 1; i < ENTRY_MAX_ARGS; i++)
         c.obj[i] = kept->saved[i - 1];
     PyObject *r = NULL;
     if (entry_convert(&c) == 0 && (b->check == NULL || b->check(&c) == 0))
         r = b->run(&c);
     entry_call_clear(&c);
+    Py_DECREF(g);
     if (r != NULL && !PyTuple_Check(r))   /* one gradient per array argument */
         Py_SETREF(r, PyTuple_Pack(1, r));
     return r;

@@ -216,12 +216,24 @@ def test_functions_keywords_and_none_bias(rng, dtype):
         myatt.vjp(myatt.bmm, input=a)
 
 
-def test_float64_cotangent_promotes_as_the_stateless_backward(rng):
+def test_a_cotangent_is_converted_to_the_forwards_dtype(rng):
+    """As torch's autograd casts a gradient to its tensor's dtype (torch.autograd.grad and
+    torch.func.vjp of a float32 forward with a float64 cotangent give float32): a
+    function's pullback converts grad_output to the forward's dtype, as a module's and
+    scaled_dot_product_attention's do.  (It promoted, as the stateless backward does: the
+    float64 backward of softmax's float32 output then matched neither torch's float32
+    gradients nor its float64 ones.)"""
     x, w = data(rng, (3, 4), np.float32), data(rng, (2, 4), np.float32)
     y, pull = myatt.vjp(myatt.linear, x, w)
     go = data(rng, y.shape, np.float64)
-    same_bits(pull(go), myatt.linear_backward(go, x, w))
-    assert pull(go)[0].dtype == np.float64
+    same_bits(pull(go), myatt.linear_backward(go.astype(np.float32), x, w))
+    assert pull(go)[0].dtype == np.float32
+    xt, wt = (torch.from_numpy(a).requires_grad_() for a in (x, w))
+    assert all(g.dtype == torch.float32 for g in torch.autograd.grad(F.linear(xt, wt), (xt, wt),
+                                                                      torch.from_numpy(go)))
+    y, pull = myatt.vjp(myatt.softmax, x, 0)
+    same_bits(pull(go[:, :1].repeat(4, 1)), (myatt.softmax_backward(
+        go[:, :1].repeat(4, 1).astype(np.float32), y, 0),))
     lin = myatt.Linear(4, 2)
     y, pull = myatt.vjp(lin, x)
     same_bits(pull(go), lin.backward(x, go))                 # the layer's dtype
