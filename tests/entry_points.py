@@ -17,7 +17,7 @@ Each entry declares:
            is allowed (optional), whether leading dimensions are free (any number of
            batch dimensions) or the ndim is free altogether (softmax); a mask
            (scaled_dot_product_attention's attn_mask) broadcasts, does not take part in
-           the result dtype (promotes=False; also its pullback's grad_output, converted
+           the result dtype (promotes=False; also a pullback's grad_output, converted
            to the forward's dtype) and is bool or floating (floating=True)
   call     call(obj, *arrays, **kw) -> result (obj is None for functions and
            constructors; kw: softmax's dim, from the sizes: see invoke())
@@ -39,9 +39,13 @@ Each entry declares:
            (two dots: declared beyond what test_entry_points.py finds on the module).
            Likewise MultiheadAttention's calls with attn_mask, a keyword that follows
            need_weights in the positional order.
+  options  the keyword arguments beside the arrays to vary, sets of them ({} first: the
+           defaults), e.g. ({}, {"approximate": "tanh"}) for gelu; call, torch and plain
+           take them as keywords (invoke(ep, obj, arrays, s, opt)).  softmax's dim comes
+           from the sizes instead (its valid values depend on the shape).
 """
 from dataclasses import dataclass, replace
-from typing import Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -123,6 +127,10 @@ class EntryPoint:
     plain: Optional[Callable] = None            # the float64 reference (tests/reference.py)
     module_dtype: bool = False                  # results in the object's dtype
     keywords: bool = True                       # the args are one callable's keywords
+    # the keyword arguments a call may add, each set passed to call, torch and plain (the
+    # first, the defaults: what every suite runs; the others: test_entry_points.py runs
+    # each, test_properties.py and the fuzzer draw one)
+    options: Tuple[Dict[str, Any], ...] = ({},)
 
     def good(self, s=SMALL, dtype=np.float32, seed=0):
         """Valid arrays for every argument at sizes s (unit-scale, weights by fan-in)."""
@@ -225,15 +233,20 @@ def _torch_layer_backward(obj, x, go):
     return res
 
 
-def _torch_sdpa(obj, q, k, v, mask):
+def _torch_sdpa(obj, q, k, v, mask=None, **kw):
     import torch.nn.functional as F
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kw)
 
 
-def _torch_sdpa_backward(obj, q, k, v, mask, go):
+def _torch_sdpa_backward(obj, q, k, v, mask, go, **kw):
     import torch.nn.functional as F
-    f = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # noqa: E731
+    f = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kw)  # noqa: E731
     return tuple(_grads(f, (q, k, v), go)) + (None,)
+
+
+def _causal(q, k):
+    """is_causal's mask: tril(ones(L, S)), aligned at the top left."""
+    return np.tril(np.ones((np.shape(q)[-2], np.shape(k)[-2]), bool))
 
 
 def _torch_module_call(obj, Q, K, V):
@@ -564,10 +577,20 @@ ENTRY_POINTS = [
                plain=lambda o, g, a, m2: reference.bmm_backward(g, a, m2),
                shapes=lambda s: ((s.b, s.n, s.m), (s.b, s.m, s.p))),
     EntryPoint("scaled_dot_product_attention", "function", (AQ, AK, AV, AM),
-               lambda o, q, k, v, m: myatt.scaled_dot_product_attention(q, k, v, attn_mask=m),
+               lambda o, q, k, v, m, **kw: myatt.scaled_dot_product_attention(
+                   q, k, v, attn_mask=m, **kw),
                "array", torch=_torch_sdpa, sizes_of=SDPA_SIZES,
-               plain=lambda o, q, k, v, m: reference.scaled_dot_product_attention(q, k, v, m),
-               shapes=lambda s: (s.batch + (s.L, s.Ev),)),
+               plain=lambda o, q, k, v, m, **kw: reference.scaled_dot_product_attention(
+                   q, k, v, m, **kw),
+               shapes=lambda s: (s.batch + (s.L, s.Ev),), options=({}, {"scale": 0.3})),
+    # is_causal (without a mask: with one, only torch's flash shapes take both)
+    EntryPoint("scaled_dot_product_attention.causal", "function", (AQ, AK, AV),
+               lambda o, q, k, v: myatt.scaled_dot_product_attention(q, k, v, is_causal=True),
+               "array", torch=lambda o, q, k, v: _torch_sdpa(o, q, k, v, is_causal=True),
+               sizes_of=SDPA_SIZES,
+               plain=lambda o, q, k, v: reference.scaled_dot_product_attention(
+                   q, k, v, _causal(q, k)),
+               shapes=lambda s: (s.batch + (s.L, s.Ev),), keywords=False),
     # Linear
     EntryPoint("Linear", "constructor", (), lambda o: myatt.Linear(6, 3), "object"),
     EntryPoint("Linear.__call__", "method", (X,), lambda lin, x: lin(x), "array",
@@ -673,7 +696,10 @@ ENTRY_POINTS += [
 
 # myatt.vjp: the forwards through it, and each pullback applied to a cotangent (the
 # pullback of a fresh vjp of the other arguments), against the stateless backward's
-# references
+# references.  A cotangent takes no part in the gradients' dtype: they are the
+# forward's (promotes=False), as torch's autograd casts a gradient to its tensor's
+# dtype.  PG: an elementwise function's (softmax's)
+PG = Arg("grad_output", lambda s: s.shape, ndim_free=True, promotes=False)
 def _vjp_pull(fn, *args, **kw):
     return lambda g, *cot: myatt.vjp(fn, *args, **kw)[1](g, *cot)
 
@@ -683,15 +709,14 @@ ENTRY_POINTS += [
                "array", torch=_torch_linear, sizes_of=LINEAR_SIZES,
                plain=lambda o, x, w, b: reference.linear(x, w, b),
                shapes=_linear_shapes, keywords=False),
-    EntryPoint("vjp.linear.pullback", "function", (X, W, B, GY),
+    EntryPoint("vjp.linear.pullback", "function", (X, W, B, replace(GY, promotes=False)),
                lambda o, x, w, b, g: _vjp_pull(myatt.linear, x, w, b)(g), "arrays",
                torch=lambda o, x, w, b, g: _torch_linear_backward(o, g, x, w, b),
                sizes_of=LINEAR_SIZES,
                plain=lambda o, x, w, b, g: reference.linear_backward(g, x, w, b),
                shapes=lambda s: (s.batch + (s.in_f,), (s.out_f, s.in_f), (s.out_f,)),
                keywords=False),
-    EntryPoint("vjp.softmax.pullback", "function",
-               (SX, Arg("grad_output", lambda s: s.shape, ndim_free=True)),
+    EntryPoint("vjp.softmax.pullback", "function", (SX, PG),
                lambda o, x, g, dim=-1: _vjp_pull(myatt.softmax, x, dim)(g), "arrays",
                torch=lambda o, x, g, dim=-1: (_torch_softmax_backward(
                    o, g, _torch_softmax(o, x, dim), dim),),
@@ -699,23 +724,38 @@ ENTRY_POINTS += [
                plain=lambda o, x, g, dim=-1: (reference.softmax_backward(
                    g, reference.softmax(x, dim), dim),),
                shapes=lambda s: (s.shape,), keywords=False),
-    EntryPoint("vjp.bmm.pullback", "function", (BA, BM, BG),
+    EntryPoint("vjp.bmm.pullback", "function", (BA, BM, replace(BG, promotes=False)),
                lambda o, a, m2, g: _vjp_pull(myatt.bmm, a, m2)(g), "arrays",
                torch=lambda o, a, m2, g: _torch_bmm_backward(o, g, a, m2), sizes_of=BMM_SIZES,
                plain=lambda o, a, m2, g: reference.bmm_backward(g, a, m2),
                shapes=lambda s: ((s.b, s.n, s.m), (s.b, s.m, s.p)), keywords=False),
     EntryPoint("vjp.scaled_dot_product_attention.result", "function", (AQ, AK, AV, AM),
-               lambda o, q, k, v, m: myatt.vjp(myatt.scaled_dot_product_attention, q, k, v,
-                                               attn_mask=m)[0],
+               lambda o, q, k, v, m, **kw: myatt.vjp(myatt.scaled_dot_product_attention,
+                                                     q, k, v, attn_mask=m, **kw)[0],
                "array", torch=_torch_sdpa, sizes_of=SDPA_SIZES,
-               plain=lambda o, q, k, v, m: reference.scaled_dot_product_attention(q, k, v, m),
-               shapes=lambda s: (s.batch + (s.L, s.Ev),), keywords=False),
+               plain=lambda o, q, k, v, m, **kw: reference.scaled_dot_product_attention(
+                   q, k, v, m, **kw),
+               shapes=lambda s: (s.batch + (s.L, s.Ev),), keywords=False,
+               options=({}, {"scale": 0.3})),
     EntryPoint("vjp.scaled_dot_product_attention.pullback", "function", (AQ, AK, AV, AM, AG),
-               lambda o, q, k, v, m, g: _vjp_pull(myatt.scaled_dot_product_attention, q, k, v,
-                                                  attn_mask=m)(g),
+               lambda o, q, k, v, m, g, **kw: _vjp_pull(myatt.scaled_dot_product_attention,
+                                                        q, k, v, attn_mask=m, **kw)(g),
                "arrays", torch=_torch_sdpa_backward, sizes_of=SDPA_SIZES,
-               plain=lambda o, q, k, v, m, g: reference.scaled_dot_product_attention_backward(
-                   g, q, k, v, m),
+               plain=lambda o, q, k, v, m, g, **kw: (
+                   reference.scaled_dot_product_attention_backward(g, q, k, v, m, **kw)),
+               shapes=lambda s: (s.batch + (s.L, s.E), s.batch + (s.Skv, s.E),
+                                 s.batch + (s.Skv, s.Ev)), keywords=False,
+               options=({}, {"scale": 0.3})),
+    EntryPoint("vjp.scaled_dot_product_attention.causal.pullback", "function",
+               (AQ, AK, AV, AG),
+               lambda o, q, k, v, g: _vjp_pull(myatt.scaled_dot_product_attention, q, k, v,
+                                               is_causal=True)(g),
+               "arrays",
+               torch=lambda o, q, k, v, g: _torch_sdpa_backward(o, q, k, v, None, g,
+                                                                is_causal=True)[:3],
+               sizes_of=SDPA_SIZES,
+               plain=lambda o, q, k, v, g: reference.scaled_dot_product_attention_backward(
+                   g, q, k, v, _causal(q, k))[:3],
                shapes=lambda s: (s.batch + (s.L, s.E), s.batch + (s.Skv, s.E),
                                  s.batch + (s.Skv, s.Ev)), keywords=False),
     EntryPoint("Linear.vjp.pullback", "method", (X, GY),
@@ -769,22 +809,22 @@ BY_NAME = {ep.name: ep for ep in ENTRY_POINTS}
 assert len(BY_NAME) == len(ENTRY_POINTS), "entry point names must be unique"
 
 
-def call_kwargs(ep, s):
-    """Keyword arguments beside the arrays: softmax's dim."""
-    return {"dim": s.dim} if "dim" in ep.sizes_of else {}
+def call_kwargs(ep, s, opt=None):
+    """Keyword arguments beside the arrays: softmax's dim, and the option set opt."""
+    return dict({"dim": s.dim} if "dim" in ep.sizes_of else {}, **(opt or {}))
 
 
-def invoke(ep, obj, arrays, s=SMALL):
-    """ep called on obj with `arrays` at sizes s."""
-    return ep.call(obj, *arrays, **call_kwargs(ep, s))
+def invoke(ep, obj, arrays, s=SMALL, opt=None):
+    """ep called on obj with `arrays` at sizes s (with the keyword options opt)."""
+    return ep.call(obj, *arrays, **call_kwargs(ep, s, opt))
 
 
-def invoke_torch(ep, obj, tensors, s=SMALL):
-    return ep.torch(obj, *tensors, **call_kwargs(ep, s))
+def invoke_torch(ep, obj, tensors, s=SMALL, opt=None):
+    return ep.torch(obj, *tensors, **call_kwargs(ep, s, opt))
 
 
-def invoke_plain(ep, obj, arrays, s=SMALL):
-    return ep.plain(obj, *arrays, **call_kwargs(ep, s))
+def invoke_plain(ep, obj, arrays, s=SMALL, opt=None):
+    return ep.plain(obj, *arrays, **call_kwargs(ep, s, opt))
 
 
 

@@ -3,6 +3,8 @@ the extension module that takes arrays (so that a new one cannot be left out of 
 cross-cutting tests), and each declaration holds: a valid call at the declared shapes
 succeeds, in the result dtype, with the declared result shapes, and equals the declared
 plain reference. NumPy only: runs without torch."""
+import itertools
+
 import numpy as np
 import pytest
 
@@ -57,8 +59,11 @@ def test_every_extension_entry_point_is_declared():
                 found.add(f"{t.__name__}.{name}=")
     declared = set(BY_NAME)
     # a sub-layer's assignment (MyAtt.attn.weight=), a call through vjp or in a mode
-    # (MultiheadAttention.eval.vjp.pullback) are declared beyond what is found
-    sub = {n for n in declared if n.count(".") >= 2}
+    # (MultiheadAttention.eval.vjp.pullback), a function's call with a keyword
+    # (scaled_dot_product_attention.causal) are declared beyond what is found
+    functions = {n for n in found if callable(getattr(myatt, n, None))
+                 and not isinstance(getattr(myatt, n), type)}
+    sub = {n for n in declared if n.count(".") >= 2 or n.split(".")[0] in functions}
     assert not declared & NO_ARRAYS
     missing = found - declared - NO_ARRAYS
     assert not missing, f"entry points missing from entry_points.py: {sorted(missing)}"
@@ -68,12 +73,15 @@ def test_every_extension_entry_point_is_declared():
 
 @pytest.mark.parametrize("ep", ENTRY_POINTS, ids=lambda e: e.name)
 def test_declared_call_is_valid(ep, dtype):
-    """At the declared shapes (small ones, and some empty), the call succeeds and its
-    result arrays have the declared shapes and the result dtype."""
-    for s in (SMALL, sizes(batch=(0,), in_f=0, b=0, n=0, shape=(0, 3), S=0, q=0, v2=0)):
+    """At the declared shapes (small ones, and some empty), with each of its keyword
+    options, the call succeeds and its result arrays have the declared shapes and the
+    result dtype."""
+    for s, opt in itertools.product(
+            (SMALL, sizes(batch=(0,), in_f=0, b=0, n=0, shape=(0, 3), S=0, q=0, v2=0)),
+            ep.options):
         obj = ep.target(s, dtype)
         args = ep.good(s, dtype)
-        res = flat(invoke(ep, obj, args, s), ep.result)
+        res = flat(invoke(ep, obj, args, s, opt), ep.result)
         assert tuple(r.shape for r in res) == ep.result_shapes(s)
         want = np.dtype(obj.dtype) if ep.module_dtype else result_dtype(*(a.dtype for a in args))
         for r in res:
@@ -92,12 +100,13 @@ def test_plain_reference_agrees(ep):
     and myatt's float64 results equal it within assert_close's float64 defaults (rtol
     1e-7, atol 1e-7), at the small sizes and with batches and empty dimensions."""
     assert ep.plain is not None, f"{ep.name} declares no plain reference"
-    for s in (SMALL, sizes(batch=(2, 3), b=3, shape=(2, 5, 3), dim=1, Bq=2, Bk=3, S=7),
-              sizes(batch=(0,), in_f=0, b=0, n=0, shape=(0, 3), S=0, q=0, v2=0)):
+    for s, opt in itertools.product(
+            (SMALL, sizes(batch=(2, 3), b=3, shape=(2, 5, 3), dim=1, Bq=2, Bk=3, S=7),
+             sizes(batch=(0,), in_f=0, b=0, n=0, shape=(0, 3), S=0, q=0, v2=0)), ep.options):
         obj = ep.target(s, np.float64)
         args = ep.good(s, np.float64, seed=3)
-        ours = flat(invoke(ep, obj, args, s), ep.result)
-        plain = flat(invoke_plain(ep, obj, args, s), ep.result)
+        ours = flat(invoke(ep, obj, args, s, opt), ep.result)
+        plain = flat(invoke_plain(ep, obj, args, s, opt), ep.result)
         assert len(ours) == len(plain)
         for o, p in zip(ours, plain):
             assert p.dtype == np.float64 and o.shape == p.shape

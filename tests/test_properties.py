@@ -213,8 +213,9 @@ def draw_sizes(draw, ep):
 @given(data=st.data(), seed=st.integers(0, 2**31))
 def test_entry_point(ep, data, seed):
     """Random sizes, and every array argument in a random dtype and layout (or None where
-    allowed): the results are torch's on the same values, in the result dtype (the
-    promotion rule for functions, the object's dtype for methods)."""
+    allowed), one of the entry's keyword options: the results are torch's on the same
+    values, in the result dtype (the promotion rule for functions, the object's dtype for
+    methods)."""
     s = draw_sizes(data.draw, ep)
     mdtype = data.draw(float_dtypes, label="module dtype") if ep.make else None
     myatt.manual_seed(seed)
@@ -229,9 +230,10 @@ def test_entry_point(ep, data, seed):
         o, v, d = operand(data.draw, seed + i, arg.shape(s), scale=scale, dtype=dtype)
         objs.append(o), vals.append(v), seen.append(d if arg.promotes else None)
     rd = np.dtype(obj.dtype) if ep.module_dtype else result_dtype(*seen)
-    ours = flat(invoke(ep, obj, objs, s), ep.result)
-    theirs = flat(invoke_torch(ep, obj, [None if v is None else to_torch(v, rd) for v in vals], s),
-                  ep.result)
+    opt = data.draw(st.sampled_from(ep.options), label="options")
+    ours = flat(invoke(ep, obj, objs, s, opt), ep.result)
+    theirs = flat(invoke_torch(ep, obj, [None if v is None else to_torch(v, rd) for v in vals],
+                               s, opt), ep.result)
     assert len(ours) == len(theirs)
     if all(v is not None for v in vals):            # (no bias: no bias gradient)
         assert tuple(o.shape for o in ours) == ep.result_shapes(s)
