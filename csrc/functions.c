@@ -4,7 +4,7 @@
 #include "entry.h"
 
 extern entry linear_entry, linear_backward_entry, softmax_entry, softmax_backward_entry,
-    bmm_entry, bmm_backward_entry, sdpa_entry;
+    bmm_entry, bmm_backward_entry, sdpa_entry, gelu_entry, gelu_backward_entry;
 
 entry *const myatt_functions[] = {
     &linear_entry,           /* linear_function.c */
@@ -14,5 +14,7 @@ entry *const myatt_functions[] = {
     &bmm_entry,              /* bmm_function.c */
     &bmm_backward_entry,
     &sdpa_entry,             /* sdpa_function.c: scaled_dot_product_attention */
+    &gelu_entry,             /* activation_function.c */
+    &gelu_backward_entry,
     NULL,
 };

@@ -22,9 +22,9 @@ _DType = Union[npt.DTypeLike, str, _TorchDType]
 _Self = TypeVar("_Self")
 
 __all__ = ["Linear", "MultiheadAttention", "MyAtt", "Pullback", "bmm", "bmm_backward",
-           "empty_cache", "get_num_threads", "kernel_path", "linear", "linear_backward",
-           "manual_seed", "scaled_dot_product_attention", "set_num_threads", "softmax",
-           "softmax_backward", "vjp"]
+           "empty_cache", "gelu", "gelu_backward", "get_num_threads", "kernel_path", "linear",
+           "linear_backward", "manual_seed", "scaled_dot_product_attention", "set_num_threads",
+           "softmax", "softmax_backward", "vjp"]
 
 def linear(input: _ArrayLike, weight: _ArrayLike, bias: Optional[_ArrayLike] = None) -> _Array: ...
 def softmax(input: _ArrayLike, dim: int = -1) -> _Array: ...
@@ -34,6 +34,9 @@ def linear_backward(grad_output: _ArrayLike, input: _ArrayLike, weight: _ArrayLi
 def softmax_backward(grad_output: _ArrayLike, output: _ArrayLike, dim: int = -1) -> _Array: ...
 def bmm_backward(grad_output: _ArrayLike, input: _ArrayLike,
                  mat2: _ArrayLike) -> Tuple[_Array, _Array]: ...
+def gelu(input: _ArrayLike, approximate: str = "none") -> _Array: ...
+def gelu_backward(grad_output: _ArrayLike, input: _ArrayLike,
+                  approximate: str = "none") -> _Array: ...
 def scaled_dot_product_attention(query: _ArrayLike, key: _ArrayLike, value: _ArrayLike,
                                  attn_mask: Optional[_ArrayLike] = None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: Optional[float] = None,

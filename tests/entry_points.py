@@ -249,6 +249,16 @@ def _causal(q, k):
     return np.tril(np.ones((np.shape(q)[-2], np.shape(k)[-2]), bool))
 
 
+def _torch_gelu(obj, x, **kw):
+    import torch.nn.functional as F
+    return F.gelu(x, **kw)
+
+
+def _torch_gelu_backward(obj, go, x, **kw):
+    import torch.nn.functional as F
+    return _grads(lambda x: F.gelu(x, **kw), (x,), go)[0]
+
+
 def _torch_module_call(obj, Q, K, V):
     import torch
     from oracle import torch_myatt
@@ -591,6 +601,16 @@ ENTRY_POINTS = [
                plain=lambda o, q, k, v: reference.scaled_dot_product_attention(
                    q, k, v, _causal(q, k)),
                shapes=lambda s: (s.batch + (s.L, s.Ev),), keywords=False),
+    EntryPoint("gelu", "function", (SX,), lambda o, x, **kw: myatt.gelu(x, **kw), "array",
+               torch=_torch_gelu, sizes_of=("shape",),
+               plain=lambda o, x, **kw: reference.gelu(x, **kw), shapes=lambda s: (s.shape,),
+               options=({}, {"approximate": "tanh"})),
+    EntryPoint("gelu_backward", "function",
+               (Arg("grad_output", lambda s: s.shape, ndim_free=True), SX),
+               lambda o, g, x, **kw: myatt.gelu_backward(g, x, **kw), "array",
+               torch=_torch_gelu_backward, sizes_of=("shape",),
+               plain=lambda o, g, x, **kw: reference.gelu_backward(g, x, **kw),
+               shapes=lambda s: (s.shape,), options=({}, {"approximate": "tanh"})),
     # Linear
     EntryPoint("Linear", "constructor", (), lambda o: myatt.Linear(6, 3), "object"),
     EntryPoint("Linear.__call__", "method", (X,), lambda lin, x: lin(x), "array",
@@ -698,7 +718,7 @@ ENTRY_POINTS += [
 # pullback of a fresh vjp of the other arguments), against the stateless backward's
 # references.  A cotangent takes no part in the gradients' dtype: they are the
 # forward's (promotes=False), as torch's autograd casts a gradient to its tensor's
-# dtype.  PG: an elementwise function's (softmax's)
+# dtype.  PG: an elementwise function's (softmax's, gelu's)
 PG = Arg("grad_output", lambda s: s.shape, ndim_free=True, promotes=False)
 def _vjp_pull(fn, *args, **kw):
     return lambda g, *cot: myatt.vjp(fn, *args, **kw)[1](g, *cot)
@@ -758,6 +778,13 @@ ENTRY_POINTS += [
                    g, q, k, v, _causal(q, k))[:3],
                shapes=lambda s: (s.batch + (s.L, s.E), s.batch + (s.Skv, s.E),
                                  s.batch + (s.Skv, s.Ev)), keywords=False),
+    EntryPoint("vjp.gelu.pullback", "function", (SX, PG),
+               lambda o, x, g, **kw: _vjp_pull(myatt.gelu, x, **kw)(g), "arrays",
+               torch=lambda o, x, g, **kw: (_torch_gelu_backward(o, g, x, **kw),),
+               sizes_of=("shape",),
+               plain=lambda o, x, g, **kw: (reference.gelu_backward(g, x, **kw),),
+               shapes=lambda s: (s.shape,), keywords=False,
+               options=({}, {"approximate": "tanh"})),
     EntryPoint("Linear.vjp.pullback", "method", (X, GY),
                lambda lin, x, g: _vjp_pull(lin, x)(g), "grads", make=_layer,
                torch=_torch_layer_backward, sizes_of=LINEAR_SIZES, plain=_plain_layer_backward,

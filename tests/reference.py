@@ -17,6 +17,8 @@ each of them to torch in float64. NumPy only: importable where torch is not inst
     myatt_backward(state_dict, Q, K, V, grad_output, grad_attn_weights=None)
                                                   a dict of gradients, as MyAtt.backward
 """
+import math
+
 import numpy as np
 
 
@@ -193,3 +195,24 @@ def scaled_dot_product_attention_backward(grad_output, query, key, value, attn_m
     ds = w * (dw - np.sum(dw * w, axis=-1, keepdims=True))
     return (_sum_to(ds @ k * scale, q.shape), _sum_to(np.swapaxes(ds, -1, -2) @ q * scale, k.shape),
             _sum_to(np.swapaxes(w, -1, -2) @ g, v.shape), None)
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def gelu(x, approximate="none"):
+    """torch.nn.functional.gelu in float64."""
+    x = _f64(x)
+    if approximate == "tanh":
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    return x * 0.5 * (1 + _erf(x / np.sqrt(2)))
+
+
+def gelu_backward(grad_output, x, approximate="none"):
+    """The gradient of gelu's input, from grad_output (its derivative written out)."""
+    g, x = _f64(grad_output), _f64(x)
+    if approximate == "tanh":
+        k = np.sqrt(2 / np.pi)
+        t = np.tanh(k * (x + 0.044715 * x ** 3))
+        return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x))
+    return g * (0.5 * (1 + _erf(x / np.sqrt(2))) + x * np.exp(-x * x / 2) / np.sqrt(2 * np.pi))
