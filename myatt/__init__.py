@@ -16,7 +16,9 @@ original, computed by C kernels on NumPy arrays::
   (torch's ``F.scaled_dot_product_attention``, flash-style; its gradients through
   ``vjp``).
 - Training: ``SGD``, ``Adam`` (torch.optim's rules, in NumPy, on the live parameters).
-- Validation against torch: ``compare``. Plots: ``plot_attention`` (needs matplotlib).
+- Validation against torch: ``compare`` (one module or function), ``validate`` and
+  ``validating`` (every attention, linear, softmax and bmm call of a whole torch model;
+  ``myatt.torch`` runs torch models on myatt's kernels). Plots: ``plot_attention`` (needs matplotlib).
 - Generator: ``manual_seed``. Threads: ``set_num_threads``, ``get_num_threads``.
   Instruction set in use: ``kernel_path``. Cached kernel workspaces: ``empty_cache``.
 
@@ -42,6 +44,7 @@ from ._myatt import (
     softmax_backward,
     vjp,
 )
+from ._validate import Validation, validate, validating
 from .compare import Comparison, ResultComparison, compare
 from .optim import SGD, Adam
 from .plot import plot_attention
@@ -57,6 +60,7 @@ __all__ = [
     "Pullback",
     "ResultComparison",
     "SGD",
+    "Validation",
     "bmm",
     "bmm_backward",
     "compare",
@@ -71,5 +75,7 @@ __all__ = [
     "set_num_threads",
     "softmax",
     "softmax_backward",
+    "validate",
+    "validating",
     "vjp",
 ]
