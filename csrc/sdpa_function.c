@@ -36,7 +36,9 @@ static const char myatt_scaled_dot_product_attention_doc[] =
 "    1 / (1 - dropout_p); 1 drops everything.\n"
 "is_causal : bool\n"
 "    Key j takes part in query row i only if j <= i (tril(ones(L, S)), aligned\n"
-"    at the top left); blocks above the diagonal are skipped.\n"
+"    at the top left); blocks above the diagonal are skipped. With attn_mask\n"
+"    too, both apply where torch's CPU kernel takes both: 4-D inputs with\n"
+"    E == Ev, a 2-D or 4-D mask and no dropout (its flash path).\n"
 "scale : float or None\n"
 "    The scores' factor; default 1 / sqrt(E).\n"
 "enable_gqa : bool\n"
@@ -57,7 +59,9 @@ static const char myatt_scaled_dot_product_attention_doc[] =
 "ValueError\n"
 "    Fewer than 2 dimensions, E or S that do not match, batch dimensions or\n"
 "    head counts that do not broadcast or divide, a mask of the wrong shape,\n"
-"    attn_mask with is_causal=True, dropout_p outside [0, 1].\n"
+"    attn_mask with is_causal=True where torch refuses them (its math path:\n"
+"    not 4-D, E != Ev, a mask of other than 2 or 4 dimensions, dropout),\n"
+"    dropout_p outside [0, 1].\n"
 "OverflowError\n"
 "    An integer dropout_p or scale too large for a float.\n"
 "MemoryError\n"
@@ -180,7 +184,7 @@ static int sdpa_parse(PyObject *module, PyObject *args, PyObject *kwds, int priv
     int is_causal = 0, enable_gqa = 0, rc = -1;
     PyArrayObject *rq = NULL, *rk = NULL, *rv = NULL, *rm = NULL;
     sdpa_problem *p = NULL;
-    char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN], s3[SHAPE_STR_LEN];
+    char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN], s3[SHAPE_STR_LEN], s4[SHAPE_STR_LEN];
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OOOOO:scaled_dot_product_attention",
                                      kwlist, &q_obj, &k_obj, &v_obj, &mask_obj, &dropout_obj,
                                      &causal_obj, &scale_obj, &gqa_obj))
@@ -203,11 +207,6 @@ static int sdpa_parse(PyObject *module, PyObject *args, PyObject *kwds, int priv
             || (rv = as_real_array(v_obj, WHAT "value")) == NULL)
         goto fail;
     if (mask_obj != Py_None) {
-        if (is_causal) {
-            PyErr_SetString(PyExc_ValueError, WHAT "attn_mask and is_causal=True cannot be "
-                            "given together (is_causal is a mask of its own)");
-            goto fail;
-        }
         if ((rm = as_real_array(mask_obj, WHAT "attn_mask")) == NULL)
             goto fail;
         int mt = PyArray_TYPE(rm);
@@ -315,6 +314,22 @@ static int sdpa_parse(PyObject *module, PyObject *args, PyObject *kwds, int priv
         }
     }
 
+    /* attn_mask with is_causal: both applied where torch 2.13's CPU kernel takes them
+     * (its flash path; also an empty result or no keys, which it returns at once),
+     * refused where it refuses them (its math path) */
+    const int flash = dropout_p == 0.0 && torch_takes_flash(rq, rk, rv, rm, enable_gqa);
+    int empty = L == 0 || S == 0 || Ev == 0;
+    for (int d = 0; d < nb; d++)
+        empty |= dims[d] == 0;
+    if (rm != NULL && is_causal && !flash && !empty) {
+        PyErr_Format(PyExc_ValueError, WHAT "attn_mask and is_causal=True together need the "
+                     "inputs of torch's flash kernel, which applies both (4-D query, key and "
+                     "value, E == Ev, a 2-D or 4-D mask, dropout_p=0); got query %s, key %s, "
+                     "value %s, attn_mask %s", SHAPE_OF(s1, rq), SHAPE_OF(s2, rk),
+                     SHAPE_OF(s3, rv), SHAPE_OF(s4, rm));
+        goto fail;
+    }
+
     /* 6. dtypes: the kernels' rule; a float mask in that dtype, a bool one as it is. */
     const int typenum = result_typenum(rq, rk, rv);
     a->typenum = typenum;
@@ -369,7 +384,7 @@ static int sdpa_parse(PyObject *module, PyObject *args, PyObject *kwds, int priv
     p->v_group = v_group;
     p->is_causal = is_causal;
     p->scale = scale_obj != Py_None ? scale : 1.0 / sqrt((double)E);
-    p->prescale = dropout_p > 0.0 || !torch_takes_flash(rq, rk, rv, rm, enable_gqa);
+    p->prescale = !flash;
     p->dropout_p = dropout_p;
     if (dropout_p > 0.0) {   /* one draw of myatt's generator (GIL held) seeds the mask */
         myatt_state *st = myatt_state_of_module(module);

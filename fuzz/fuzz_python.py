@@ -441,8 +441,10 @@ def run_sdpa(r):
     if kw.get("enable_gqa") and Q.shape[-3] != K.shape[-3]:
         g = Q.shape[-3] // K.shape[-3]
         K, V = np.repeat(K, g, axis=-3), np.repeat(V, g, axis=-3)
-    if kw.get("is_causal"):
-        M = np.tril(np.ones((Q.shape[-2], K.shape[-2]), bool))
+    if kw.get("is_causal"):   # with a mask too (torch's flash shapes): both
+        tril = np.tril(np.ones((Q.shape[-2], K.shape[-2]), bool))
+        M = tril if M is None else (M.astype(bool) & tril if M.dtype == bool
+                                    else np.where(tril, M.astype(np.float64), -np.inf))
     Q, K, V = (x.astype(np.float64) for x in (Q, K, V))
     sc = kw.get("scale")
     s = abs(sc) if sc is not None else 1 / np.sqrt(Q.shape[-1]) if Q.shape[-1] else 0.0

@@ -1,8 +1,8 @@
-"""Drop-in validation: run a torch module and its myatt twin on the same inputs.
+"""Drop-in validation: run a torch module or function and its myatt twin on the same inputs.
 
-``myatt.compare(torch_module, *inputs)`` returns a :class:`Comparison`: ``print`` it for a
-table of the largest differences per result, test ``report.agree`` (or ``bool(report)``),
-or call ``report.assert_close()`` in a test.
+``myatt.compare(torch_fn, *args, **kwargs)`` returns a :class:`Comparison`: ``print`` it for
+a table of the largest differences per result (and per gradient, with ``backward=True``),
+test ``report.agree`` (or ``bool(report)``), or call ``report.assert_close()`` in a test.
 
 torch is imported when ``compare`` is called, never when ``myatt`` is imported.
 """
@@ -13,17 +13,17 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
-from . import _interop
+from . import _interop, _judge, _twins
 
 __all__ = ["compare", "Comparison", "ResultComparison", "DEFAULT_TOLERANCES"]
 
 # torch.testing.assert_close defaults: dtype -> (rtol, atol)
-DEFAULT_TOLERANCES = {np.dtype(np.float32): (1.3e-6, 1e-5), np.dtype(np.float64): (1e-7, 1e-7)}
+DEFAULT_TOLERANCES = {np.dtype(n): _judge.DEFAULT_TOLERANCES[n] for n in ("float32", "float64")}
 
 
 @dataclass
 class ResultComparison:
-    """How one result (``output``, ``attn_weights``, ...) of myatt and torch compare.
+    """How one result (``output``, ``attn_weights``, ``grad_Q``, ...) of myatt and torch compare.
 
     One entry of ``Comparison.results``, made by :func:`compare`; get it by name with
     ``report["output"]``. Differences are taken in float64; an element counts as outside the
@@ -31,10 +31,17 @@ class ResultComparison:
     ``|myatt - torch| > atol + rtol * |torch|``, NaN against NaN unless `equal_nan`, and
     NaN or an infinity on one side only (or opposite infinities) always.
 
+    The verdict (``agree``) is the spec's: within the tolerances, or, for a float32 result
+    outside them, the long-reduction rule: myatt's and torch's float64 reruns agree with each
+    other (at float64's tolerances) and myatt's error against them is no larger than
+    torch's. ``reason`` says which side is nearer to float64.
+
     Attributes
     ----------
     name : str
-        The result's name: ``"output"``, ``"attn_weights"`` or ``"result[i]"``.
+        The result's name: ``"output"``, ``"attn_weights"`` or ``"result[i]"``; a
+        gradient's, ``"grad_"`` and the input's or parameter's name (``"grad_Q"``,
+        ``"grad_attn.weight"``).
     shape, torch_shape : tuple of int
         The shapes of myatt's and torch's results.
     dtype, torch_dtype : str
@@ -57,19 +64,27 @@ class ResultComparison:
         `equal_nan`, else the largest finite ``|myatt - torch|``; None when the two sides
         are equal everywhere. ``myatt_value`` and ``torch_value`` are the two values
         there.
-    agree : bool
+    within_tolerance : bool
         ``torch.testing.assert_close`` passes; ``message`` holds its message when it fails.
+    agree : bool
+        The verdict: within the tolerances, or the long-reduction rule above.
     err64_myatt, err64_torch : float or None
         For float32 results: each side's ``max |result - torch in float64|`` (the fair judge
         when two float32 results differ); None for float64.
+    agree64 : bool or None
+        Whether myatt's float64 rerun agrees with torch's (None without a myatt rerun: a
+        myatt side that is not one of myatt's own modules or functions).
+    reason : str
+        Why the result differs, or agrees though outside the tolerances, and which side is
+        nearer to float64; empty when within the tolerances.
 
     Examples
     --------
     >>> import torch
     >>> _ = torch.manual_seed(0)
     >>> r = myatt.compare(torch.nn.Linear(8, 4), np.ones((3, 8)))["output"]
-    >>> r.name, r.shape, r.mismatched, r.agree
-    ('output', (3, 4), 0, True)
+    >>> r.name, r.shape, r.mismatched, r.within_tolerance, r.agree
+    ('output', (3, 4), 0, True, True)
     """
 
     name: str
@@ -85,13 +100,16 @@ class ResultComparison:
     worst_index: Optional[Tuple[int, ...]] = None   #: the worst mismatch (None when there is none)
     myatt_value: float = float("nan")   #: myatt's value at worst_index
     torch_value: float = float("nan")   #: torch's value at worst_index
-    agree: bool = False               #: torch.testing.assert_close passes
+    within_tolerance: bool = False    #: torch.testing.assert_close passes
+    agree: bool = False               #: the verdict (within tolerance, or the float64 rule)
     equal_nan: bool = True            #: NaN on both sides counts as agreement
     nonfinite_same: int = 0           #: positions with NaN on both sides or the same inf
     nonfinite_differ: int = 0         #: positions with NaN/inf on one side only (or opposite infs)
     message: str = ""                 #: assert_close's message when it fails
     err64_myatt: Optional[float] = None   #: max |myatt - torch in float64| (float32 only)
     err64_torch: Optional[float] = None   #: max |torch - torch in float64| (float32 only)
+    agree64: Optional[bool] = None    #: myatt's and torch's float64 reruns agree
+    reason: str = ""                  #: why it differs, or agrees outside the tolerances
 
     @property
     def size(self) -> int:
@@ -109,8 +127,10 @@ class ResultComparison:
         """
         if self.shape != self.torch_shape:
             return f"{self.name}: shapes differ: myatt {self.shape}, torch {self.torch_shape}"
-        if self.agree:
+        if self.within_tolerance:
             return f"{self.name}: agrees (max abs err {self.max_abs_err:.3g})"
+        if self.agree:
+            return f"{self.name}: agrees by the float64 rule: {self.reason}"
         s = (f"{self.name}: {self.mismatched} of {self.size} elements outside "
              f"rtol={self.rtol:g}, atol={self.atol:g}")
         if self.nonfinite_differ:
@@ -125,16 +145,19 @@ class ResultComparison:
             better = "no larger" if self.err64_myatt <= self.err64_torch else "LARGER"
             s += (f"; against float64 myatt's error ({self.err64_myatt:.3g}) is {better} "
                   f"than torch's ({self.err64_torch:.3g})")
+            if self.agree64 is False:
+                s += "; the float64 reruns of the two sides differ too"
         return s
 
 
 @dataclass
 class Comparison:
-    """The report of :func:`compare`: one :class:`ResultComparison` per result.
+    """The report of :func:`compare`: one :class:`ResultComparison` per result and gradient.
 
-    ``bool(report)`` and ``report.agree`` say whether every result agrees at
-    ``torch.testing.assert_close`` tolerances; ``print(report)`` shows a table (and
-    Jupyter an HTML one); ``report["output"]`` is one result's :class:`ResultComparison`.
+    ``bool(report)`` and ``report.agree`` say whether every result agrees (at
+    ``torch.testing.assert_close`` tolerances, or by the long-reduction rule);
+    ``print(report)`` shows a table (and Jupyter an HTML one); ``report["output"]`` is one
+    result's :class:`ResultComparison`.
 
     Attributes
     ----------
@@ -143,16 +166,18 @@ class Comparison:
     module : str
         The myatt side, as its ``repr`` or name.
     inputs : list of (str, tuple of int)
-        The inputs' names (``Q``, ``K``, ``V``; ``query``, ``key``, ``value``; or
-        ``input[i]``) and shapes.
+        The array arguments' names (the myatt side's: ``Q``, ``K``, ``V``; ``query``,
+        ``key``, ``value``, ``key_padding_mask``; ``input``; or ``input[i]`` for a callable
+        without a signature) and shapes.
     dtype : str
         The dtype both sides computed in.
     results : list of ResultComparison
-        One per result, in the order the module returns them.
+        One per result, in the order the module returns them, then (``backward=True`` or
+        ``grad_outputs``) one per gradient: the inputs', then the parameters'.
     notes : list of str
-        What :func:`compare` did or left out, and why: a torch module with dropout run in
-        eval mode, float64 columns absent because the torch callable failed on float64
-        inputs. Printed under the header.
+        What :func:`compare` did or left out, and why: both sides run in eval mode (or
+        without dropout) where either would drop, float64 columns absent because the torch
+        callable failed on float64 inputs. Printed under the header.
 
     Examples
     --------
@@ -161,7 +186,7 @@ class Comparison:
     >>> report = myatt.compare(torch.nn.Linear(8, 4), np.ones((3, 8)))
     >>> print(report)                                # doctest: +ELLIPSIS
     myatt.compare: torch Linear vs myatt Linear(in_features=8, out_features=4, bias=True, dtype=float32)
-    inputs: input[0] (3, 8) as float32
+    inputs: input (3, 8) as float32
     ...
     AGREE: all 1 result(s) match torch at assert_close tolerances.
     >>> bool(report), [r.name for r in report.results]
@@ -217,7 +242,7 @@ class Comparison:
                    f"{r.max_abs_err:.3g}" if same else "-",
                    f"{r.max_rel_err:.3g}" if same else "-",
                    f"{r.mismatched}/{r.size}" if same else "-",
-                   "yes" if r.agree else "NO"]
+                   "yes" if r.within_tolerance else "yes (f64)" if r.agree else "NO"]
             if with64:
                 row[5:5] = [f"{r.err64_myatt:.3g}" if r.err64_myatt is not None else "-",
                             f"{r.err64_torch:.3g}" if r.err64_torch is not None else "-"]
@@ -245,12 +270,18 @@ class Comparison:
                  + nan_s] + [f"note: {n}" for n in self.notes])
 
     def _verdict(self):
-        if self.agree:
-            return (f"AGREE: all {len(self.results)} result(s) match torch at "
-                    f"assert_close tolerances.")
-        lines = ["DIFFER: " + "; ".join(r.name for r in self.results if not r.agree)
-                 + " outside tolerance."]
-        lines += ["  " + r.summary() for r in self.results if not r.agree]
+        by_rule = [r for r in self.results if r.agree and not r.within_tolerance]
+        n = len(self.results)
+        if self.agree and not by_rule:
+            lines = [f"AGREE: all {n} result(s) match torch at assert_close tolerances."]
+        elif self.agree:
+            lines = [f"AGREE: all {n} result(s) agree with torch: {n - len(by_rule)} within "
+                     f"assert_close tolerances, {len(by_rule)} by the float64 rule (outside "
+                     f"them, myatt no further from float64 than torch):"]
+        else:
+            lines = ["DIFFER: " + "; ".join(r.name for r in self.results if not r.agree)
+                     + " outside tolerance."]
+        lines += ["  " + r.summary() for r in self.results if not r.agree or r in by_rule]
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -283,13 +314,14 @@ def _is_mha(m):
     return all(hasattr(m, a) for a in ("embed_dim", "num_heads", "out_proj"))
 
 
-def _result_names(torch_module, module, n):
+def _result_names(torch_fn, module, n):
     """MyAtt's or MultiheadAttention's names when either side is one (the torch callable
     may be a function around one), else output / result[i]."""
-    if n == 2 and any(_is_mha(m) for m in (torch_module, module)):
+    mha = any(_is_mha(m) for m in (torch_fn, module))
+    if n == 2 and (mha or module is _twins.multi_head_attention_forward):
         return ["attn_output", "attn_weights"]
     if n == 2 and any(all(hasattr(m, a) for a in _interop.MYATT_SIZES)
-                      for m in (torch_module, module)):
+                      for m in (torch_fn, module)):
         return ["output", "attn_weights"]
     if n == 1:
         return ["output"]
@@ -300,123 +332,295 @@ def _as_tuple(x):
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
-# MultiheadAttention.forward's arguments in order, naming its array inputs in a report.
-_MHA_ARGS = ["query", "key", "value", "key_padding_mask", "need_weights", "attn_mask"]
-
-
-def _input_dtype(x, dtype):
-    """The dtype an array input is passed in: bool stays bool, any other becomes `dtype`."""
-    return np.bool_ if x.dtype == np.bool_ else dtype
-
-
-def _myatt_twin(torch_module):
-    from . import Linear, MultiheadAttention, MyAtt
-
-    if all(hasattr(torch_module, a) for a in _interop.MYATT_SIZES):
-        return MyAtt.from_torch(torch_module)
-    if _is_mha(torch_module):
-        return MultiheadAttention.from_torch(torch_module)
-    if hasattr(torch_module, "in_features") and hasattr(torch_module, "out_features"):
-        return Linear.from_torch(torch_module)
-    raise TypeError(f"compare(): no myatt twin for {type(torch_module).__name__} (the "
-                    f"tutorial's MyAtt, torch.nn.MultiheadAttention and torch.nn.Linear "
-                    f"have one); pass module=")
-
-
 def _describe(module):
+    if module is _twins.multi_head_attention_forward:
+        return "myatt.MultiheadAttention (holding the function's weights)"
     if hasattr(module, "dtype") or not hasattr(module, "__name__"):
         return repr(module)
     prefix = "myatt." if str(getattr(module, "__module__", "")).startswith("myatt") else ""
     return prefix + module.__name__
 
 
-def _compare_one(name, ours, theirs, rtol, atol, equal_nan, torch):
-    ours_t = torch.from_numpy(np.ascontiguousarray(ours))
+_SCALARS = (int, float, bool, str, type(None), np.integer, np.floating, np.bool_)
+
+
+class _Call:
+    """One call's arguments, as both sides get them: array-likes converted to NumPy arrays of
+    the myatt side's dtype (bool ones, masks, stay bool), scalars and None as they are; each
+    argument named after the myatt side's parameters (``input[i]`` where it has none)."""
+
+    def __init__(self, args, kwargs, names):
+        def convert(i, x):
+            if isinstance(x, _SCALARS):
+                return x
+            a = _interop.to_numpy(x)
+            if a.dtype.kind not in "biuf":   # as myatt refuses them
+                raise TypeError(f"compare(): inputs[{i}] has dtype {a.dtype}; myatt takes "
+                                f"real numbers (bool, integer, float)")
+            return a
+        self.args = [convert(i, x) for i, x in enumerate(args)]
+        self.kwargs = {k: convert(k, x) for k, x in kwargs.items()}
+        self.names = [names[i] if names is not None and i < len(names) else f"input[{i}]"
+                      for i in range(len(args))] + list(kwargs)
+
+    def values(self):
+        return self.args + list(self.kwargs.values())
+
+    def arrays(self):
+        """(name, array) of every array argument, in call order."""
+        return [(n, x) for n, x in zip(self.names, self.values()) if isinstance(x, np.ndarray)]
+
+    def cast(self, dtype):
+        """The call with its arrays in `dtype` (bool ones stay bool), C-contiguous."""
+        def conv(x):
+            if not isinstance(x, np.ndarray):
+                return x
+            return np.array(x, dtype=np.bool_ if x.dtype == np.bool_ else dtype, order="C")
+        c = _copy.copy(self)
+        c.args = [conv(x) for x in self.args]
+        c.kwargs = {k: conv(x) for k, x in self.kwargs.items()}
+        return c
+
+    def get(self, name):
+        return dict(zip(self.names, self.values())).get(name)
+
+    def set(self, name, value):
+        i = self.names.index(name)
+        if i < len(self.args):
+            self.args[i] = value
+        else:
+            self.kwargs[name] = value
+
+    def differentiable(self):
+        """The names of the array arguments with gradients: floating ones that are no mask."""
+        return [n for n, x in self.arrays() if x.dtype.kind == "f" and n not in _twins.MASKS]
+
+
+def _torch_drops(torch_fn, torch):
+    """The dropout modules of a torch module in training mode: [(name, p)]."""
+    if not (isinstance(torch_fn, torch.nn.Module) and torch_fn.training):
+        return []
+    return [(n or type(m).__name__, float(m.p)) for n, m in torch_fn.named_modules()
+            if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0] + \
+           [(n or type(m).__name__, float(m.dropout)) for n, m in torch_fn.named_modules()
+            if isinstance(m, torch.nn.MultiheadAttention) and m.training and m.dropout > 0]
+
+
+def _myatt_drops(module):
+    """The same for a myatt module: its MultiheadAttention layers that drop."""
+    found = []
+    if isinstance(module, _twins.MODULE_TYPES):
+        subs = [("", module)] + [(k, v) for k, v in getattr(module, "__dict__", {}).items()
+                                 if isinstance(v, _twins.MODULE_TYPES)]
+        found = [(n or type(m).__name__, m.dropout) for n, m in subs
+                 if isinstance(m, _myatt_mha()) and m.training and m.dropout > 0]
+    return found
+
+
+def _myatt_mha():
+    from . import MultiheadAttention
+    return MultiheadAttention
+
+
+class _Modes:
+    """Puts both sides in eval mode where either would drop (torch's dropout modules and
+    MultiheadAttention's own dropout; myatt's MultiheadAttention), or a function's dropout
+    off (dropout_p=0; multi_head_attention_forward's training=False), and restores them."""
+
+    def __init__(self, torch_fn, module, call, torch):
+        self.saved, self.note = [], None
+        drops = ([("torch's " + n, p) for n, p in _torch_drops(torch_fn, torch)]
+                 + [("myatt's " + n, p) for n, p in _myatt_drops(module)])
+        if drops:
+            sides = [torch_fn] if isinstance(torch_fn, torch.nn.Module) else []
+            sides += [module] if isinstance(module, _twins.MODULE_TYPES) else []
+            for side in sides:
+                mods = list(side.modules()) if hasattr(side, "modules") else _myatt_tree(side)
+                self.saved += [(m, m.training) for m in mods]
+                side.eval()
+            names = ", ".join(f"{n} (p={p:g})" for n, p in drops[:3])
+            more = f" and {len(drops) - 3} more" if len(drops) > 3 else ""
+            self.note = (f"a side was in training mode with dropout {names}{more}: both "
+                         f"compared in eval mode (no dropout; the modes restored afterwards)")
+        p = call.get("dropout_p")
+        if isinstance(p, (int, float)) and p > 0 and call.get("training") is not False:
+            if "training" in call.names or module is _twins.multi_head_attention_forward:
+                call.set("training", False) if "training" in call.names \
+                    else call.kwargs.update(training=False)
+                self.note = (f"dropout_p={p:g}: both compared with training=False (dropout "
+                             f"draws a random mask on each side)")
+            else:
+                call.set("dropout_p", 0.0)
+                self.note = (f"dropout_p={p:g}: both compared with dropout_p=0 (dropout draws "
+                             f"a random mask on each side)")
+
+    def restore(self):
+        for m, training in self.saved:
+            m.training = training
+
+
+def _myatt_tree(module):
+    """A myatt module and the myatt modules under it (its layers, a subclass's attributes)."""
+    found, todo = [], [module]
+    while todo:
+        m = todo.pop()
+        if any(m is f for f in found):
+            continue
+        found.append(m)
+        todo += [getattr(m, n) for n in ("attn", "attn_combine", "out_proj") if hasattr(m, n)]
+        todo += [v for v in getattr(m, "__dict__", {}).values()
+                 if isinstance(v, _twins.MODULE_TYPES)]
+    return found
+
+
+def _cotangents(grad_outputs, outs, dtype):
+    """One cotangent per output (None for an absent output or one left out): grad_outputs
+    converted to `dtype`, or ones."""
+    if grad_outputs is None:
+        return [None if o is None else np.ones(np.shape(o), dtype) for o in outs]
+    given = list(grad_outputs) if isinstance(grad_outputs, (tuple, list)) else [grad_outputs]
+    if len(given) > len(outs):
+        raise ValueError(f"compare(): {len(given)} grad_outputs for {len(outs)} result(s)")
+    given += [None] * (len(outs) - len(given))
+    return [None if g is None or o is None else
+            np.array(_interop.to_numpy(g), dtype=dtype, order="C") for g, o in zip(given, outs)]
+
+
+def _run_torch(torch_fn, call, dtype, device, cotangents, torch):
+    """torch's results of the call in `dtype` (its arrays as tensors), and with cotangents
+    its gradients: {name: tensor} of the differentiable arguments, then the parameters
+    (named_parameters)."""
+    grads_wanted = cotangents is not None
+    leaves = {}
+
+    def tensor(name, x):
+        if not isinstance(x, np.ndarray):
+            return x
+        t = torch.from_numpy(x.astype(np.bool_ if x.dtype == np.bool_ else dtype)).to(device)
+        if grads_wanted and name in call.differentiable():
+            leaves[name] = t.requires_grad_(True)
+        return t
+    targs = [tensor(n, x) for n, x in zip(call.names, call.args)]
+    tkwargs = {k: tensor(k, x) for k, x in call.kwargs.items()}
+    with torch.set_grad_enabled(grads_wanted):
+        outs = _as_tuple(torch_fn(*targs, **tkwargs))
+    if not grads_wanted:
+        return outs, None
+    if isinstance(torch_fn, torch.nn.Module):
+        leaves.update((n, p) for n, p in torch_fn.named_parameters() if p.requires_grad)
+    pairs = [(o, torch.from_numpy(c.astype(dtype)).to(device)) for o, c in zip(outs, cotangents)
+             if c is not None and o is not None and o.requires_grad]
+    got = torch.autograd.grad([o for o, _ in pairs], list(leaves.values()),
+                              [c for _, c in pairs], allow_unused=True) if pairs and leaves else []
+    grads = {n: torch.zeros_like(t) if g is None else g
+             for (n, t), g in zip(leaves.items(), got or [None] * len(leaves))}
+    return tuple(o.detach() if o is not None else None for o in outs), grads
+
+
+def _run_myatt(module, call, cotangents):
+    """myatt's results of the call, and with cotangents its gradients {name: array}."""
+    if cotangents is None:
+        return _as_tuple(module(*call.args, **call.kwargs)), None
+    try:
+        result, pull = _twins.vjp(module, call.args, call.kwargs)
+    except TypeError as e:
+        if _twins.in_float64(module) is None:   # not one of myatt's
+            raise TypeError(f"compare(): gradients need the myatt side to be one of myatt's "
+                            f"modules or functions (myatt.vjp), got {_describe(module)}") from e
+        raise
+    outs = _as_tuple(result)
+    return outs, pull(*[c for c in cotangents][:max(1, len(outs))])
+
+
+def _torch_name(torch_fn):
+    return (type(torch_fn).__name__ if hasattr(torch_fn, "forward")
+            else getattr(torch_fn, "__name__", type(torch_fn).__name__))
+
+
+def _float64_reruns(torch_fn, module, call, device, cotangents, notes, torch):
+    """Both sides' float64 results and gradients of the call, or None where there is no
+    rerun (a torch callable that fails on float64 is said in `notes`)."""
+    call64 = call.cast(np.float64)
+    cot64 = None if cotangents is None else [None if c is None else c.astype(np.float64)
+                                             for c in cotangents]
+    ref = torch_fn
+    if isinstance(torch_fn, torch.nn.Module):
+        ref = _copy.deepcopy(torch_fn).to(torch.float64)
+    try:
+        theirs = _run_torch(ref, call64, np.float64, device, cot64, torch)
+    except (RuntimeError, TypeError) as e:   # a callable that does not take float64
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        notes.append(f"no float64 columns: {_torch_name(torch_fn)} failed on float64 inputs "
+                     f"({type(e).__name__}: {first[:120]}); pass the torch module itself "
+                     f"(it is copied to float64), or float64_reference=False")
+        theirs = None
+    m64 = _twins.in_float64(module)
+    ours = None if m64 is None else _run_myatt(m64, call64, cot64)
+    return ours, theirs
+
+
+def _row(name, ours, theirs, ours64, theirs64, rtol, atol, equal_nan, torch):
+    """The ResultComparison of one result (or gradient) and its float64 reruns."""
+    ours = np.asarray(ours)
     theirs = theirs.detach().cpu()
+    j = _judge.judge(ours, theirs.to(torch.float64).numpy(), rtol, atol, equal_nan,
+                     ours64=ours64,
+                     theirs64=None if theirs64 is None else theirs64.detach().cpu().numpy())
     r = ResultComparison(name=name, shape=tuple(ours.shape), torch_shape=tuple(theirs.shape),
                          dtype=ours.dtype.name, torch_dtype=str(theirs.dtype).replace("torch.", ""),
-                         rtol=rtol, atol=atol, equal_nan=equal_nan)
-    try:
-        torch.testing.assert_close(ours_t, theirs, rtol=rtol, atol=atol, equal_nan=equal_nan)
-        r.agree = True
-    except AssertionError as e:
-        r.message = str(e)
-    if r.shape != r.torch_shape:
-        return r
-    a = ours.astype(np.float64)
-    b = theirs.to(torch.float64).numpy()
-    with np.errstate(all="ignore"):
-        # assert_close's rule, position by position: finite pairs within atol + rtol * |b|;
-        # the same infinity agrees; NaN with NaN agrees when equal_nan; any other pair
-        # with a NaN or an infinity is a mismatch.
-        finite = np.isfinite(a) & np.isfinite(b)
-        both_nan = np.isnan(a) & np.isnan(b)
-        same = both_nan | (~finite & (a == b))
-        differ = ~finite & ~same
-        diff = np.where(finite, np.abs(a - b), 0.0)
-        rel = np.where(diff == 0, 0.0, diff / np.abs(b))
-        outside = finite & ~(diff <= atol + rtol * np.abs(b))
-        bad = outside | differ | (both_nan if not equal_nan else False)
-    r.mismatched = int(np.count_nonzero(bad))
-    r.nonfinite_same = int(np.count_nonzero(same))
-    r.nonfinite_differ = int(np.count_nonzero(differ))
-    r.max_abs_err = float(diff.max()) if a.size else 0.0
-    r.max_rel_err = float(rel.max()) if a.size else 0.0
-    # The worst mismatch: a NaN/inf on one side, else NaN on both (equal_nan=False), else
-    # the largest finite difference; none when nothing differs (never two equal values).
-    for where in (differ, both_nan if not equal_nan else None, diff):
-        if where is not None and np.any(where):
-            worst = np.unravel_index(int(np.argmax(where)), where.shape)
-            r.worst_index = tuple(int(i) for i in worst)
-            r.myatt_value = ours[worst].item()
-            r.torch_value = theirs.numpy()[worst].item()
-            break
+                         rtol=rtol, atol=atol, equal_nan=equal_nan,
+                         max_abs_err=j.max_abs, max_rel_err=j.max_rel, mismatched=j.mismatched,
+                         worst_index=j.worst_index, within_tolerance=j.within_tolerance,
+                         agree=j.agree, nonfinite_same=j.nonfinite_same,
+                         nonfinite_differ=j.nonfinite_differ, err64_myatt=j.err64_myatt,
+                         err64_torch=j.err64_torch, agree64=j.agree64, reason=j.reason)
+    if j.worst_index is not None:
+        r.myatt_value, r.torch_value = j.myatt_value, theirs.numpy()[j.worst_index].item()
+    if not j.within_tolerance:
+        try:
+            torch.testing.assert_close(torch.from_numpy(np.ascontiguousarray(ours)), theirs,
+                                       rtol=rtol, atol=atol, equal_nan=equal_nan)
+        except AssertionError as e:
+            r.message = str(e)
     return r
 
 
-def _eval_for_dropout(torch_module, torch):
-    """If `torch_module` is a torch Module in training mode with a dropout of p > 0: put
-    it in eval mode and return (a note saying so, the modes to restore); else (None, None)."""
-    if not (isinstance(torch_module, torch.nn.Module) and torch_module.training):
-        return None, None
-    drops = [(n, m) for n, m in torch_module.named_modules()
-             if isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0]
-    if not drops:
-        return None, None
-    modes = {m: m.training for m in torch_module.modules()}
-    torch_module.eval()
-    names = ", ".join(f"{n or type(m).__name__} (p={m.p:g})" for n, m in drops[:3])
-    more = f" and {len(drops) - 3} more" if len(drops) > 3 else ""
-    return (f"the torch module was in training mode with dropout {names}{more}: compared in "
-            f"eval mode (no dropout; training mode restored afterwards)"), modes
-
-
-def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[float] = None,
-            atol: Optional[float] = None, equal_nan: bool = True,
-            float64_reference: bool = True) -> Comparison:
-    """Run `torch_module` and its myatt twin on the same inputs and report how they differ.
+def compare(torch_fn: Any, *args: Any, module: Any = None, grad_outputs: Any = None,
+            backward: bool = False, rtol: Optional[float] = None, atol: Optional[float] = None,
+            equal_nan: bool = True, float64_reference: bool = True, **kwargs: Any) -> Comparison:
+    """Run `torch_fn` and its myatt twin on the same arguments and report how they differ.
 
     Both sides get the same values, converted to the myatt side's dtype (bool arrays, such
-    as masks, stay bool), and run without gradients; every result is compared as
-    ``torch.testing.assert_close`` compares it.
-    A torch module in training mode with a dropout of p > 0 would be compared against
-    random masks: it runs in eval mode instead (its modes are restored afterwards), and
-    the report's ``notes`` say so. Other modules run in the mode they are in.
+    as masks, stay bool); every result is compared as ``torch.testing.assert_close``
+    compares it, and with ``backward=True`` (or `grad_outputs`) every gradient too: torch's
+    autograd against myatt's pullback (:func:`myatt.vjp`) given the same cotangents.
+    Where either side would drop (a torch module in training mode with a dropout of p > 0,
+    MultiheadAttention's own `dropout` included, or a myatt MultiheadAttention that drops),
+    both run in eval mode and their modes are restored afterwards; a function's
+    ``dropout_p > 0`` becomes 0 on both sides (``training=False`` for
+    ``multi_head_attention_forward``). The report's ``notes`` say so.
 
     Parameters
     ----------
-    torch_module : torch.nn.Module or callable
-        The tutorial's torch ``MyAtt``, a ``torch.nn.MultiheadAttention``, a
-        ``torch.nn.Linear``, or, with `module`, any torch module or function
-        (``torch.softmax``, ``torch.bmm``, ...).
-    *inputs : array_like or scalar
-        The call's arguments (NumPy arrays, torch tensors, array-likes), e.g. ``Q, K, V``.
-        Python scalars and None (a softmax's ``dim``, a missing bias) are passed to both
-        sides as they are.
+    torch_fn : torch.nn.Module or callable
+        A torch module with a myatt twin (the tutorial's ``MyAtt``,
+        ``torch.nn.MultiheadAttention``, ``torch.nn.Linear``: the twin holds a copy of its
+        weights), a torch function with one (``F.scaled_dot_product_attention``,
+        ``F.linear``, ``torch.softmax`` / ``F.softmax``, ``torch.bmm``,
+        ``F.multi_head_attention_forward``), or, with `module`, any torch module or function.
+    *args : array_like or scalar
+        The call's positional arguments (NumPy arrays, torch tensors, array-likes), e.g.
+        ``Q, K, V``. Python and NumPy scalars and None (a softmax's ``dim``, a missing bias)
+        are passed to both sides as they are.
     module : callable, optional
-        The myatt side. Default: ``MyAtt.from_torch(torch_module)`` (or
-        ``MultiheadAttention.from_torch``, ``Linear.from_torch``), i.e. the same weights. Pass your own :class:`myatt.MyAtt`
-        to check it against a torch model, or a function such as :func:`myatt.softmax`.
+        The myatt side. Default: the twin above. Pass your own :class:`myatt.MyAtt` to check
+        it against a torch model, or any callable.
+    grad_outputs : array_like or sequence of array_like, optional
+        One cotangent per result (None leaves a result out, e.g. ``attn_weights``): compare
+        the gradients of ``sum(result * grad_output)`` over the results with respect to every
+        floating-point array argument that is not a mask and every parameter.
+    backward : bool, default False
+        Compare the gradients with cotangents of ones (when `grad_outputs` is not given).
     rtol, atol : float, optional
         Tolerances, both or neither. Default: ``assert_close``'s for the dtype
         (float32: 1.3e-6 and 1e-5; float64: 1e-7 and 1e-7).
@@ -429,12 +633,16 @@ def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[
         (``nonfinite_differ``, always a mismatch), and the max errors are over the
         positions where both values are finite.
     float64_reference : bool, default True
-        For float32, also run torch in float64 on the same weights and inputs, and report
-        each side's error against it (the spec's rule for long float32 reductions, where
-        two correct kernels may differ beyond tolerance). A torch module is copied to
-        float64 for that; a plain callable is called with float64 inputs, and when that
-        fails (a function around a float32 module) the report's ``notes`` say why the
-        float64 columns are absent.
+        For float32, also rerun both sides in float64 on the same weights and arguments
+        (torch's module copied to float64, myatt's rebuilt in float64), report each side's
+        error against torch's float64 result, and judge a float32 result outside the
+        tolerances by the spec's long-reduction rule (it agrees when the two float64 reruns
+        agree and myatt's error is no larger than torch's). A plain torch callable is called
+        with float64 inputs; when that fails (a function around a float32 module) the
+        report's ``notes`` say why the float64 columns are absent.
+    **kwargs
+        The call's keyword arguments (``attn_mask=``, ``is_causal=``, ``key_padding_mask=``,
+        ...), passed to both sides, arrays converted as `args` are.
 
     Returns
     -------
@@ -447,16 +655,19 @@ def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[
     ImportError
         When torch is not installed.
     TypeError
-        When `torch_module` has no myatt twin and no `module` is given, when the torch
-        module's dtype is not the myatt side's, or when an array input is not real numbers.
+        When `torch_fn` has no myatt twin and no `module` is given, when the torch
+        module's dtype is not the myatt side's, when an array argument is not real numbers,
+        or when gradients are asked of a myatt side that myatt.vjp does not take.
     ValueError
-        When only one of `rtol` and `atol` is given, or either is negative or NaN, or when
-        the two sides return different numbers of results.
+        When only one of `rtol` and `atol` is given, or either is negative or NaN, when the
+        two sides return different numbers of results, or when there are more
+        `grad_outputs` than results.
 
     See Also
     --------
     MyAtt.from_torch, MultiheadAttention.from_torch, Linear.from_torch : the twins
         `compare` builds.
+    vjp : myatt's gradients, which ``backward=True`` compares.
 
     Examples
     --------
@@ -471,10 +682,14 @@ def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[
     (True, 0)
     >>> report.assert_close()          # silent when they agree
 
-    A kernel against its torch function (the scalar ``dim`` goes to both):
+    A torch function against its myatt twin, keyword arguments and gradients included:
 
-    >>> myatt.compare(torch.softmax, x.astype(np.float32), -1, module=myatt.softmax).agree
-    True
+    >>> import torch.nn.functional as F
+    >>> q = np.linspace(-1, 1, 2 * 5 * 8, dtype=np.float32).reshape(2, 5, 8)
+    >>> report = myatt.compare(F.scaled_dot_product_attention, q, q, q, is_causal=True,
+    ...                        backward=True)
+    >>> [r.name for r in report.results], report.agree
+    (['output', 'grad_query', 'grad_key', 'grad_value'], True)
 
     A module whose weights differ from the torch module's:
 
@@ -493,100 +708,72 @@ def compare(torch_module: Any, *inputs: Any, module: Any = None, rtol: Optional[
     if rtol is not None and atol is not None and not (rtol >= 0 and atol >= 0):
         raise ValueError(f"compare(): rtol and atol must be >= 0, got {rtol!r} and {atol!r}")
     if module is None:
-        module = _myatt_twin(torch_module)
-    # Array-likes are converted (the same values for both sides); Python scalars and None
-    # (a softmax's dim, a bias of None) are passed to both as they are.
-    is_array = [not isinstance(x, (int, float, bool, str, type(None), np.integer)) for x in inputs]
-    given = [_interop.to_numpy(x) if a else x for x, a in zip(inputs, is_array)]
-    for i, (x, a) in enumerate(zip(given, is_array)):
-        if a and x.dtype.kind not in "biuf":   # as myatt refuses them
-            raise TypeError(f"compare(): inputs[{i}] has dtype {x.dtype}; myatt "
-                            "takes real numbers (bool, integer, float)")
+        module = _twins.function_twin(torch_fn, torch) or _twins.module_twin(torch_fn)
+    if module is None:
+        raise TypeError(f"compare(): no myatt twin for {_describe(torch_fn)} (the tutorial's "
+                        f"MyAtt, torch.nn.MultiheadAttention and torch.nn.Linear have one, and "
+                        f"F.scaled_dot_product_attention, F.linear, torch.softmax, F.softmax, "
+                        f"torch.bmm and F.multi_head_attention_forward); pass module=")
+    call = _Call(args, kwargs, _twins.parameter_names(module) or _twins.parameter_names(torch_fn))
     if hasattr(module, "dtype"):
         dtype = np.dtype(module.dtype)
     else:
-        dtype = np.dtype(np.float64 if any(a and x.dtype == np.float64
-                                           for x, a in zip(given, is_array)) else np.float32)
-    # Bool arrays (masks) stay bool: as floats they would be added to the scores instead.
-    args = [np.array(x, dtype=_input_dtype(x, dtype), order="C") if a else x
-            for x, a in zip(given, is_array)]
-    arrays = [x for x, a in zip(args, is_array) if a]
+        dtype = np.dtype(np.float64 if any(x.dtype == np.float64 for _, x in call.arrays())
+                         else np.float32)
+    call = call.cast(dtype)
     if rtol is None:
         rtol, atol = DEFAULT_TOLERANCES[dtype]
-    params = list(torch_module.parameters()) if hasattr(torch_module, "parameters") else []
+    params = list(torch_fn.parameters()) if hasattr(torch_fn, "parameters") else []
     device = params[0].device if params else torch.device("cpu")
-    if params and params[0].is_floating_point():
-        torch_dt = str(params[0].dtype)
-        if torch_dt != f"torch.{dtype.name}":
-            raise TypeError(f"compare(): the torch module is {torch_dt} but the myatt side "
-                            f"computes in {dtype.name}: convert one of them first "
-                            f"(module.float() / module.double(), or dtype= for myatt)")
-
-    def run_torch(mod, dt):
-        with torch.no_grad():
-            return _as_tuple(mod(*(torch.from_numpy(x.astype(_input_dtype(x, dt))).to(device)
-                                   if a else x
-                                   for x, a in zip(args, is_array))))
-
-    notes = []
-    note, modes = _eval_for_dropout(torch_module, torch)
-    if note is not None:
-        notes.append(note)
+    if params and params[0].is_floating_point() and str(params[0].dtype) != f"torch.{dtype.name}":
+        raise TypeError(f"compare(): the torch module is {params[0].dtype} but the myatt side "
+                        f"computes in {dtype.name}: convert one of them first "
+                        f"(module.float() / module.double(), or dtype= for myatt)")
+    modes = _Modes(torch_fn, module, call, torch)
     try:
-        return _compare(torch_module, module, args, is_array, arrays, dtype, rtol, atol,
-                        equal_nan, float64_reference, run_torch, notes, torch)
+        return _compare(torch_fn, module, call, dtype, device, rtol, atol, equal_nan,
+                        float64_reference, grad_outputs, backward, modes, torch)
     finally:
-        if modes is not None:
-            for m, training in modes.items():
-                m.training = training
+        modes.restore()
 
 
-def _compare(torch_module, module, args, is_array, arrays, dtype, rtol, atol, equal_nan,
-             float64_reference, run_torch, notes, torch):
-    theirs = run_torch(torch_module, dtype)
-    ours = _as_tuple(module(*args))
+def _compare(torch_fn, module, call, dtype, device, rtol, atol, equal_nan, float64_reference,
+             grad_outputs, backward, modes, torch):
+    notes = [] if modes.note is None else [modes.note]
+    ours = _as_tuple(module(*call.args, **call.kwargs))
+    cotangents = None
+    if backward or grad_outputs is not None:
+        cotangents = _cotangents(grad_outputs, ours, dtype)
+        ours, our_grads = _run_myatt(module, call, cotangents)
+    theirs, their_grads = _run_torch(torch_fn, call, dtype, device, cotangents, torch)
     if len(ours) != len(theirs):
         raise ValueError(f"compare(): myatt returned {len(ours)} result(s), torch {len(theirs)}")
-    names = _result_names(torch_module, module, len(ours))
-    if names == ["output", "attn_weights"] and len(arrays) == 3:
-        input_names = ["Q", "K", "V"]
-    elif names == ["attn_output", "attn_weights"] and len(arrays) >= 3:
-        input_names = [_MHA_ARGS[i] if i < len(_MHA_ARGS) else f"input[{i}]"
-                       for i, a in enumerate(is_array) if a]
-    else:
-        input_names = [f"input[{i}]" for i in range(len(arrays))]
-    torch_name = (type(torch_module).__name__ if hasattr(torch_module, "forward")
-                  else getattr(torch_module, "__name__", type(torch_module).__name__))
-    report = Comparison(torch_module=torch_name, module=_describe(module),
+    names = _result_names(torch_fn, module, len(ours))
+    report = Comparison(torch_module=_torch_name(torch_fn), module=_describe(module),
                         inputs=[(n + " bool" * (a.dtype == np.bool_), tuple(a.shape))
-                                for n, a in zip(input_names, arrays)],
+                                for n, a in call.arrays()],
                         dtype=dtype.name, notes=notes)
-    report.results = [_compare_one(n, np.asarray(o), t, rtol, atol, equal_nan, torch)
-                      for n, o, t in zip(names, ours, theirs)]
-
+    ours64 = theirs64 = (None, None)
     if float64_reference and dtype == np.float32:
-        ref_module = torch_module
-        if isinstance(torch_module, torch.nn.Module):
-            ref_module = _copy.deepcopy(torch_module).to(torch.float64)
-        try:
-            refs = run_torch(ref_module, np.float64)
-        except (RuntimeError, TypeError) as e:   # a callable that does not take float64
-            refs = None
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            notes.append(f"no float64 columns: {torch_name} failed on float64 inputs "
-                         f"({type(e).__name__}: {first[:120]}); pass the torch module itself "
-                         f"(it is copied to float64), or float64_reference=False")
-        if refs is not None and len(refs) != len(ours):
-            notes.append(f"no float64 columns: {torch_name} gave {len(refs)} result(s) on "
-                         f"float64 inputs, {len(ours)} on {dtype.name}")
-        elif refs is not None:
-            for r, o, t, ref in zip(report.results, ours, theirs, refs):
-                if r.shape != r.torch_shape or tuple(ref.shape) != r.shape:
-                    continue
-                ref64 = ref.detach().cpu().numpy()
-                with np.errstate(all="ignore"):
-                    em = np.abs(np.asarray(o, np.float64) - ref64)
-                    et = np.abs(t.detach().cpu().to(torch.float64).numpy() - ref64)
-                r.err64_myatt = float(np.nanmax(em)) if em.size else 0.0
-                r.err64_torch = float(np.nanmax(et)) if et.size else 0.0
+        o64, t64 = _float64_reruns(torch_fn, module, call, device, cotangents, notes, torch)
+        if t64 is not None and len(t64[0]) != len(ours):
+            notes.append(f"no float64 columns: {report.torch_module} gave {len(t64[0])} "
+                         f"result(s) on float64 inputs, {len(ours)} on {dtype.name}")
+        elif t64 is not None:
+            ours64, theirs64 = o64 or (None, None), t64
+    outs64, grads64 = ours64
+    touts64, tgrads64 = theirs64
+    for i, (n, o, t) in enumerate(zip(names, ours, theirs)):
+        if o is None or t is None:
+            continue
+        report.results.append(_row(n, o, t, None if outs64 is None else outs64[i],
+                                   None if touts64 is None else touts64[i],
+                                   rtol, atol, equal_nan, torch))
+    for n, t in (their_grads or {}).items():
+        if n not in our_grads:
+            raise TypeError(f"compare(): myatt's pullback gives no gradient of {n!r}")
+        report.results.append(_row(f"grad_{n}", our_grads[n], t,
+                                   None if grads64 is None else grads64.get(n),
+                                   None if tgrads64 is None else tgrads64.get(n),
+                                   rtol, atol, equal_nan, torch))
     return report

@@ -1,4 +1,5 @@
 """myatt.compare: the drop-in validation report against a torch module."""
+import copy
 import re
 
 import numpy as np
@@ -240,3 +241,172 @@ def test_plain_callable_names_and_float64_note(rng):
     quiet = myatt.compare(lambda q, k, v: t(q, k, v), Q, K, V, module=myatt.MyAtt.from_torch(t),
                           float64_reference=False)
     assert quiet.notes == []
+
+
+# --------------------------------------------------------------------------- #
+# Functions without module=, keyword arguments, gradients (issue 38, point 3)
+# --------------------------------------------------------------------------- #
+def _sdpa_inputs(rng, dtype, hq=4, hkv=2):
+    q = rng.standard_normal((2, hq, 5, 8)).astype(dtype)
+    k = rng.standard_normal((2, hkv, 7, 8)).astype(dtype)
+    v = rng.standard_normal((2, hkv, 7, 8)).astype(dtype)
+    return q, k, v
+
+
+def test_functions_need_no_module(rng, dtype):
+    """Each torch function with a myatt twin: its twin by default, keyword arguments passed
+    to both sides (they were a TypeError), forward and every gradient."""
+    F = torch.nn.functional
+    q, k, v = _sdpa_inputs(rng, dtype)
+    x, w, b = (rng.standard_normal(s).astype(dtype) for s in ((3, 6), (4, 6), (4,)))
+    a, c = rng.standard_normal((2, 3, 4)).astype(dtype), rng.standard_normal((2, 4, 5)).astype(dtype)
+    mask = rng.standard_normal((5, 7)).astype(dtype)
+    cases = [
+        (F.scaled_dot_product_attention, (q, k, v), dict(enable_gqa=True, scale=0.3),
+         ["output", "grad_query", "grad_key", "grad_value"]),
+        (F.scaled_dot_product_attention, (q, q, q), dict(is_causal=True), None),
+        (F.scaled_dot_product_attention, (q, k, v), dict(attn_mask=mask, enable_gqa=True), None),
+        (F.linear, (x, w), dict(bias=b), ["output", "grad_input", "grad_weight", "grad_bias"]),
+        (F.linear, (x, w, None), {}, ["output", "grad_input", "grad_weight"]),
+        (torch.softmax, (x, 0), {}, ["output", "grad_input"]),
+        (F.softmax, (x,), dict(dim=-1), None),
+        (torch.bmm, (a, c), {}, ["output", "grad_input", "grad_mat2"]),
+    ]
+    for fn, args, kw, names in cases:
+        forward = myatt.compare(fn, *args, **kw)
+        assert forward.agree and [r.name for r in forward.results] == ["output"], forward
+        report = myatt.compare(fn, *args, backward=True, **kw)
+        assert report.agree, report
+        if names is not None:
+            assert [r.name for r in report.results] == names
+        assert all(r.within_tolerance for r in report.results)   # these sizes: no long sums
+
+
+def test_multi_head_attention_forward_needs_no_module(rng, dtype):
+    """F.multi_head_attention_forward against a myatt.MultiheadAttention holding the weights
+    it is given: its gradients named after the function's arguments."""
+    torch.manual_seed(2)
+    t = torch.nn.MultiheadAttention(8, 2, kdim=5, vdim=6, add_bias_kv=True,
+                                    dtype=oracle.torch_dtype(dtype))
+    sd = {k: v.detach() for k, v in t.state_dict().items()}
+    q = rng.standard_normal((4, 3, 8)).astype(dtype)
+    k, v = rng.standard_normal((6, 3, 5)).astype(dtype), rng.standard_normal((6, 3, 6)).astype(dtype)
+    pad = np.zeros((3, 6), bool)
+    pad[1, 4:] = True
+    args = (q, k, v, 8, 2, None, sd["in_proj_bias"], sd["bias_k"], sd["bias_v"], False, 0.0,
+            sd["out_proj.weight"], sd["out_proj.bias"])
+    kw = dict(key_padding_mask=pad, use_separate_proj_weight=True,
+              q_proj_weight=sd["q_proj_weight"], k_proj_weight=sd["k_proj_weight"],
+              v_proj_weight=sd["v_proj_weight"])
+    report = myatt.compare(torch.nn.functional.multi_head_attention_forward, *args,
+                           backward=True, **kw)
+    assert report.agree, report
+    names = [r.name for r in report.results]
+    assert names[:2] == ["attn_output", "attn_weights"]
+    assert set(names[2:]) == {"grad_query", "grad_key", "grad_value", "grad_in_proj_bias",
+                              "grad_bias_k", "grad_bias_v", "grad_out_proj_weight",
+                              "grad_out_proj_bias", "grad_q_proj_weight", "grad_k_proj_weight",
+                              "grad_v_proj_weight"}
+    no_weights = myatt.compare(torch.nn.functional.multi_head_attention_forward, *args,
+                               need_weights=False, **kw)
+    assert no_weights.agree and [r.name for r in no_weights.results] == ["attn_output"]
+
+
+def test_other_callables_still_need_module():
+    with pytest.raises(TypeError, match=r"no myatt twin for.*relu.*pass module="):
+        myatt.compare(torch.relu, np.ones(3))
+    with pytest.raises(TypeError, match=r"gradients need the myatt side"):
+        myatt.compare(torch.relu, np.ones(3), module=lambda x: np.maximum(x, 0), backward=True)
+
+
+@pytest.mark.parametrize("which", ["Linear", "MyAtt", "MultiheadAttention"])
+def test_module_gradients(rng, dtype, which):
+    """Every input's and parameter's gradient, torch's autograd against myatt's pullback,
+    with cotangents of ones (backward=True) or given ones (grad_outputs, None leaving out
+    attn_weights); a wrong parameter shows in the gradients that depend on it."""
+    torch.manual_seed(3)
+    tdt = oracle.torch_dtype(dtype)
+    if which == "Linear":
+        t, args, kw = torch.nn.Linear(6, 4, dtype=tdt), (rng.standard_normal((3, 6)),), {}
+        want = {"grad_input", "grad_weight", "grad_bias"}
+    elif which == "MyAtt":
+        t, args, kw = seed_module(dtype), seed_inputs(rng), {}
+        want = {"grad_Q", "grad_K", "grad_V", "grad_attn.weight", "grad_attn.bias",
+                "grad_attn_combine.weight", "grad_attn_combine.bias"}
+    else:
+        t = torch.nn.MultiheadAttention(8, 2, dtype=tdt)
+        x = rng.standard_normal((5, 2, 8))
+        pad = np.zeros((2, 5), bool)
+        pad[0, 3:] = True
+        args, kw = (x, x, x), dict(key_padding_mask=pad, average_attn_weights=False)
+        want = {"grad_query", "grad_key", "grad_value", "grad_in_proj_weight",
+                "grad_in_proj_bias", "grad_out_proj.weight", "grad_out_proj.bias"}
+    report = myatt.compare(t, *args, backward=True, **kw)
+    assert report.agree, report
+    assert {r.name for r in report.results if r.name.startswith("grad_")} == want
+    outs = myatt.compare(t, *args, **kw).results
+    given = [rng.standard_normal(r.shape) for r in outs[:1]] + [None] * (len(outs) - 1)
+    assert myatt.compare(t, *args, grad_outputs=given, **kw).agree
+    m = _twin(t)
+    name = next(iter(m.state_dict()))
+    changed = m.state_dict()[name]
+    changed.flat[0] += 1e-3              # (a constant added to all of attn.weight cancels)
+    m.load_state_dict(dict(m.state_dict(), **{name: changed}))
+    wrong = myatt.compare(t, *args, module=m, backward=True, **kw)
+    assert not wrong.agree
+    assert any(not r.agree for r in wrong.results if r.name.startswith("grad_"))
+    with pytest.raises(ValueError, match="grad_outputs"):
+        myatt.compare(t, *args, grad_outputs=[None] * (len(outs) + 1), **kw)
+
+
+def _twin(t):
+    if isinstance(t, torch.nn.Linear):
+        return myatt.Linear.from_torch(t)
+    if isinstance(t, torch.nn.MultiheadAttention):
+        return myatt.MultiheadAttention.from_torch(t)
+    return myatt.MyAtt.from_torch(t)
+
+
+def test_saturated_gradients_say_which_side_is_nearer():
+    """Saturated scores (the softmax near one-hot): torch's and myatt's float32 grad_key
+    differ beyond assert_close's tolerances, and myatt's is 6x nearer to float64; the report
+    says so, and the row agrees by the spec's long-reduction rule. (Without the float64
+    reruns, the rule cannot apply: the row differs.)"""
+    rng = np.random.default_rng(8)
+    q = (rng.standard_normal((1, 2, 16, 32)) * 8.0).astype(np.float32)
+    k = rng.standard_normal((1, 2, 40, 32)).astype(np.float32)
+    v = rng.standard_normal((1, 2, 40, 32)).astype(np.float32)
+    F = torch.nn.functional
+    report = myatt.compare(F.scaled_dot_product_attention, q, k, v, backward=True)
+    r = report["grad_key"]
+    assert not r.within_tolerance and r.agree and r.agree64
+    assert r.err64_torch > 3 * r.err64_myatt
+    assert "myatt is nearer to float64" in r.reason and "yes (f64)" in str(report)
+    assert "1 by the float64 rule" in str(report)
+    alone = myatt.compare(F.scaled_dot_product_attention, q, k, v, backward=True,
+                          float64_reference=False)
+    assert not alone.agree and not alone["grad_key"].agree
+
+
+def test_either_side_that_would_drop_runs_in_eval_mode(rng):
+    """torch's MultiheadAttention with its own dropout (no nn.Dropout submodule), myatt's
+    with dropout given as module=, a function's dropout_p: both sides without dropout, the
+    modes restored, a note naming the side."""
+    torch.manual_seed(4)
+    t = torch.nn.MultiheadAttention(8, 2, dropout=0.3)
+    x = rng.standard_normal((5, 2, 8)).astype(np.float32)
+    report = myatt.compare(t, x, x, x, backward=True)
+    assert report.agree and len(report.notes) == 1
+    assert "torch's MultiheadAttention (p=0.3)" in report.notes[0]
+    assert "myatt's MultiheadAttention (p=0.3)" in report.notes[0]
+    assert t.training
+    t_off = copy.deepcopy(t)
+    t_off.dropout = 0.0
+    mine = myatt.MultiheadAttention.from_torch(t)        # it drops, torch's does not
+    report = myatt.compare(t_off, x, x, x, module=mine)
+    assert report.agree and "myatt's MultiheadAttention (p=0.3)" in report.notes[0]
+    assert mine.training and mine.out_proj.training and t_off.training
+    q, k, v = _sdpa_inputs(rng, np.float32, 2, 2)
+    report = myatt.compare(torch.nn.functional.scaled_dot_product_attention, q, k, v,
+                           dropout_p=0.5)
+    assert report.agree and "dropout_p=0.5" in report.notes[0]

@@ -162,6 +162,77 @@ def test_causal(L, S):
     check(make(rng, (2, L, 16)), make(rng, (2, S, 16)), make(rng, (2, S, 8)), is_causal=True)
 
 
+# attn_mask with is_causal: torch 2.13's CPU kernel applies both on its flash path (4-D,
+# E == Ev, a 2-D or 4-D mask, no dropout) and refuses them on its math path
+MASK_FORMS = {"LS": lambda B, H, L, S: (L, S), "11LS": lambda B, H, L, S: (1, 1, L, S),
+              "BHLS": lambda B, H, L, S: (B, H, L, S), "B1LS": lambda B, H, L, S: (B, 1, L, S),
+              "1S": lambda B, H, L, S: (1, S), "L1": lambda B, H, L, S: (L, 1)}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("L, S", [(5, 7), (7, 5), (1, 9), (33, 600), (600, 33), (513, 1025)])
+@pytest.mark.parametrize("kind", ["float", "bool"])
+@pytest.mark.parametrize("form", list(MASK_FORMS))
+def test_mask_with_causal(dtype, L, S, kind, form):
+    """Both applied, forward and gradients, as torch's (which equals the mask AND tril)."""
+    rng = np.random.default_rng(L * 7 + S)
+    B, H, E = 2, 3, 16
+    q, k, v = (make(rng, (B, H, n, E), dtype) for n in (L, S, S))
+    shape = MASK_FORMS[form](B, H, L, S)
+    m = rng.random(shape) < 0.7 if kind == "bool" else make(rng, shape, dtype)
+    ours = check(q, k, v, attn_mask=m, is_causal=True)
+    tril = np.tril(np.ones((L, S), bool))
+    both = m & tril if kind == "bool" else np.where(tril, m, -np.inf)
+    np.testing.assert_array_equal(ours, sdpa(q, k, v, attn_mask=both))
+    check_backward(q, k, v, attn_mask=m, is_causal=True)
+
+
+@pytest.mark.parametrize("case", ["3-D", "5-D", "E != Ev", "dropout", "1-D mask", "3-D mask"])
+def test_mask_with_causal_refused_where_torch_refuses(case):
+    rng = np.random.default_rng(8)
+    lead, Ev, mshape, kw = {"3-D": ((3,), 8, (5, 6), {}), "5-D": ((2, 2, 3), 8, (5, 6), {}),
+                            "E != Ev": ((2, 3), 4, (5, 6), {}),
+                            "dropout": ((2, 3), 8, (5, 6), {"dropout_p": 0.1}),
+                            "1-D mask": ((2, 3), 8, (6,), {}),
+                            "3-D mask": ((2, 3), 8, (3, 5, 6), {})}[case]
+    q, k, v = make(rng, lead + (5, 8)), make(rng, lead + (6, 8)), make(rng, lead + (6, Ev))
+    m = make(rng, mshape)
+    with pytest.raises(RuntimeError if case != "1-D mask" else IndexError):   # torch's refusal
+        F.scaled_dot_product_attention(*(torch.from_numpy(x) for x in (q, k, v, m)),
+                                       is_causal=True, **kw)
+    with pytest.raises(ValueError, match=r"attn_mask and is_causal=True together"):
+        sdpa(q, k, v, attn_mask=m, is_causal=True, **kw)
+
+
+@pytest.mark.parametrize("L, S, E, Ev", [(0, 6, 8, 8), (5, 0, 8, 4), (5, 6, 8, 0), (5, 6, 0, 0)])
+def test_mask_with_causal_on_an_empty_result_as_torch(L, S, E, Ev):
+    """torch returns at once for an empty result or no keys, whatever the shapes: so does myatt."""
+    rng = np.random.default_rng(9)
+    q, k, v = make(rng, (3, L, E)), make(rng, (3, S, E)), make(rng, (3, S, Ev))
+    check(q, k, v, attn_mask=make(rng, (L, S)), is_causal=True)
+
+
+def test_decoding_with_a_key_value_cache():
+    """is_causal aligns its triangle at the top left (query row i sees keys 0..i): right for a
+    prefill (L == S), wrong for the new rows of a cached decode (L < S), which need the
+    bottom-right triangle (row i sees keys 0..S - L + i) as an explicit mask (or no mask for
+    a single new row). docs/conventions.md shows the same."""
+    rng = np.random.default_rng(10)
+    x = make(rng, (1, 4, 10, 16))                  # one sequence of 10 positions, 4 heads
+    full = sdpa(x, x, x, is_causal=True)           # every position at once
+    past, new = 7, 3                               # 7 cached, 3 new query rows
+    q, kv = x[:, :, past:], x                      # keys and values: the cache and the new
+    L, S = new, past + new
+    bottom_right = np.tril(np.ones((L, S), bool), k=S - L)
+    np.testing.assert_array_equal(sdpa(q, kv, kv, attn_mask=bottom_right), full[:, :, past:])
+    assert_matches(sdpa(q, kv, kv, attn_mask=bottom_right),
+                   torch_sdpa(q, kv, kv, attn_mask=bottom_right))
+    top_left = sdpa(q, kv, kv, is_causal=True)     # sees keys 0..i only: not the decode's
+    assert not np.allclose(top_left, full[:, :, past:])
+    one = sdpa(x[:, :, -1:], kv, kv)               # a single new row sees every key: no mask
+    np.testing.assert_array_equal(one, full[:, :, -1:])
+
+
 @pytest.mark.parametrize("scale", [0.0, 0.125, 1.0, 3.0, -0.5])
 def test_explicit_scale(scale):
     rng = np.random.default_rng(3)
