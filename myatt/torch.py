@@ -29,7 +29,7 @@ gradients are once-differentiable (no double backward).
 import numpy as np
 import torch
 
-from . import _myatt
+from . import _myatt, _twins
 
 __all__ = [
     "bmm",
@@ -217,12 +217,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     return _apply(run, 1, query, key, value, mask)[0]
 
 
-# multi_head_attention_forward's parameters, as the myatt module's state_dict names them
-_MHA_STATE = (("in_proj_weight", "in_proj_weight"), ("in_proj_bias", "in_proj_bias"),
-              ("bias_k", "bias_k"), ("bias_v", "bias_v"),
-              ("out_proj_weight", "out_proj.weight"), ("out_proj_bias", "out_proj.bias"),
-              ("q_proj_weight", "q_proj_weight"), ("k_proj_weight", "k_proj_weight"),
-              ("v_proj_weight", "v_proj_weight"))
+# multi_head_attention_forward's weight arguments, in the order their gradients return
+_MHA_WEIGHTS = ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight",
+                "in_proj_bias", "bias_k", "bias_v", "out_proj_weight", "out_proj_bias")
 
 
 def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_heads,
@@ -233,74 +230,51 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
                                  k_proj_weight=None, v_proj_weight=None, static_k=None,
                                  static_v=None, average_attn_weights=True, is_causal=False):
     """``torch.nn.functional.multi_head_attention_forward`` by a
-    :class:`myatt.MultiheadAttention` holding the given weights (``[L, N, E]`` or unbatched
-    ``[L, E]`` inputs, as torch's function); gradients of the inputs and of every weight
-    through its pullback. Returns ``(attn_output, attn_weights or None)``.
+    :class:`myatt.MultiheadAttention` holding the given weights, in the mode `training`
+    says (``[L, N, E]`` or unbatched ``[L, E]`` inputs, as torch's function); gradients of
+    the inputs and of every weight through its pullback. Returns
+    ``(attn_output, attn_weights or None)``.
 
     Raises
     ------
-    NotImplementedError
+    TypeError
         For `static_k` / `static_v`, and for an input projection bias without an output
         projection bias (or the reverse), which myatt's module cannot hold.
     """
-    if static_k is not None or static_v is not None:
-        raise NotImplementedError("myatt.torch.multi_head_attention_forward(): static_k and "
-                                  "static_v are not supported")
-    if (in_proj_bias is None) != (out_proj_bias is None):
-        raise NotImplementedError("myatt.torch.multi_head_attention_forward(): an input "
-                                  "projection bias without an output one (or the reverse) is "
-                                  "not supported")
-    embed_dim = query.shape[-1]
-    if embed_dim != embed_dim_to_check:
+    call = dict(locals())
+    E = query.shape[-1]
+    if E != embed_dim_to_check:
         raise ValueError(f"multi_head_attention_forward(): was expecting embedding dimension "
-                         f"of {embed_dim_to_check}, but got {embed_dim}")
-    weights = dict(in_proj_weight=in_proj_weight, in_proj_bias=in_proj_bias, bias_k=bias_k,
-                   bias_v=bias_v, out_proj_weight=out_proj_weight, out_proj_bias=out_proj_bias,
-                   q_proj_weight=None, k_proj_weight=None, v_proj_weight=None)
-    kdim, vdim = key.shape[-1], value.shape[-1]
-    if use_separate_proj_weight:
-        if kdim == embed_dim and vdim == embed_dim:
-            # myatt packs the three projections when the sizes allow: one [3E, E] weight,
-            # the same products row block by row block
-            weights["in_proj_weight"] = torch.cat([q_proj_weight, k_proj_weight, v_proj_weight])
-        else:
-            weights.update(in_proj_weight=None, q_proj_weight=q_proj_weight,
-                           k_proj_weight=k_proj_weight, v_proj_weight=v_proj_weight)
+                         f"of {embed_dim_to_check}, but got {E}")
+    if use_separate_proj_weight and key.shape[-1] == E and value.shape[-1] == E:
+        # myatt holds separate projections only for other key/value sizes: the three as one
+        # [3E, E] weight (the same products; their gradients through torch.cat's backward)
+        call.update(in_proj_weight=torch.cat([q_proj_weight, k_proj_weight, v_proj_weight]),
+                    use_separate_proj_weight=False, q_proj_weight=None, k_proj_weight=None,
+                    v_proj_weight=None)
+    names = [n for n in _MHA_WEIGHTS if call[n] is not None]
     _check_dtypes("multi_head_attention_forward",
-                  [("query", query), ("key", key), ("value", value)]
-                  + [(k, v) for k, v in weights.items()])
-    dtype = np.float64 if query.dtype == torch.float64 else np.float32
-    names = [k for k, _ in _MHA_STATE if weights[k] is not None]
-    masks = {}
-    for name, m in (("key_padding_mask", key_padding_mask), ("attn_mask", attn_mask)):
-        if m is not None:
-            masks[name] = m.detach()
+                  [(n, call[n]) for n in ("query", "key", "value", *names)])
+    masks = {n: _np(call[n]) for n in ("key_padding_mask", "attn_mask") if call[n] is not None}
 
     def run(q, k, v, *params):
-        mha = _myatt.MultiheadAttention(
-            embed_dim, num_heads, dropout=float(dropout_p), bias=in_proj_bias is not None,
-            add_bias_kv=bias_k is not None, add_zero_attn=bool(add_zero_attn), kdim=kdim,
-            vdim=vdim, batch_first=False, dtype=dtype)
-        mha.load_state_dict({dict(_MHA_STATE)[n]: p for n, p in zip(names, params)})
-        mha.train(bool(training))
-        result, pull = _myatt.vjp(mha, q, k, v, need_weights=bool(need_weights),
+        arrays = dict(call, query=q, key=k, value=v, **dict(zip(names, params)))
+        m, keys = _twins._mha_module(**dict(arrays, key_padding_mask=None, attn_mask=None))
+        result, pull = _myatt.vjp(m, q, k, v, need_weights=bool(need_weights),
                                   average_attn_weights=bool(average_attn_weights),
-                                  is_causal=bool(is_causal),
-                                  **{n: _np(m) for n, m in masks.items()})
+                                  is_causal=bool(is_causal), **masks)
         out, w = result
+        state_key = {arg: key for key, arg in keys.items()}
 
         def back(g_out, g_w=None):
             if g_out is None:
                 g_out = np.zeros_like(out)
-            gr = pull(g_out, g_w) if w is not None else pull(g_out)
-            return (gr["query"], gr["key"], gr["value"]) + tuple(
-                gr[dict(_MHA_STATE)[n]] for n in names)
+            g = pull(g_out, g_w) if w is not None else pull(g_out)
+            return (g["query"], g["key"], g["value"]) + tuple(g[state_key[n]] for n in names)
 
         return (out, w), back
 
-    outs = _apply(run, 2, query, key, value, *(weights[n] for n in names))
-    attn_output, attn_weights = outs
-    # (separate weights packed above get their gradients through torch.cat's backward)
+    attn_output, attn_weights = _apply(run, 2, query, key, value, *(call[n] for n in names))
     return attn_output, (attn_weights if need_weights else None)
 
 
