@@ -330,8 +330,9 @@ class Validation:
                       "outputs": [asdict(r) for r in self.outputs], "notes": list(self.notes)})
 
     def plot(self, ax=None):
-        """Each call's error against its float64 reruns, myatt's beside torch's (log scale),
-        differing calls marked; skipped calls as grey ticks at the bottom. Needs matplotlib.
+        """Each call's error against its float64 reruns, myatt's beside torch's, and the
+        difference between the two (log scale); differing calls circled, skipped calls as
+        grey ticks at the bottom. Needs matplotlib.
 
         Parameters
         ----------
@@ -344,29 +345,38 @@ class Validation:
         """
         try:
             import matplotlib.pyplot as plt
+            from matplotlib.ticker import MaxNLocator
         except ImportError as e:
             raise ImportError("Validation.plot() needs matplotlib (pip install matplotlib)") from e
         if ax is None:
-            _, ax = plt.subplots(figsize=(min(12, 4 + 0.12 * len(self.calls)), 3.6))
+            _, ax = plt.subplots(figsize=(min(12, 5 + 0.12 * len(self.calls)), 3.6))
         judged = [c for c in self.calls if c.verdict != "skipped" and c.myatt_error is not None]
         x = np.array([c.index for c in judged], dtype=float)
-        tiny = np.finfo(np.float64).tiny
-        m = np.array([max(c.myatt_error, tiny) for c in judged])
-        t = np.array([max(c.torch_error, tiny) for c in judged])
+        m = np.array([c.myatt_error for c in judged])
+        t = np.array([c.torch_error for c in judged])
+        d = np.array([c.max_abs for c in judged])
+        # zeros (the same bits) drawn on a floor a decade below the smallest error
+        values = np.concatenate([m, t, d])
+        positive = values[np.isfinite(values) & (values > 0)]
+        floor = positive.min() / 10 if positive.size else 1e-12
+        m, t, d = (np.where(v > 0, v, floor) for v in (m, t, d))
         ax.set_yscale("log")
         if len(judged):
-            ax.scatter(x - 0.15, m, s=14, marker="o", color="#1f77b4", label="myatt vs float64")
-            ax.scatter(x + 0.15, t, s=14, marker="s", color="#ff7f0e", label="torch vs float64")
+            ax.scatter(x - 0.15, m, s=16, marker="o", color="#1f77b4", label="myatt vs float64")
+            ax.scatter(x + 0.15, t, s=16, marker="s", color="#ff7f0e", label="torch vs float64")
+            ax.scatter(x, d, s=22, marker="x", color="#555555",
+                       label="|myatt - torch| (0: at the bottom)")
             bad = [i for i, c in enumerate(judged) if c.verdict == "differ"]
             if bad:
-                ax.scatter(x[bad] - 0.15, m[bad], s=80, facecolors="none", edgecolors="#cf222e",
+                ax.scatter(x[bad], d[bad], s=110, facecolors="none", edgecolors="#cf222e",
                            linewidths=1.5, label="differs")
         skipped = [c.index for c in self.calls if c.verdict == "skipped"]
         if skipped:
-            ax.plot(skipped, [0.02] * len(skipped), "|", color="grey", markersize=12,
+            ax.plot(skipped, [0.03] * len(skipped), "|", color="grey", markersize=12,
                     transform=ax.get_xaxis_transform(), label="skipped")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("call (in the order the model made them)")
-        ax.set_ylabel("max abs error against float64")
+        ax.set_ylabel("max abs error")
         ax.set_title(f"myatt.validate: {self.model} ({self.mode}), "
                      f"{len(self.differ)} of {len(self.calls)} calls differ")
         ax.grid(True, which="major", alpha=0.3)
