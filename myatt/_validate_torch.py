@@ -58,7 +58,7 @@ class _Local(threading.local):
 
 _local = _Local()
 _hooks_lock = threading.Lock()
-_hooks = []
+_hooks: list = []
 _hook_users = 0
 
 
@@ -315,7 +315,7 @@ _FUSED = {
     "_scaled_dot_product_fused_attention_overrideable": "a fused attention op of another backend",
 }
 
-_ATEN = {
+_ATEN: dict = {
     aten.addmm.default: _plan_addmm,
     aten.mm.default: _plan_mm,
     aten.bmm.default: _plan_bmm,
@@ -488,7 +488,7 @@ def _softmax_call(input, dim=None, dtype=None, _stacklevel=3):
     return mt.softmax(input, dim, dtype, _stacklevel=_stacklevel + 1)
 
 
-_REPLACE = {}
+_REPLACE: dict = {}
 
 
 def _replace_table():
@@ -830,7 +830,7 @@ class Session:
         iterator = records
         if len(records) >= PROGRESS_FROM:
             try:
-                from tqdm.auto import tqdm
+                from tqdm.auto import tqdm  # type: ignore[import-untyped]
                 iterator = tqdm(records, desc="myatt.validate", unit="call", leave=False)
             except ImportError:
                 pass
@@ -895,7 +895,7 @@ def validate(model, args, kwargs, mode, backward, grad_outputs, rtol, atol):
     reference = None
     if mode == "replace":      # the same model on torch alone, from the same random state
         rng = torch.random.get_rng_state()
-        with grad_mode:
+        with _detached(), grad_mode:
             out_ref = model(*args, **kwargs)
             reference = (out_ref, _backward(out_ref, grad_outputs, params) if backward else None)
         torch.random.set_rng_state(rng)
@@ -914,7 +914,6 @@ def _end_to_end(report, model, args, kwargs, out, ours, reference, grad_outputs,
                 backward, rtol, atol):
     """report.outputs: the model on myatt against the model on torch (and float64 reruns of
     both when the model is float32 and can be copied)."""
-    import copy
     out_ref, ref_grads = reference
     pairs = list(zip(_flatten(out), _flatten(out_ref)))
     if backward:
@@ -924,29 +923,7 @@ def _end_to_end(report, model, args, kwargs, out, ours, reference, grad_outputs,
     wide = {}
     if any(t.dtype == torch.float32 for (_, t), _ in pairs):
         try:
-            model64 = copy.deepcopy(model).to(torch.float64) if isinstance(
-                model, torch.nn.Module) else model
-            memo = {}
-            a64, k64 = _to64(args, memo), _to64(kwargs, memo)
-            p64 = list(model64.named_parameters()) if isinstance(model64, torch.nn.Module) else []
-            g64 = None if grad_outputs is None else _to64(grad_outputs, {})
-            grad_mode = torch.enable_grad() if backward else contextlib.nullcontext()
-            rng = torch.random.get_rng_state()
-            with grad_mode:
-                r64 = model64(*a64, **k64)
-                rg64 = _backward(r64, g64, p64) if backward else None
-            torch.random.set_rng_state(rng)
-            inner = Session("replace", False, rtol, atol, model=model64, title="float64")
-            with inner, grad_mode:
-                m64 = model64(*a64, **k64)
-                mg64 = _backward(m64, g64, p64) if backward else None
-            torch.random.set_rng_state(rng)
-            wide_pairs = list(zip(_flatten(m64), _flatten(r64)))
-            if backward:
-                wide_pairs.append((("loss", mg64[0]), ("loss", rg64[0])))
-                wide_pairs += [(("grad " + n, g), ("grad " + n, h))
-                               for (n, g), (_, h) in zip(mg64[1], rg64[1]) if g is not None]
-            wide = {n: (a, b) for (n, a), (_, b) in wide_pairs}
+            wide = _float64_runs(model, args, kwargs, grad_outputs, backward, rtol, atol)
         except Exception as e:
             report.notes.append(f"end to end: no float64 reruns ({type(e).__name__}: {e})")
     for (name, a), (_, b) in pairs:
@@ -954,3 +931,47 @@ def _end_to_end(report, model, args, kwargs, out, ours, reference, grad_outputs,
         rt, at = (rtol, atol) if rtol is not None else _judge.tolerances(dt)
         a64, b64 = wide.get(name, (None, None)) if dt == "float32" else (None, None)
         report.outputs.append(_result(name, a, b, rt, at, a64, b64))
+
+
+@contextlib.contextmanager
+def _detached():
+    """Validation's own runs of a model (replace mode's reference and float64 runs): the
+    enclosing validating blocks of this thread neither record nor replace anything in them."""
+    loc = _local
+    saved = loc.sessions, loc.modules, loc.pending
+    loc.sessions, loc.modules, loc.pending = [], [], []
+    try:
+        yield
+    finally:
+        loc.sessions, loc.modules, loc.pending = saved
+
+
+def _float64_runs(model, args, kwargs, grad_outputs, backward, rtol, atol):
+    """The model in float64 on myatt and on torch (replace mode): {name: (myatt's, torch's)}
+    for each end-to-end result."""
+    import copy
+    with _detached():
+        model64 = copy.deepcopy(model).to(torch.float64) if isinstance(
+            model, torch.nn.Module) else model
+        memo = {}
+        a64, k64 = _to64(args, memo), _to64(kwargs, memo)
+        p64 = list(model64.named_parameters()) if isinstance(model64, torch.nn.Module) else []
+        g64 = None if grad_outputs is None else _to64(grad_outputs, {})
+        grad_mode = torch.enable_grad() if backward else contextlib.nullcontext()
+        rng = torch.random.get_rng_state()
+        with grad_mode:
+            r64 = model64(*a64, **k64)
+            rg64 = _backward(r64, g64, p64) if backward else None
+        torch.random.set_rng_state(rng)
+        inner = Session("replace", False, rtol, atol, model=model64, title="float64")
+        inner.judge = lambda: inner.report        # its calls are not judged: only its outputs
+        with inner, grad_mode:
+            m64 = model64(*a64, **k64)
+            mg64 = _backward(m64, g64, p64) if backward else None
+        torch.random.set_rng_state(rng)
+    wide_pairs = list(zip(_flatten(m64), _flatten(r64)))
+    if backward:
+        wide_pairs.append((("loss", mg64[0]), ("loss", rg64[0])))
+        wide_pairs += [(("grad " + n, g), ("grad " + n, h))
+                       for (n, g), (_, h) in zip(mg64[1], rg64[1]) if g is not None]
+    return {n: (a, b) for (n, a), (_, b) in wide_pairs}

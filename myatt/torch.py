@@ -93,13 +93,19 @@ class _Pullback(torch.autograd.Function):
         return outs
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, *grads):
-        grads = tuple(None if g is None else g.detach().cpu().numpy() for g in grads)
-        if all(g is None for g in grads):
-            return (None, None) + (None,) * len(ctx.tensors)
-        out = ctx.pullback(*grads)
-        return (None, None) + tuple(_grad(g, t) for g, t in zip(out, ctx.tensors))
+        # once_differentiable: a double backward raises instead of silently giving zeros
+        return torch.autograd.function.once_differentiable(_pullback_backward)(ctx, *grads)
+
+
+def _pullback_backward(ctx, *grads):
+    """_Pullback's backward: the forward's pullback (no double backward: its gradients are
+    computed by myatt, outside torch's graph)."""
+    grads = tuple(None if g is None else g.detach().cpu().numpy() for g in grads)
+    if all(g is None for g in grads):
+        return (None, None) + (None,) * len(ctx.tensors)
+    out = ctx.pullback(*grads)
+    return (None, None) + tuple(_grad(g, t) for g, t in zip(out, ctx.tensors))
 
 
 def _apply(run, n_results, *tensors):

@@ -399,10 +399,40 @@ def test_nested_blocks_each_record_their_calls():
     assert [c.index for c in outer.calls] == [0, 1, 2, 3]
     assert [(c.op, c.module) for c in report.calls] == [("linear", "")]
     assert outer.agree and inner.agree
+    # replace mode's own runs of the model (torch's reference, the float64 runs) inside a
+    # replace block: neither replaced nor recorded
+    with myatt.validating(mode="replace") as outer:
+        report = myatt.validate(lin, x, mode="replace")
+    assert [c.op for c in outer.calls] == ["linear"] and len(report.calls) == 1
+    assert [r.name for r in report.outputs] == ["output"] and report.agree
+    assert report.outputs[0].torch_error is not None
     with pytest.raises(ValueError, match="enclosing block's mode"):
         with myatt.validating():
             with myatt.validating(mode="replace"):
                 pass
+    _no_validation_left()
+
+
+def test_threads_validating_at_once_each_get_their_own_calls():
+    models = [nn.Linear(8, 4), nn.Linear(8, 6)]
+    reports = [None, None]
+    barrier = threading.Barrier(2)
+
+    def run(i):
+        with myatt.validating() as reports[i]:
+            barrier.wait()
+            for _ in range(10):
+                models[i](torch.randn(3, 8))
+            barrier.wait()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for report, out in zip(reports, (4, 6)):
+        assert len(report.calls) == 10 and report.agree
+        assert {c.shapes[1] for c in report.calls} == {(out, 8)}
     _no_validation_left()
 
 
