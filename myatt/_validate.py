@@ -138,8 +138,8 @@ class Validation:
         One per recorded call.
     outputs : list of ResultReport
         ``mode="replace"`` in ``validate``: each output of the model run on myatt against
-        the same model run on torch (and, with ``backward=True``, the loss
-        ``sum(output * grad_output)`` and the gradient of every parameter).
+        the same model run on torch, the loss ``sum(output * grad_output)`` (`grad_outputs`,
+        or ones), and with ``backward=True`` the gradient of every parameter.
     notes : list of str
         What was done or left out, and why.
     """

@@ -244,22 +244,24 @@ def _describe(record, tensors):
 # aten ops (shadow mode) -> myatt's twins
 # --------------------------------------------------------------------------------------- #
 # A plan: (op, myatt's twin called as torch called the aten op, the inputs by name and
-# position, in myatt's order). A linear's weight is the aten op's mat2, the weight
-# transposed: shown with the weight's shape, its gradient compared as mat2's.
+# position in myatt's order, the names given transposed). A linear's weight in addmm and mm
+# is the op's mat2, the weight transposed: shown with the weight's shape, its gradient
+# compared as mat2's.
 def _plan_addmm(args, kwargs):
     bias, mat1, mat2 = args[:3]
     if kwargs.get("beta", 1) != 1 or kwargs.get("alpha", 1) != 1 or bias.dim() != 1:
         return "addmm with beta or alpha other than 1, or a bias that is not 1-D: not a linear call"
     return ("linear", lambda b, x, w, **kw: mt.linear(x, w.t(), b),
-            (("input", 1), ("weight", 2), ("bias", 0)))
+            (("input", 1), ("weight", 2), ("bias", 0)), {"weight"})
 
 
 def _plan_mm(args, kwargs):
-    return ("linear", lambda x, w: mt.linear(x, w.t()), (("input", 0), ("weight", 1)))
+    return ("linear", lambda x, w: mt.linear(x, w.t()), (("input", 0), ("weight", 1)),
+            {"weight"})
 
 
 def _plan_bmm(args, kwargs):
-    return ("bmm", mt.bmm, (("input", 0), ("mat2", 1)))
+    return ("bmm", mt.bmm, (("input", 0), ("mat2", 1)), ())
 
 
 def _plan_baddbmm(args, kwargs):
@@ -267,13 +269,13 @@ def _plan_baddbmm(args, kwargs):
         return "baddbmm with beta or alpha other than 1"
     # bmm, then the added term (a mask) by torch: one more rounding, as torch's
     return ("bmm", lambda s, a, b, **kw: mt.bmm(a, b) + s,
-            (("input", 1), ("mat2", 2), ("added", 0)))
+            (("input", 1), ("mat2", 2), ("added", 0)), ())
 
 
 def _plan_softmax(args, kwargs):
     if len(args) > 2 and args[2]:
         return "softmax of a half-precision input into float32 (half_to_float)"
-    return ("softmax", lambda x, dim, *a: mt.softmax(x, dim), (("input", 0),))
+    return ("softmax", lambda x, dim, *a: mt.softmax(x, dim), (("input", 0),), ())
 
 
 def _safe_softmax(x, dim, dtype=None):
@@ -285,7 +287,7 @@ def _safe_softmax(x, dim, dtype=None):
 
 
 def _plan_safe_softmax(args, kwargs):
-    return ("softmax", _safe_softmax, (("input", 0),))
+    return ("softmax", _safe_softmax, (("input", 0),), ())
 
 
 def _flash(q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
@@ -293,12 +295,50 @@ def _flash(q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=Non
                                            scale=scale, enable_gqa=q.shape[-3] != k.shape[-3])
 
 
+_DROPOUT = ("dropout_p > 0: torch and myatt draw different random masks (validate the model "
+            "in eval mode, or with dropout 0)")
+
+
 def _plan_flash(args, kwargs):
     dropout_p = args[3] if len(args) > 3 else kwargs.get("dropout_p", 0.0)
     if dropout_p > 0:
-        return ("dropout_p > 0: torch and myatt draw different random masks (validate the "
-                "model in eval mode, or with dropout 0)")
-    return ("sdpa", _flash, (("query", 0), ("key", 1), ("value", 2)))
+        return _DROPOUT
+    return ("sdpa", _flash, (("query", 0), ("key", 1), ("value", 2)), ())
+
+
+# Under torch.inference_mode the dispatch mode sees torch's composite ops whole (autograd's
+# keys are off, so they reach the Python key before they decompose): linear, softmax,
+# scaled_dot_product_attention, matmul.
+def _plan_linear(args, kwargs):
+    return ("linear", mt.linear, (("input", 0), ("weight", 1), ("bias", 2)), ())
+
+
+def _plan_softmax_int(args, kwargs):
+    return ("softmax", mt.softmax, (("input", 0),), ())
+
+
+def _plan_sdpa(args, kwargs):
+    dropout_p = args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0)
+    if dropout_p > 0:
+        return _DROPOUT
+    return ("sdpa", mt.scaled_dot_product_attention, (("query", 0), ("key", 1), ("value", 2)),
+            ())
+
+
+def _batched_matmul(a, b):
+    out = mt.bmm(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]))
+    return out.reshape(*a.shape[:-1], b.shape[-1])
+
+
+def _plan_matmul(args, kwargs):
+    a, b = args[:2]
+    if a.dim() >= 2 and b.dim() == 2:
+        return ("linear", lambda x, w: mt.linear(x, w.t()), (("input", 0), ("weight", 1)),
+                {"weight"})
+    if a.dim() >= 3 and a.shape[:-2] == b.shape[:-2]:
+        return ("bmm", _batched_matmul, (("input", 0), ("mat2", 1)), ())
+    return (f"matmul of shapes {tuple(a.shape)} and {tuple(b.shape)}: myatt reruns products "
+            f"of a matrix, or of batches of the same shape (linear, bmm)")
 
 
 _FUSED = {
@@ -322,7 +362,19 @@ _ATEN: dict = {
     aten.baddbmm.default: _plan_baddbmm,
     aten._softmax.default: _plan_softmax,
     aten._scaled_dot_product_flash_attention_for_cpu.default: _plan_flash,
+    aten.linear.default: _plan_linear,
+    aten.softmax.int: _plan_softmax_int,
+    aten.scaled_dot_product_attention.default: _plan_sdpa,
+    aten.matmul.default: _plan_matmul,
 }
+_COMPOSITE = (aten.linear.default, aten.softmax.int, aten.scaled_dot_product_attention.default,
+              aten.matmul.default)
+_INFERENCE_NOTE = (
+    "torch.inference_mode was on: torch then passes its composite ops (linear, softmax, "
+    "scaled_dot_product_attention, matmul) to any dispatch mode whole, and computes some of "
+    "them in another order with one active (measured: F.linear of a parameter, 2.4e-7), so "
+    "the model's outputs may differ from a run without validation in the last bits; under "
+    "torch.no_grad() they do not")
 if hasattr(aten, "_safe_softmax"):
     _ATEN[aten._safe_softmax.default] = _plan_safe_softmax
 for _name, _reason in _FUSED.items():
@@ -341,15 +393,15 @@ def _record_call(op_name, plan, fn, args, kwargs, outputs, *, shadow):
         record.skip = reason
         _add(record)
         return record
-    record.op, record.myatt_fn, grads = plan
+    record.op, record.myatt_fn, grads, transposed = plan
+    grads = [(n, k) for n, k in grads if k < len(args) and isinstance(args[k], torch.Tensor)]
     named = [args[k] for _, k in grads]
-    record.shapes = tuple(tuple(t.shape)[::-1] if record.op == "linear" and n == "weight"
-                          else tuple(t.shape) for (n, _), t in zip(grads, named)) + tuple(
+    record.shapes = tuple(tuple(t.shape)[::-1] if n in transposed else tuple(t.shape)
+                          for (n, _), t in zip(grads, named)) + tuple(
         tuple(t.shape) for t in tensors if not any(t is u for u in named))
     record.torch_fn = fn
     record.args, record.kwargs = _copy(args, kwargs)
-    record.grads = tuple((n, k) for n, k in grads
-                         if isinstance(args[k], torch.Tensor) and args[k].requires_grad)
+    record.grads = tuple((n, k) for n, k in grads if args[k].requires_grad)
     if shadow:
         outs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
         record.theirs = tuple(outs[i].detach().clone() for i in record.select)
@@ -404,6 +456,8 @@ class _ShadowMode(TorchDispatchMode):
             return out       # the module's own row covers its fast path
         loc.busy += 1
         try:
+            if func in _COMPOSITE:
+                _note(_INFERENCE_NOTE)
             if callable(plan):
                 plan = plan(args, kwargs)
             _record_call(str(func).replace(".default", ""), plan, func, args, kwargs, out,
@@ -873,17 +927,24 @@ def _grad_outputs(outputs, grad_outputs):
     return grad_outputs
 
 
-def _backward(outputs, grad_outputs, params):
-    outs = [(n, t) for n, t in _flatten(outputs) if t.requires_grad]
-    if not outs:
+def _loss_and_grads(outputs, grad_outputs, params, backward):
+    """(the loss sum(output * grad_output) over the model's floating outputs, the gradient
+    of each parameter that requires grad, by name): with `backward`, over the outputs that
+    require grad, back-propagated by torch.autograd.grad (no .grad is touched); else the
+    loss alone, over every floating output."""
+    outs = [(n, t) for n, t in _flatten(outputs) if t.requires_grad or not backward]
+    if backward and not outs:
         raise ValueError("backward=True: no output of the model requires grad (are its "
                          "parameters frozen, or does it run under torch.no_grad?)")
     cots = _grad_outputs(outs, grad_outputs)
-    loss = sum((t * c.to(t.dtype)).sum() for (_, t), c in zip(outs, cots))
+    with torch.no_grad():
+        loss = sum((t * c.to(t.dtype)).sum() for (_, t), c in zip(outs, cots))
+    if not backward:
+        return loss, []
     targets = [(n, p) for n, p in params if p.requires_grad]
     grads = torch.autograd.grad([t for _, t in outs], [p for _, p in targets], cots,
                                 allow_unused=True) if targets else []
-    return loss.detach(), list(zip([n for n, _ in targets], grads))
+    return loss, list(zip([n for n, _ in targets], grads))
 
 
 def validate(model, args, kwargs, mode, backward, grad_outputs, rtol, atol):
@@ -897,29 +958,28 @@ def validate(model, args, kwargs, mode, backward, grad_outputs, rtol, atol):
         rng = torch.random.get_rng_state()
         with _detached(), grad_mode:
             out_ref = model(*args, **kwargs)
-            reference = (out_ref, _backward(out_ref, grad_outputs, params) if backward else None)
+            reference = (out_ref, _loss_and_grads(out_ref, grad_outputs, params, backward))
         torch.random.set_rng_state(rng)
     with session as report:
         with grad_mode:
             out = model(*args, **kwargs)
             _resolve_pending()
-            ours = _backward(out, grad_outputs, params) if backward else None
+            ours = _loss_and_grads(out, grad_outputs, params, backward)
     if mode == "replace":
-        _end_to_end(report, model, args, kwargs, out, ours, reference, grad_outputs, params,
-                    backward, rtol, atol)
+        _end_to_end(report, model, args, kwargs, out, ours, reference, grad_outputs, backward,
+                    rtol, atol)
     return report
 
 
-def _end_to_end(report, model, args, kwargs, out, ours, reference, grad_outputs, params,
-                backward, rtol, atol):
+def _end_to_end(report, model, args, kwargs, out, ours, reference, grad_outputs, backward,
+                rtol, atol):
     """report.outputs: the model on myatt against the model on torch (and float64 reruns of
     both when the model is float32 and can be copied)."""
     out_ref, ref_grads = reference
     pairs = list(zip(_flatten(out), _flatten(out_ref)))
-    if backward:
-        pairs.append((("loss", ours[0]), ("loss", ref_grads[0])))
-        pairs += [(("grad " + n, g), ("grad " + n, h))
-                  for (n, g), (_, h) in zip(ours[1], ref_grads[1]) if g is not None]
+    pairs.append((("loss", ours[0]), ("loss", ref_grads[0])))
+    pairs += [(("grad " + n, g), ("grad " + n, h))
+              for (n, g), (_, h) in zip(ours[1], ref_grads[1]) if g is not None]
     wide = {}
     if any(t.dtype == torch.float32 for (_, t), _ in pairs):
         try:
@@ -961,17 +1021,16 @@ def _float64_runs(model, args, kwargs, grad_outputs, backward, rtol, atol):
         rng = torch.random.get_rng_state()
         with grad_mode:
             r64 = model64(*a64, **k64)
-            rg64 = _backward(r64, g64, p64) if backward else None
+            rg64 = _loss_and_grads(r64, g64, p64, backward)
         torch.random.set_rng_state(rng)
         inner = Session("replace", False, rtol, atol, model=model64, title="float64")
         inner.judge = lambda: inner.report        # its calls are not judged: only its outputs
         with inner, grad_mode:
             m64 = model64(*a64, **k64)
-            mg64 = _backward(m64, g64, p64) if backward else None
+            mg64 = _loss_and_grads(m64, g64, p64, backward)
         torch.random.set_rng_state(rng)
     wide_pairs = list(zip(_flatten(m64), _flatten(r64)))
-    if backward:
-        wide_pairs.append((("loss", mg64[0]), ("loss", rg64[0])))
-        wide_pairs += [(("grad " + n, g), ("grad " + n, h))
-                       for (n, g), (_, h) in zip(mg64[1], rg64[1]) if g is not None]
+    wide_pairs.append((("loss", mg64[0]), ("loss", rg64[0])))
+    wide_pairs += [(("grad " + n, g), ("grad " + n, h))
+                   for (n, g), (_, h) in zip(mg64[1], rg64[1]) if g is not None]
     return {n: (a, b) for (n, a), (_, b) in wide_pairs}

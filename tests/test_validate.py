@@ -139,6 +139,45 @@ def test_mha_slow_path_rows_with_gradients():
                for c in report.calls if c.op == "linear")
 
 
+def attention_by_hand(q, k, v):
+    """Attention written with matmul: torch decomposes it into bmm calls (views first)."""
+    w = torch.softmax(q @ k.transpose(-2, -1) / 8 ** 0.5, dim=-1)
+    return w @ v
+
+
+def test_inference_mode_sees_composite_ops_whole():
+    # under torch.inference_mode, torch's composite ops reach the dispatch mode before they
+    # decompose: aten.linear, aten.scaled_dot_product_attention, aten.matmul, aten.softmax.
+    # There torch itself computes F.linear of a parameter in another order when any dispatch
+    # mode is on (a pass-through one too: 2.4e-7 here), so the outputs are torch's at
+    # assert_close's tolerances, not bit for bit, and the report says so.
+    layer = encoder_layer()
+    x, pad = padded_batch()
+    q, k, v = torch.randn(3, 2, 4, 5, 8)
+    with torch.inference_mode():
+        expected = layer(x, src_key_padding_mask=pad)
+        with myatt.validating() as report:
+            out = layer(x, src_key_padding_mask=pad)
+            attention_by_hand(q, k, v)
+            torch.randn(2, 3, 4) @ torch.randn(1, 4, 5)              # broadcast: not rerun
+    torch.testing.assert_close(out, expected)
+    assert any("inference_mode" in n for n in report.notes)
+    assert [c.torch_op for c in report.calls] == [
+        "nn.MultiheadAttention", "aten.linear", "aten.scaled_dot_product_attention",
+        "aten.linear", "aten.linear", "aten.linear", "aten.matmul", "aten.softmax.int",
+        "aten.matmul", "aten.matmul"], str(report)
+    assert [c.op for c in report.calls][6:9] == ["bmm", "softmax", "bmm"]
+    assert report.agree and [c.verdict for c in report.skipped] == ["skipped"]
+    assert "matmul of shapes (2, 3, 4) and (1, 4, 5)" in report.skipped[0].reason
+    # and without inference mode: the same products, as the bmm calls torch makes of them
+    with myatt.validating() as report:
+        attention_by_hand(q, k, v)
+    assert [(c.op, c.torch_op, c.shapes) for c in report.calls] == [
+        ("bmm", "aten.bmm", ((8, 5, 8), (8, 8, 5))), ("softmax", "aten._softmax", ((2, 4, 5, 5),)),
+        ("bmm", "aten.bmm", ((8, 5, 5), (8, 5, 8)))]
+    assert report.agree
+
+
 def test_decoder_layer_and_transformer_shadow_and_replace():
     dec = nn.TransformerDecoderLayer(16, 4, dim_feedforward=32, dropout=0.0, batch_first=True)
     tgt, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
@@ -404,7 +443,7 @@ def test_nested_blocks_each_record_their_calls():
     with myatt.validating(mode="replace") as outer:
         report = myatt.validate(lin, x, mode="replace")
     assert [c.op for c in outer.calls] == ["linear"] and len(report.calls) == 1
-    assert [r.name for r in report.outputs] == ["output"] and report.agree
+    assert [r.name for r in report.outputs] == ["output", "loss"] and report.agree
     assert report.outputs[0].torch_error is not None
     with pytest.raises(ValueError, match="enclosing block's mode"):
         with myatt.validating():
