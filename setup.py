@@ -18,9 +18,14 @@ setup(
     ext_modules=[
         Extension(
             "myatt._myatt",
-            sources=sorted(glob.glob("csrc/*.c") + glob.glob("csrc/kernels/*.c")),
-            include_dirs=[numpy.get_include(), "csrc"],
-            depends=sorted(glob.glob("csrc/*.h") + glob.glob("csrc/kernels/*.h")),
+            # the glue in csrc/, the kernels in csrc/kernels/<family>/; a kernel
+            # includes another family's header by its path from csrc/kernels
+            # ("runtime/threads.h"), the glue by its path from csrc ("kernels/...")
+            sources=sorted(glob.glob("csrc/*.c")
+                           + glob.glob("csrc/kernels/**/*.c", recursive=True)),
+            include_dirs=[numpy.get_include(), "csrc", "csrc/kernels"],
+            depends=sorted(glob.glob("csrc/*.h")
+                           + glob.glob("csrc/kernels/**/*.h", recursive=True)),
             # the oldest NumPy we run on (pyproject's dependency): its C API, whichever
             # NumPy 2.x builds the wheel (2.0-2.2 default to an older one, without
             # PyDataMem_SetHandler)

@@ -1,5 +1,5 @@
 /* Accuracy sweep of the vector exp of the softmax kernels: Sleef's expf_u10 /
- * exp_u10 as torch computes them (csrc/kernels/simd_exp_sleef.h).
+ * exp_u10 as torch computes them (csrc/kernels/simd/simd_exp_sleef.h).
  *
  * float32: every float x in [-104, 89] (about 2.2e9 values; below -104 the
  * result is 0, above 88.72 it overflows to inf, which is also checked) against
@@ -8,8 +8,8 @@
  * (default step: about 10^8 values), against long double expl.  Both also
  * check NaN -> NaN, -inf -> 0, +inf -> inf.
  *
- *   cc -O2 -Icsrc/kernels benchmarks/exp_ulp.c csrc/kernels/softmax_avx2.c \
- *      csrc/kernels/softmax_avx512.c -lm -o /tmp/exp_ulp
+ *   cc -O2 -Icsrc/kernels benchmarks/exp_ulp.c csrc/kernels/softmax/softmax_avx2.c \
+ *      csrc/kernels/softmax/softmax_avx512.c -lm -o /tmp/exp_ulp
  *   /tmp/exp_ulp [avx2|avx512] [f32|f64] [step]
  *
  * A float32 step > 1 samples every step-th float instead of all. */
@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "softmax_internal.h"
+#include "softmax/softmax_internal.h"
 
 static float from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static uint32_t to_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }

@@ -2,7 +2,7 @@
  * ndarrays of the kernel's dtype, the dtype policy, sizes and shapes in messages. */
 #include "glue.h"
 
-#include "kernels/alloc.h"
+#include "kernels/runtime/alloc.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -177,7 +177,7 @@ PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous, const c
 
 /* ---- result memory ----------------------------------------------------------
  * The data of the arrays the glue makes, of MK_CACHE_MIN bytes and more, comes
- * from the kernels' array cache (kernels/alloc.h) through a NumPy memory
+ * from the kernels' array cache (kernels/runtime/alloc.h) through a NumPy memory
  * handler set around their allocation only: the arrays own their data as any
  * other (freed through the handler they were made with, whoever frees them),
  * and a freed result's pages serve the next call's instead of going back to

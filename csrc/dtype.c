@@ -4,9 +4,9 @@
 #include <string.h>
 
 #include "dtype.h"
-#include "kernels/bmm.h"
-#include "kernels/linear.h"
-#include "kernels/softmax.h"
+#include "kernels/bmm/bmm.h"
+#include "kernels/linear/linear.h"
+#include "kernels/softmax/softmax.h"
 
 /* The kernels whose public signatures are typed (softmax.h, rng.h), seen
  * through the table's type-erased ones. */
@@ -71,10 +71,10 @@ static const myatt_kernels kernels_f32 = {
     .bmm_backward = bmm_backward_f32,
     .softmax_forward = softmax_fwd_f32,
     .softmax_backward = softmax_bwd_f32,
-    .myatt_forward = myatt_forward_f32,
-    .myatt_backward = myatt_backward_f32,
-    .myatt_forward_kept = myatt_forward_kept_f32,
-    .myatt_backward_kept = myatt_backward_kept_f32,
+    .myatt_forward = tutorial_forward_f32,
+    .myatt_backward = tutorial_backward_f32,
+    .myatt_forward_kept = tutorial_forward_kept_f32,
+    .myatt_backward_kept = tutorial_backward_kept_f32,
     .sdpa_forward = sdpa_forward_f32,
     .sdpa_backward = sdpa_backward_f32,
     .mha_forward = mha_forward_f32,
@@ -91,10 +91,10 @@ static const myatt_kernels kernels_f64 = {
     .bmm_backward = bmm_backward_f64,
     .softmax_forward = softmax_fwd_f64,
     .softmax_backward = softmax_bwd_f64,
-    .myatt_forward = myatt_forward_f64,
-    .myatt_backward = myatt_backward_f64,
-    .myatt_forward_kept = myatt_forward_kept_f64,
-    .myatt_backward_kept = myatt_backward_kept_f64,
+    .myatt_forward = tutorial_forward_f64,
+    .myatt_backward = tutorial_backward_f64,
+    .myatt_forward_kept = tutorial_forward_kept_f64,
+    .myatt_backward_kept = tutorial_backward_kept_f64,
     .sdpa_forward = sdpa_forward_f64,
     .sdpa_backward = sdpa_backward_f64,
     .mha_forward = mha_forward_f64,

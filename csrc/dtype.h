@@ -11,10 +11,10 @@
 
 #include <stdint.h>
 
-#include "kernels/mha.h"
-#include "kernels/myatt.h"
-#include "kernels/rng.h"
-#include "kernels/sdpa.h"
+#include "kernels/mha/mha.h"
+#include "kernels/runtime/rng.h"
+#include "kernels/sdpa/sdpa.h"
+#include "kernels/tutorial/tutorial.h"
 #include "kernels/view.h"
 
 typedef struct {
@@ -28,14 +28,14 @@ typedef struct {
                             int64_t inner);
     void (*softmax_backward)(void *grad_inp, const void *grad_out, const void *out,
                              int64_t outer, int64_t n, int64_t inner);
-    int (*myatt_forward)(void *out, void *attn_weights, const myatt_inputs *in);
-    int (*myatt_backward)(const myatt_grads *grads, mk_cmat grad_out, const mk_cmat *grad_aw,
-                          const myatt_inputs *in);
+    int (*myatt_forward)(void *out, void *attn_weights, const tutorial_inputs *in);
+    int (*myatt_backward)(const tutorial_grads *grads, mk_cmat grad_out, const mk_cmat *grad_aw,
+                          const tutorial_inputs *in);
     /* myatt.vjp: the forward keeping applied, the backward reading the kept panels */
     int (*myatt_forward_kept)(void *out, void *attn_weights, void *applied,
-                              const myatt_inputs *in);
-    int (*myatt_backward_kept)(const myatt_grads *grads, mk_cmat grad_out,
-                               const mk_cmat *grad_aw, const myatt_inputs *in,
+                              const tutorial_inputs *in);
+    int (*myatt_backward_kept)(const tutorial_grads *grads, mk_cmat grad_out,
+                               const mk_cmat *grad_aw, const tutorial_inputs *in,
                                const void *attn_weights, const void *applied);
     /* scaled_dot_product_attention (sdpa.h): the forward (out, lse), the backward */
     int (*sdpa_forward)(void *out, void *lse, const sdpa_problem *p);

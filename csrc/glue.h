@@ -18,7 +18,7 @@
 #include <numpy/arrayobject.h>
 
 #include "dtype.h"
-#include "kernels/rng.h"
+#include "kernels/runtime/rng.h"
 #include "kernels/view.h"
 
 /* ---- releasing the GIL ----------------------------------------------------- */
@@ -76,7 +76,7 @@ PyArrayObject *new_transposed_array(npy_intp rows, npy_intp cols, int typenum,
 void store_rows(PyArrayObject *w, const void *src);
 
 /* A block of `bytes` for private copies the glue keeps outside arrays (vjp's
- * MyAtt pullback): from the arrays' cache (kernels/alloc.h), traced by
+ * MyAtt pullback): from the arrays' cache (kernels/runtime/alloc.h), traced by
  * tracemalloc as NumPy traces array data.  NULL with MemoryError naming `what`;
  * private_block_free(NULL) is a no-op. */
 void *private_block_alloc(size_t bytes, const char *what);

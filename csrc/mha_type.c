@@ -7,7 +7,7 @@
 #include "pieces.h"
 #include "state_dict.h"
 
-#include "kernels/mha.h"
+#include "kernels/mha/mha.h"
 
 #include <math.h>
 #include <stddef.h>

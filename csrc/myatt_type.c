@@ -6,9 +6,9 @@
 #include "pieces.h"
 #include "state_dict.h"
 
-#include "kernels/alloc.h"
-#include "kernels/copy.h"
-#include "kernels/myatt.h"
+#include "kernels/runtime/alloc.h"
+#include "kernels/runtime/copy.h"
+#include "kernels/tutorial/tutorial.h"
 #include "vjp.h"
 
 #include <stddef.h>
@@ -147,10 +147,10 @@ int batch0_view(PyArrayObject *a, int typenum, const char *what, PyArrayObject *
 }
 
 /* The kernel's inputs: batch item 0 views q, k, v and the parameters. */
-static myatt_inputs myatt_inputs_of(MyAttObject *self, mk_cmat q, mk_cmat k, mk_cmat v)
+static tutorial_inputs myatt_inputs_of(MyAttObject *self, mk_cmat q, mk_cmat k, mk_cmat v)
 {
     LinearObject *a = self->attn, *c = self->attn_combine;
-    return (myatt_inputs){
+    return (tutorial_inputs){
         .q = q, .k = k, .v = v,
         .w_attn = cmat_of(a->weight), .w_comb = cmat_of(c->weight),
         .b_attn = PyArray_DATA(a->bias), .b_comb = PyArray_DATA(c->bias),
@@ -225,7 +225,7 @@ static int check_qkv_fail(MyAttObject *self, PyArrayObject *q, PyArrayObject *k,
  * K[0], V[0] in the module's dtype, and the parameters), and room for
  * attn_weights and applied; *in then reads the copies.  0, or -1 with
  * MemoryError. */
-static int keep_inputs(MyAttObject *self, myatt_kept *kept, myatt_inputs *in)
+static int keep_inputs(MyAttObject *self, myatt_kept *kept, tutorial_inputs *in)
 {
     const int64_t item = self->dtype->itemsize;
     int ndim[MYATT_KEPT_ARRAYS];
@@ -285,7 +285,7 @@ static PyObject *myatt_forward_impl(MyAttObject *self, PyObject *Q, PyObject *K,
             || batch0_view(rk, typenum, "MyAtt: K", &hk, &k) < 0
             || batch0_view(rv, typenum, "MyAtt: V", &hv, &v) < 0)
         goto fail;
-    myatt_inputs in = myatt_inputs_of(self, q, k, v);
+    tutorial_inputs in = myatt_inputs_of(self, q, k, v);
     if (kept != NULL) {
         memcpy(kept->dims[0], PyArray_DIMS(rq), sizeof kept->dims[0]);
         memcpy(kept->dims[1], PyArray_DIMS(rk), sizeof kept->dims[1]);
@@ -421,7 +421,7 @@ static int check_grad_shape(PyArrayObject *g, int ndim, const npy_intp *want, co
 }
 
 PyObject *myatt_grads_run(const myatt_dtype *dt, const npy_intp dims[3][3],
-                          const myatt_inputs *in, mk_cmat go, const mk_cmat *ga,
+                          const tutorial_inputs *in, mk_cmat go, const mk_cmat *ga,
                           const void *kept_aw, const void *kept_ap, const char *what,
                           PyObject *const keys[MYATT_GRADS])
 {
@@ -445,7 +445,7 @@ PyObject *myatt_grads_run(const myatt_dtype *dt, const npy_intp dims[3][3],
             goto fail;
         }
     }
-    const myatt_grads grads = {
+    const tutorial_grads grads = {
         .q = PyArray_DATA(g[0]), .k = PyArray_DATA(g[1]), .v = PyArray_DATA(g[2]),
         .w_attn = PyArray_DATA(g[3]), .b_attn = PyArray_DATA(g[4]),
         .w_comb = PyArray_DATA(g[5]), .b_comb = PyArray_DATA(g[6]),
@@ -506,7 +506,7 @@ static PyObject *myatt_backward(MyAttObject *self, PyObject *Q, PyObject *K, PyO
     memcpy(dims[0], PyArray_DIMS(rq), sizeof dims[0]);
     memcpy(dims[1], PyArray_DIMS(rk), sizeof dims[1]);
     memcpy(dims[2], PyArray_DIMS(rv), sizeof dims[2]);
-    const myatt_inputs in = myatt_inputs_of(self, q, k, v);
+    const tutorial_inputs in = myatt_inputs_of(self, q, k, v);
     const mk_cmat gav = ga != NULL ? cmat_of(ga) : (mk_cmat){NULL};
     const myatt_state *st = myatt_state_of_type(Py_TYPE(self));
     if (st == NULL)

@@ -4,9 +4,9 @@
 #include "pieces.h"
 #include "state.h"
 
-#include "kernels/alloc.h"
-#include "kernels/cpu.h"
-#include "kernels/threads.h"
+#include "kernels/runtime/alloc.h"
+#include "kernels/runtime/cpu.h"
+#include "kernels/runtime/threads.h"
 
 #include <sys/random.h>
 #include <time.h>

@@ -7,7 +7,7 @@
 #include "state.h"
 #include "vjp.h"
 
-#include "kernels/sdpa.h"
+#include "kernels/sdpa/sdpa.h"
 
 #include <math.h>
 #include <string.h>

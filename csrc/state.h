@@ -7,7 +7,7 @@
 
 #include "glue.h"
 
-#include "kernels/rng.h"
+#include "kernels/runtime/rng.h"
 
 #if PY_VERSION_HEX < 0x030B0000
 #define PyType_GetModuleByDef _PyType_GetModuleByDef

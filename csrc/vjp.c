@@ -60,9 +60,9 @@ typedef struct {
     mha_kept mkept;                /* MultiheadAttention */
 } PullbackObject;
 
-void myatt_kept_inputs(const myatt_kept *kept, myatt_inputs *in)
+void myatt_kept_inputs(const myatt_kept *kept, tutorial_inputs *in)
 {
-    *in = (myatt_inputs){
+    *in = (tutorial_inputs){
         .q = kept->q, .k = kept->k, .v = kept->v, .w_attn = kept->w_attn,
         .w_comb = kept->w_comb, .b_attn = kept->b_attn, .b_comb = kept->b_comb,
     };
@@ -73,7 +73,7 @@ static const char *const myatt_kept_names[MYATT_KEPT_ARRAYS] = {
     "Q[0]", "K[0]", "V[0]", "attn.weight", "attn.bias", "attn_combine.weight",
     "attn_combine.bias", "attn_weights", "applied"};
 
-void myatt_kept_shapes(const myatt_inputs *in, int ndim[MYATT_KEPT_ARRAYS],
+void myatt_kept_shapes(const tutorial_inputs *in, int ndim[MYATT_KEPT_ARRAYS],
                        npy_intp dims[MYATT_KEPT_ARRAYS][2])
 {
     const npy_intp S = in->q.rows, v1 = in->w_attn.rows, o = in->w_comb.rows;
@@ -91,7 +91,7 @@ void myatt_kept_shapes(const myatt_inputs *in, int ndim[MYATT_KEPT_ARRAYS],
 static void kept_shapes(const myatt_kept *kept, int ndim[MYATT_KEPT_ARRAYS],
                         npy_intp dims[MYATT_KEPT_ARRAYS][2])
 {
-    myatt_inputs in;
+    tutorial_inputs in;
     myatt_kept_inputs(kept, &in);
     myatt_kept_shapes(&in, ndim, dims);
 }
@@ -170,7 +170,7 @@ static PyObject *pull_myatt(PullbackObject *self, PyArrayObject *rgo, PyObject *
             || (rga != NULL
                 && (ga = cast_array(rga, typenum, 0, "pullback(): grad_attn_weights")) == NULL))
         goto fail;
-    myatt_inputs in;
+    tutorial_inputs in;
     myatt_kept_inputs(kp, &in);
     const mk_cmat gav = ga != NULL ? cmat_of(ga) : (mk_cmat){NULL};
     const myatt_state *st = myatt_state_of_type(Py_TYPE(self));

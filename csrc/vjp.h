@@ -41,7 +41,7 @@ PyObject *myatt_forward_keep(PyObject *self, PyObject *const *args, Py_ssize_t n
  * they are not NULL.  `what` starts the messages ("pullback()"), `keys` the
  * dict's (the module state's myatt_grad_keys).  NULL on error. */
 PyObject *myatt_grads_run(const myatt_dtype *dt, const npy_intp dims[3][3],
-                          const myatt_inputs *in, mk_cmat go, const mk_cmat *ga,
+                          const tutorial_inputs *in, mk_cmat go, const mk_cmat *ga,
                           const void *kept_aw, const void *kept_ap, const char *what,
                           PyObject *const keys[MYATT_GRADS]);
 
@@ -53,13 +53,13 @@ int batch0_view(PyArrayObject *a, int typenum, const char *what, PyArrayObject *
                 mk_cmat *m);
 
 /* The kernel inputs read from kept's copies (q, k, v and the parameters). */
-void myatt_kept_inputs(const myatt_kept *kept, myatt_inputs *in);
+void myatt_kept_inputs(const myatt_kept *kept, tutorial_inputs *in);
 
 /* The shapes of what a MyAtt pullback keeps, in the block's and the repr's
  * order (Q[0], K[0], V[0], attn.weight, attn.bias, attn_combine.weight,
  * attn_combine.bias, attn_weights, applied), from in's views of q, k, v and
  * the weights: ndim[i] is 2, or 1 for the biases (their length dims[i][0]). */
-void myatt_kept_shapes(const myatt_inputs *in, int ndim[MYATT_KEPT_ARRAYS],
+void myatt_kept_shapes(const tutorial_inputs *in, int ndim[MYATT_KEPT_ARRAYS],
                        npy_intp dims[MYATT_KEPT_ARRAYS][2]);
 
 /* scaled_dot_product_attention's arguments as its kernels read them, and what

@@ -19,13 +19,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bmm.h"
-#include "gemm.h"
-#include "linear.h"
-#include "myatt.h"
-#include "sdpa.h"
-#include "softmax.h"
-#include "threads.h"
+#include "bmm/bmm.h"
+#include "gemm/gemm.h"
+#include "linear/linear.h"
+#include "runtime/threads.h"
+#include "sdpa/sdpa.h"
+#include "softmax/softmax.h"
+#include "tutorial/tutorial.h"
 
 /* ---- reading the input ---------------------------------------------------- */
 
@@ -392,7 +392,7 @@ static void fuzz_softmax(reader *r, int f64, int nonfinite)
 }
 
 /* the fused MyAtt forward against the unfused formula (finite inputs) */
-static void fuzz_myatt(reader *r, int f64)
+static void fuzz_tutorial(reader *r, int f64)
 {
     int64_t S = next_size(r, 150), dq = next_size(r, 24), dk = next_size(r, 24),
             v1 = next_size(r, 40), v2 = next_size(r, 24), o = next_size(r, 24);
@@ -417,13 +417,13 @@ static void fuzz_myatt(reader *r, int f64)
     fill(&bc, r, 0);
     void *out = malloc((size_t)(S * o > 0 ? S * o : 1) * size);
     void *attn = malloc((size_t)(S * v1 > 0 ? S * v1 : 1) * size);
-    const myatt_inputs in = {
+    const tutorial_inputs in = {
         .q = cview(&q), .k = cview(&k), .v = cview(&v), .w_attn = cview(&wa),
         .w_comb = cview(&wc), .b_attn = ba.block, .b_comb = bc.block,
     };
-    int rc = (f64 ? myatt_forward_f64 : myatt_forward_f32)(out, attn, &in);
+    int rc = (f64 ? tutorial_forward_f64 : tutorial_forward_f32)(out, attn, &in);
     if (rc != 0)
-        FAIL("myatt returned %d", rc);
+        FAIL("tutorial returned %d", rc);
     double *w = malloc((size_t)(v1 > 0 ? v1 : 1) * sizeof(double));
     double *app = malloc((size_t)(v2 > 0 ? v2 : 1) * sizeof(double));
     for (int64_t s = 0; s < S; s++) {
@@ -446,7 +446,7 @@ static void fuzz_myatt(reader *r, int f64)
         for (int64_t j = 0; j < v1; j++) {
             w[j] = exp(w[j] - mx) / sum;
             double got = f64 ? ((double *)attn)[s * v1 + j] : ((float *)attn)[s * v1 + j];
-            check_close(got, w[j], 1.0, f64, "myatt attn_weights", s, j);
+            check_close(got, w[j], 1.0, f64, "tutorial attn_weights", s, j);
         }
         /* applied = w @ v (weights in [0, 1]: scale = max |v| * 1) */
         double vmax = 0.0;
@@ -470,7 +470,7 @@ static void fuzz_myatt(reader *r, int f64)
                 scale += (vmax + 1.0) * fabs(get(&wc, j, dq + p));
             }
             double got = f64 ? ((double *)out)[s * o + j] : ((float *)out)[s * o + j];
-            check_close(got, t, scale * (double)(v1 + v2 + dq + 8), f64, "myatt output", s, j);
+            check_close(got, t, scale * (double)(v1 + v2 + dq + 8), f64, "tutorial output", s, j);
         }
     }
     free(w);
@@ -998,7 +998,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 1: fuzz_linear(&r, f64, nonfinite); break;
     case 2: fuzz_softmax(&r, f64, nonfinite); break;
     case 3: fuzz_bmm(&r, f64, nonfinite); break;
-    case 4: fuzz_myatt(&r, f64); break;
+    case 4: fuzz_tutorial(&r, f64); break;
     default: fuzz_sdpa(&r, f64); break;
     }
     return 0;

@@ -17,7 +17,8 @@ mkdir -p "$out/corpus_kernels"
 # the kernels as the package builds them (-ffp-contract=off), plus sanitizers
 "$CC" -g -O1 -std=c11 -ffp-contract=off -fno-omit-frame-pointer \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -Icsrc/kernels fuzz/fuzz_kernels.c csrc/kernels/*.c -lm -lpthread -o "$out/fuzz_kernels"
+    -Icsrc/kernels fuzz/fuzz_kernels.c $(find csrc/kernels -name '*.c' | sort) -lm -lpthread \
+    -o "$out/fuzz_kernels"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 regressions=(fuzz/regressions/kernels/*)

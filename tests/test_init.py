@@ -2,7 +2,7 @@
 myatt.MyAtt holds exactly what torch.manual_seed(s) followed by nn.Linear / the seed
 tutorial's MyAtt holds, and leaves the generator where torch's would be.
 
-How torch draws (what csrc/kernels/rng.c reproduces):
+How torch draws (what csrc/kernels/runtime/rng.c reproduces):
   * at::mt19937 seeded with the low 32 bits of the uint64 seed; Python ints are
     taken as uint64, negative ones as int64 two's complement (-1 -> 2**64 - 1).
   * nn.Linear.reset_parameters: kaiming_uniform_(weight, a=math.sqrt(5)) draws

@@ -1,6 +1,6 @@
 """The GEMM's summation order: torch's (MKL's) measured rule, docs/torch-summation-order.md.
 
-Our kernel's contract (csrc/kernels/gemm_internal.h), asserted bit for bit against a
+Our kernel's contract (csrc/kernels/gemm/gemm_internal.h), asserted bit for bit against a
 reference in NumPy / Python (tests/mkl_order.py) for every kernel path:
 
   float32: KC = k if k <= 192, k // 2 if k <= 384, else 192; each block summed from 0

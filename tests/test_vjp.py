@@ -71,7 +71,7 @@ def test_myatt_several_row_blocks(rng, dtype, S):
 @pytest.mark.parametrize("layout", ["c", "every_other_column"])
 def test_myatt_copies_by_threads(rng, dtype, layout):
     """Q[0] of 8.4 MB (float32) or more: vjp copies it in bands of rows on every thread
-    (kernels/copy.c), column by column when its columns are strided; the pullback's
+    (kernels/runtime/copy.c), column by column when its columns are strided; the pullback's
     gradients are the stateless backward's bits, and torch's."""
     sizes = (1024, 3, 5, 4, 6)
     m = myatt.MyAtt(*sizes, dtype=dtype)

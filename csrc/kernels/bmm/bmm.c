@@ -13,9 +13,9 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-#include "gemm.h"
-#include "gemm_internal.h"
-#include "threads.h"
+#include "gemm/gemm.h"
+#include "gemm/gemm_internal.h"
+#include "runtime/threads.h"
 
 /* Threads for a batch of b items of item_work multiply-adds each: 1 when the
  * gemm threads each item itself, or when the whole batch is too small to pay

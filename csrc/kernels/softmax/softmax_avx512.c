@@ -10,7 +10,7 @@
 
 MYATT_TARGET_PUSH(MYATT_TARGET_AVX512)
 
-#include "simd_avx512.h"
+#include "simd/simd_avx512.h"
 
 #define T float
 #define VEC(op) avx512_f32_##op

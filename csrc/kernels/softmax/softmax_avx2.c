@@ -9,7 +9,7 @@
 
 MYATT_TARGET_PUSH(MYATT_TARGET_AVX2)
 
-#include "simd_avx2.h"
+#include "simd/simd_avx2.h"
 
 #define T float
 #define VEC(op) avx2_f32_##op

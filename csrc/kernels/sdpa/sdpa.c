@@ -11,12 +11,13 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-#include "alloc.h"
-#include "cpu.h"
-#include "gemm.h"
-#include "gemm_internal.h"
+#include "gemm/gemm.h"
+#include "gemm/gemm_internal.h"
+#include "runtime/alloc.h"
+#include "runtime/cpu.h"
+#include "runtime/threads.h"
+
 #include "sdpa_internal.h"
-#include "threads.h"
 
 /* Threads for `items` work items: one when the whole problem is below the
  * GEMM's bar for two threads (waking them would cost more than it saves). */

@@ -12,8 +12,9 @@
 
 #include <stddef.h>
 
+#include "gemm/gemm.h"
+
 #include "colsum.h"
-#include "gemm.h"
 
 int linear_forward_f32(mk_mat out, mk_cmat inp, mk_cmat weight, const void *bias)
 {

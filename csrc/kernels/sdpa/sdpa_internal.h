@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cpu.h"
+#include "runtime/cpu.h"
 #include "sdpa.h"
 
 /* The query rows of one work item: row r is query row i[r] of the output's

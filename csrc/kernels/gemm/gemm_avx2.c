@@ -19,7 +19,7 @@
  * (f32, KC the summation block) or 2048 x 504 (f64).  Against A blocks sized
  * for L2 (240 / 64 rows) on Zen 4: 2048^3 f32 78 -> 83 % of peak, f64
  * 72 -> 87 %. */
-#include "cpu.h"
+#include "runtime/cpu.h"
 
 #ifdef MYATT_X86
 
@@ -32,7 +32,7 @@
  * flags (cpu.h). */
 MYATT_TARGET_PUSH(MYATT_TARGET_AVX2)
 
-#include "simd_avx2.h"
+#include "simd/simd_avx2.h"
 #include "gemm_copy_avx.h"
 #include "gemm_row_avx.h"
 

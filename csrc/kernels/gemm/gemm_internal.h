@@ -46,7 +46,7 @@
 
 #include <stdint.h>
 
-#include "cpu.h"
+#include "runtime/cpu.h"
 
 /* Whether T's products are one FMA chain continuing from c (float64) rather
  * than block sums added onto c (float32): see the contract above. */

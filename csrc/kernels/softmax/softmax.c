@@ -6,9 +6,9 @@
  * kernels (softmax_internal.h); softmax_select_f32 / _f64 below give the table
  * of the path cpu.h chose, the same as the GEMM's. */
 #include "softmax.h"
-#include "cpu.h"
+#include "runtime/cpu.h"
+#include "runtime/threads.h"
 #include "softmax_internal.h"
-#include "threads.h"
 
 #include <math.h>
 #include <stddef.h>

@@ -3,7 +3,7 @@
 
 #include <stdint.h>
 
-#include "threads.h"
+#include "runtime/threads.h"
 
 /* Threads only when each gets at least this many elements (~0.1 ms of sums). */
 #define COLSUM_THREAD_MIN_ELEMS (256 * 1024)

@@ -11,12 +11,12 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "gemm_internal.h"
+#include "gemm/gemm_internal.h"
 
 MYATT_TARGET_PUSH(MYATT_TARGET_AVX512)
 
-#include "simd_avx512.h"
-#include "gemm_copy_avx.h"
+#include "simd/simd_avx512.h"
+#include "gemm/gemm_copy_avx.h"
 
 /* torch's Vectorized<float>::exp_u20 on AVX-512 (vec512_float.h): x clamped
  * to [ln FLT_MIN, ln FLT_MAX], n = floor(x log2 e + 1/2), r = x - n ln 2,

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "cpu.h"
+#include "runtime/cpu.h"
 
 typedef struct {
     const char *name;   /* "portable", "avx2", "avx512" */

@@ -7,11 +7,11 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "alloc.h"
-#include "bmm.h"
-#include "linear.h"
-#include "sdpa.h"
-#include "softmax.h"
+#include "bmm/bmm.h"
+#include "linear/linear.h"
+#include "runtime/alloc.h"
+#include "sdpa/sdpa.h"
+#include "softmax/softmax.h"
 
 /* A workspace of n elements of `size` bytes (at least one cache line, so that
  * an empty one is not mistaken for a failed allocation). */

@@ -19,9 +19,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "alloc.h"
-#include "cpu.h"
-#include "threads.h"
+#include "runtime/alloc.h"
+#include "runtime/cpu.h"
+#include "runtime/threads.h"
 #include "gemm_internal.h"
 
 static inline int64_t gemm_min(int64_t x, int64_t y) { return x < y ? x : y; }

@@ -33,7 +33,7 @@
  * which capped the kernel at 83-86 % (1 thread) and 81-84 % (2); MC = 24-96
  * reads it 4-16x less often: 88-92 % and 87-91 % (1024^3, 2048^3, linear),
  * f64 MC 8 -> 32: 87-89 -> 90-95 % (1 thread), 81-85 -> 85-89 % (2). */
-#include "cpu.h"
+#include "runtime/cpu.h"
 
 #ifdef MYATT_X86
 
@@ -46,7 +46,7 @@
  * flags (cpu.h). */
 MYATT_TARGET_PUSH(MYATT_TARGET_AVX512)
 
-#include "simd_avx512.h"
+#include "simd/simd_avx512.h"
 #include "gemm_copy_avx.h"
 #include "gemm_row_avx.h"
 

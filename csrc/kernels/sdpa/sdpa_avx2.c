@@ -11,12 +11,12 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "gemm_internal.h"
+#include "gemm/gemm_internal.h"
 
 MYATT_TARGET_PUSH(MYATT_TARGET_AVX2)
 
-#include "simd_avx2.h"
-#include "gemm_copy_avx.h"
+#include "simd/simd_avx2.h"
+#include "gemm/gemm_copy_avx.h"
 
 /* torch's Vectorized<float>::exp_u20 on AVX2 (vec256_float.h): the steps of
  * sdpa_avx512.c's, with a floor instead of a rounding conversion (the same

@@ -1,37 +1,37 @@
 /* The fused MyAtt forward and backward, written once for both dtypes: included
- * by myatt.c with T (float or double) and SUF(name) (name##_f32 or name##_f64)
+ * by tutorial.c with T (float or double) and SUF(name) (name##_f32 or name##_f64)
  * defined, undefined again at the end.  No include guard on purpose.  Defines
- * the static bodies myatt_forward_body and myatt_backward_body; myatt.c writes
- * out the public symbols.  Contract and formulas: myatt.h. */
+ * the static bodies tutorial_forward_body and tutorial_backward_body; tutorial.c writes
+ * out the public symbols.  Contract and formulas: tutorial.h. */
 #ifndef T
-#error "myatt_tmpl.h: define T (the element type) before including it"
+#error "tutorial_tmpl.h: define T (the element type) before including it"
 #endif
 #ifndef SUF
-#error "myatt_tmpl.h: define SUF(name) (name##_f32, name##_f64) before including it"
+#error "tutorial_tmpl.h: define SUF(name) (name##_f32, name##_f64) before including it"
 #endif
 
-#define MYATT_BLK(x, r0, c0, rows, cols) mk_cblock((x), (r0), (c0), (rows), (cols), sizeof(T))
+#define TUTORIAL_BLK(x, r0, c0, rows, cols) mk_cblock((x), (r0), (c0), (rows), (cols), sizeof(T))
 
-/* Rows per block of a [rows, width] workspace: as many as MYATT_WORKSPACE_BYTES
- * allow, a multiple of MYATT_ROW_BLOCK (at least one), at most S (>= 1). */
-static int64_t SUF(myatt_block_rows)(int64_t S, int64_t width)
+/* Rows per block of a [rows, width] workspace: as many as TUTORIAL_WORKSPACE_BYTES
+ * allow, a multiple of TUTORIAL_ROW_BLOCK (at least one), at most S (>= 1). */
+static int64_t SUF(tutorial_block_rows)(int64_t S, int64_t width)
 {
-    int64_t rows = MYATT_WORKSPACE_BYTES / (int64_t)sizeof(T) / (width > 0 ? width : 1);
-    rows = rows / MYATT_ROW_BLOCK * MYATT_ROW_BLOCK;
-    if (rows < MYATT_ROW_BLOCK)
-        rows = MYATT_ROW_BLOCK;
+    int64_t rows = TUTORIAL_WORKSPACE_BYTES / (int64_t)sizeof(T) / (width > 0 ? width : 1);
+    rows = rows / TUTORIAL_ROW_BLOCK * TUTORIAL_ROW_BLOCK;
+    if (rows < TUTORIAL_ROW_BLOCK)
+        rows = TUTORIAL_ROW_BLOCK;
     return rows < S ? rows : S;
 }
 
 /* applied_keep: NULL (applied in row blocks in a bounded workspace, dropped),
  * or [S, v2] C-contiguous that receives all of applied (one block: myatt.vjp
  * keeps it for the pullback).  Each row's bits do not depend on the blocks. */
-static int SUF(myatt_forward_body)(T *out, T *attn_weights, T *applied_keep,
-                                   const myatt_inputs *in)
+static int SUF(tutorial_forward_body)(T *out, T *attn_weights, T *applied_keep,
+                                      const tutorial_inputs *in)
 {
     const int64_t S = in->q.rows, dq = in->q.cols, v1 = in->v.rows, v2 = in->v.cols;
     const int64_t o = in->w_comb.rows;
-    /* Nothing to write: return at once, not after S / MYATT_ROW_BLOCK empty
+    /* Nothing to write: return at once, not after S / TUTORIAL_ROW_BLOCK empty
      * blocks (S comes from a zero-size Q and may be 2**40 and more). */
     if (S <= 0 || (v1 <= 0 && o <= 0))
         return 0;
@@ -55,11 +55,11 @@ static int SUF(myatt_forward_body)(T *out, T *attn_weights, T *applied_keep,
     /* 3. per block of R rows (R from the workspace bound, often all of S):
      *      applied [rb, v2] = attn_weights_blk @ v      (v1 == 0 gives zeros)
      *      out_blk          = [q_blk | applied] @ w_comb^T + b_comb */
-    const int64_t rows = applied_keep != NULL ? S : SUF(myatt_block_rows)(S, v2);
+    const int64_t rows = applied_keep != NULL ? S : SUF(tutorial_block_rows)(S, v2);
     /* small workspaces (the seed's: one row) on the stack, no allocator call */
-    _Alignas(64) T applied_stack[MYATT_STACK_BYTES / sizeof(T)];
+    _Alignas(64) T applied_stack[TUTORIAL_STACK_BYTES / sizeof(T)];
     const int on_stack = applied_keep == NULL
-                         && rows * v2 <= (int64_t)(MYATT_STACK_BYTES / sizeof(T));
+                         && rows * v2 <= (int64_t)(TUTORIAL_STACK_BYTES / sizeof(T));
     T *applied = applied_keep != NULL ? applied_keep
                  : on_stack ? applied_stack
                  : mk_alloc(mk_bytes(mk_bytes((size_t)rows, (size_t)v2), sizeof(T)));
@@ -68,8 +68,8 @@ static int SUF(myatt_forward_body)(T *out, T *attn_weights, T *applied_keep,
     for (int64_t r0 = 0; r0 < S && status == 0; r0 += rows) {
         const int64_t rb = S - r0 < rows ? S - r0 : rows;
         const mk_mat ap = mk_mat_c(applied, rb, v2);
-        status |= SUF(gemm)(ap, MYATT_BLK(mk_const(aw), r0, 0, rb, v1), in->v, NULL, 0);
-        status |= SUF(gemm_cat)(mk_mat_c(out + r0 * o, rb, o), MYATT_BLK(in->q, r0, 0, rb, dq),
+        status |= SUF(gemm)(ap, TUTORIAL_BLK(mk_const(aw), r0, 0, rb, v1), in->v, NULL, 0);
+        status |= SUF(gemm_cat)(mk_mat_c(out + r0 * o, rb, o), TUTORIAL_BLK(in->q, r0, 0, rb, dq),
                                 mk_const(ap), mk_t(in->w_comb), in->b_comb, 0);
     }
 
@@ -84,7 +84,7 @@ static int SUF(myatt_forward_body)(T *out, T *attn_weights, T *applied_keep,
  * copied into rows once in tp (the copy gemm itself makes of such an A, made
  * once instead of once per product: the same bits), else (or with no tp, or
  * on a path without a transposing copy) x^T in place. */
-static mk_cmat SUF(myatt_rows_of_t)(T *tp, mk_cmat x)
+static mk_cmat SUF(tutorial_rows_of_t)(T *tp, mk_cmat x)
 {
     const mk_cmat xt = mk_t(x);   /* [c, rb] */
     if (tp != NULL && xt.rs == 1
@@ -94,7 +94,7 @@ static mk_cmat SUF(myatt_rows_of_t)(T *tp, mk_cmat x)
     return xt;
 }
 
-/* The fused backward (contract: myatt.h).  Row block by row block, R rows at a
+/* The fused backward (contract: tutorial.h).  Row block by row block, R rows at a
  * time (R from the workspace bound: all of S when it fits): the block's
  * attn_weights and applied are recomputed (the same gemm and softmax calls as
  * the forward on a row range, so the same bits: no output's sum depends on how
@@ -112,17 +112,17 @@ static mk_cmat SUF(myatt_rows_of_t)(T *tp, mk_cmat x)
  * then the two added, as autograd does (not one accumulated onto the other);
  * the bias gradients are torch's column sums (colsum.h), the softmax backward
  * torch's kernel.  With all of S in one block (the usual case: R rows fill
- * MYATT_WORKSPACE_BYTES) the gradients are then torch's, bit for bit, wherever
+ * TUTORIAL_WORKSPACE_BYTES) the gradients are then torch's, bit for bit, wherever
  * MKL keeps to its main kernel's order; with several blocks, the sums over S
  * are cut at block boundaries (within torch's tolerance, not its bits). */
 /* kept_aw [S, v1] and kept_ap [S, v2] (C-contiguous, read only): NULL, or
- * attn_weights and applied as myatt_forward_body wrote them (myatt.vjp's
+ * attn_weights and applied as tutorial_forward_body wrote them (myatt.vjp's
  * pullback): then steps 1 and 2 are skipped (no scores gemm, no softmax
  * forward) and the panels aw and ad only hold the block's grad of Q and grad
  * of applied; everything else is the same code, hence the same bits. */
-static int SUF(myatt_backward_body)(const myatt_grads *g, mk_cmat grad_out,
-                                   const mk_cmat *grad_aw, const myatt_inputs *in,
-                                   const T *kept_aw, const T *kept_ap)
+static int SUF(tutorial_backward_body)(const tutorial_grads *g, mk_cmat grad_out,
+                                       const mk_cmat *grad_aw, const tutorial_inputs *in,
+                                       const T *kept_aw, const T *kept_ap)
 {
     const int64_t S = in->q.rows, dq = in->q.cols, dk = in->k.cols;
     const int64_t v1 = in->v.rows, v2 = in->v.cols, o = in->w_comb.rows;
@@ -143,14 +143,14 @@ static int SUF(myatt_backward_body)(const myatt_grads *g, mk_cmat grad_out,
 
     const int64_t w_aw = v1 > dq ? v1 : dq;   /* aw: attn_weights, later grad of Q */
     const int64_t width = w_aw > v2 ? w_aw : v2;
-    const int64_t rows = SUF(myatt_block_rows)(S, width);
+    const int64_t rows = SUF(tutorial_block_rows)(S, width);
     const size_t panel_v1 = mk_bytes(mk_bytes((size_t)rows, (size_t)v1), sizeof(T));
     const size_t panel_v2 = mk_bytes(mk_bytes((size_t)rows, (size_t)v2), sizeof(T));
     T *aw = mk_alloc(mk_bytes(mk_bytes((size_t)rows, (size_t)w_aw), sizeof(T)));
     T *ga = mk_alloc(panel_v1);
     T *ad = mk_alloc(panel_v2);
     const int64_t w_tp = o > v1 ? o : v1;
-    T *tp = rows >= MYATT_ROW_BLOCK && w_tp >= MYATT_ROW_BLOCK   /* optional: NULL is fine */
+    T *tp = rows >= TUTORIAL_ROW_BLOCK && w_tp >= TUTORIAL_ROW_BLOCK   /* optional: NULL is fine */
             ? mk_alloc(mk_bytes(mk_bytes((size_t)rows, (size_t)w_tp), sizeof(T))) : NULL;
     /* several blocks: each block's bias sum of attn, added onto the others */
     T *b_blk = rows < S && grad_b_attn != NULL ? mk_alloc(mk_bytes((size_t)v1, sizeof(T))) : NULL;
@@ -162,16 +162,16 @@ static int SUF(myatt_backward_body)(const myatt_grads *g, mk_cmat grad_out,
     const mk_mat gv = mk_mat_c(g->v, v1, v2);
     const mk_mat gwa = mk_mat_c(g->w_attn, v1, ld_attn);
     const mk_mat gwc = mk_mat_c(g->w_comb, o, ld_comb);
-    const mk_cmat wq_attn = MYATT_BLK(in->w_attn, 0, 0, v1, dq);    /* w_attn[:, :dq] */
-    const mk_cmat wk_attn = MYATT_BLK(in->w_attn, 0, dq, v1, dk);   /* w_attn[:, dq:] */
-    const mk_cmat wq_comb = MYATT_BLK(in->w_comb, 0, 0, o, dq);     /* w_comb[:, :dq] */
-    const mk_cmat wa_comb = MYATT_BLK(in->w_comb, 0, dq, o, v2);    /* w_comb[:, dq:] */
+    const mk_cmat wq_attn = TUTORIAL_BLK(in->w_attn, 0, 0, v1, dq);    /* w_attn[:, :dq] */
+    const mk_cmat wk_attn = TUTORIAL_BLK(in->w_attn, 0, dq, v1, dk);   /* w_attn[:, dq:] */
+    const mk_cmat wq_comb = TUTORIAL_BLK(in->w_comb, 0, 0, o, dq);     /* w_comb[:, :dq] */
+    const mk_cmat wa_comb = TUTORIAL_BLK(in->w_comb, 0, dq, o, v2);    /* w_comb[:, dq:] */
     for (int64_t r0 = 0; r0 < S && status == 0; r0 += rows) {
         const int64_t rb = S - r0 < rows ? S - r0 : rows;
         const int acc = r0 > 0;                                  /* sums over S: add after block 0 */
-        const mk_cmat q_blk = MYATT_BLK(in->q, r0, 0, rb, dq);
-        const mk_cmat k_blk = MYATT_BLK(in->k, r0, 0, rb, dk);
-        const mk_cmat go_blk = MYATT_BLK(grad_out, r0, 0, rb, o);
+        const mk_cmat q_blk = TUTORIAL_BLK(in->q, r0, 0, rb, dq);
+        const mk_cmat k_blk = TUTORIAL_BLK(in->k, r0, 0, rb, dk);
+        const mk_cmat go_blk = TUTORIAL_BLK(grad_out, r0, 0, rb, o);
         T *gq_blk = (T *)g->q + r0 * dq;                         /* [rb, dq] */
         const mk_mat gk_blk = mk_mat_c((T *)g->k + r0 * dk, rb, dk);
         const mk_mat aw_m = mk_mat_c(aw, rb, v1), ga_m = mk_mat_c(ga, rb, v1);
@@ -193,7 +193,7 @@ static int SUF(myatt_backward_body)(const myatt_grads *g, mk_cmat grad_out,
         /* 3. attn_combine: out = q @ cq^T + applied @ ca^T + b_comb
          *    grad_w_comb[:, :dq] += go^T @ q,  grad_w_comb[:, dq:] += go^T @ applied
          *    (grad_b_comb: above) */
-        const mk_cmat go_t = SUF(myatt_rows_of_t)(tp, go_blk);
+        const mk_cmat go_t = SUF(tutorial_rows_of_t)(tp, go_blk);
         status |= SUF(gemm)(mk_block(gwc, 0, 0, o, dq, sizeof(T)), go_t, q_blk, NULL, acc);
         status |= SUF(gemm)(mk_block(gwc, 0, dq, o, v2, sizeof(T)), go_t, ap_c, NULL, acc);
         /*    gq = go @ cq,  ad = grad applied = go @ ca  (applied is no longer needed) */
@@ -226,7 +226,7 @@ static int SUF(myatt_backward_body)(const myatt_grads *g, mk_cmat grad_out,
          *    grad_w_attn[:, :dq] += ga^T @ q,  grad_w_attn[:, dq:] += ga^T @ k,
          *    grad_b_attn += column sums of ga,  gq += ga @ wq (into aw first),
          *    gk = ga @ wk */
-        const mk_cmat ga_t = SUF(myatt_rows_of_t)(tp, ga_c);
+        const mk_cmat ga_t = SUF(tutorial_rows_of_t)(tp, ga_c);
         status |= SUF(gemm)(mk_block(gwa, 0, 0, v1, dq, sizeof(T)), ga_t, q_blk, NULL, acc);
         status |= SUF(gemm)(mk_block(gwa, 0, dq, v1, dk, sizeof(T)), ga_t, k_blk, NULL, acc);
         if (grad_b_attn != NULL && !acc) {
@@ -250,6 +250,6 @@ static int SUF(myatt_backward_body)(const myatt_grads *g, mk_cmat grad_out,
     return status == 0 ? 0 : -1;
 }
 
-#undef MYATT_BLK
+#undef TUTORIAL_BLK
 #undef T
 #undef SUF
