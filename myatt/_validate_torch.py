@@ -171,7 +171,7 @@ class _Record:
 
     __slots__ = ("op", "torch_op", "module", "shapes", "dtype", "skip", "torch_fn",
                  "myatt_fn", "args", "kwargs", "select", "names", "theirs", "grads",
-                 "cotangents", "judged", "restore")
+                 "cotangents", "judged")
 
     def __init__(self, op, torch_op, module):
         self.op, self.torch_op, self.module = op, torch_op, module
@@ -183,7 +183,6 @@ class _Record:
         self.grads = ()               # (name, key) of the inputs whose gradients compare
         self.cotangents = None        # one per selected result, set by tensor hooks
         self.judged = {}              # (rtol, atol, backward) -> CallReport fields
-        self.restore = None           # a context manager the reruns run in (module modes)
 
 
 def _add(record):
@@ -382,9 +381,9 @@ for _name, _reason in _FUSED.items():
         _ATEN[getattr(aten, _name).default] = _reason
 
 
-def _record_call(op_name, plan, fn, args, kwargs, outputs, *, shadow):
-    """Record one call of `fn` (an aten op or a torch function); `plan` is
-    (op, myatt twin, gradient inputs) or the reason it is skipped."""
+def _record_call(op_name, plan, fn, args, kwargs, outputs):
+    """Record one call of the aten op `fn` and torch's `outputs` (shadow mode); `plan` is
+    (op, myatt's twin, the inputs by name, those given transposed) or why it is skipped."""
     tensors = [t for t in _tensors(args) + _tensors(kwargs)]
     record = _Record(plan[0] if isinstance(plan, tuple) else op_name, op_name, _module_name())
     _describe(record, tensors)
@@ -402,10 +401,9 @@ def _record_call(op_name, plan, fn, args, kwargs, outputs, *, shadow):
     record.torch_fn = fn
     record.args, record.kwargs = _copy(args, kwargs)
     record.grads = tuple((n, k) for n, k in grads if args[k].requires_grad)
-    if shadow:
-        outs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-        record.theirs = tuple(outs[i].detach().clone() for i in record.select)
-        _watch(record, [outs[i] for i in record.select], later=True)
+    outs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+    record.theirs = tuple(outs[i].detach().clone() for i in record.select)
+    _watch(record, [outs[i] for i in record.select], later=True)
     _add(record)
     return record
 
@@ -460,8 +458,7 @@ class _ShadowMode(TorchDispatchMode):
                 _note(_INFERENCE_NOTE)
             if callable(plan):
                 plan = plan(args, kwargs)
-            _record_call(str(func).replace(".default", ""), plan, func, args, kwargs, out,
-                         shadow=True)
+            _record_call(str(func).replace(".default", ""), plan, func, args, kwargs, out)
         except Exception as e:
             _note(f"{func}: a call not recorded ({type(e).__name__}: {e})")
         finally:
@@ -470,7 +467,7 @@ class _ShadowMode(TorchDispatchMode):
 
 
 # --------------------------------------------------------------------------------------- #
-# nn.MultiheadAttention calls (both modes): one row per module call
+# nn.MultiheadAttention calls (shadow mode): one row per module call, on either path
 # --------------------------------------------------------------------------------------- #
 class _MhaOnMyatt(TorchFunctionMode):
     """Inside: F.multi_head_attention_forward runs on myatt's twin (and, as with any
@@ -530,8 +527,7 @@ def _record_mha(record, module, args, kwargs, output):
     record.grads = tuple((n, k) for n, k in grads
                          if not (id(arguments[n]) in seen or seen.add(id(arguments[n])))) + tuple(
         (n, ("state", n)) for n, v in state.items() if v.requires_grad)
-    if _local.sessions and _local.sessions[0].mode == "shadow":
-        record.theirs = tuple(outs[i].detach().clone() for i in record.select)
+    record.theirs = tuple(outs[i].detach().clone() for i in record.select)
     _watch(record, [outs[i] for i in record.select], later=False)
 
 
@@ -601,6 +597,10 @@ class _ReplaceMode(TorchFunctionMode):
         loc.busy += 1
         try:
             record = self._record(func, op, twin, names, grads, args, kwargs)
+        except Exception as e:       # never break the model: torch runs the call instead
+            _note(f"{getattr(func, '__name__', func)}: a call not recorded, torch ran it "
+                  f"({type(e).__name__}: {e})")
+            record = None
         finally:
             loc.busy -= 1
         if record is None or record.skip is not None:
@@ -707,7 +707,7 @@ def _run(fn, record, wide, grads, cotangents):
         for k, v in list(kwargs.items()):
             if isinstance(v, torch.Tensor) and id(v) in leaves:
                 kwargs[k] = leaves[id(v)]
-    with torch.enable_grad() if grads else torch.no_grad(), _rerun_context(record):
+    with torch.enable_grad() if grads else torch.no_grad(), _own_work():
         out = fn(*args, **kwargs)
     outs = out if isinstance(out, (tuple, list)) else (out,)
     results = tuple(outs[i] for i in record.select)
@@ -724,7 +724,8 @@ def _run(fn, record, wide, grads, cotangents):
 
 
 @contextlib.contextmanager
-def _rerun_context(record):
+def _own_work():
+    """Validation's own torch calls: not recorded, not replaced."""
     _local.busy += 1
     try:
         yield
@@ -897,8 +898,8 @@ class Session:
         finally:
             _local.busy -= 1
         self.report.calls = calls
-        if self.backward and any(r.grads and r.cotangents is None for r in records
-                                 if r.skip is None):
+        if self.backward and any(r.grads and not any(c is not None for c in r.cotangents or ())
+                                 for r in records if r.skip is None):
             self.report.notes.append("some calls got no gradient (no backward pass reached "
                                      "them): their rows compare the forward only")
         return self.report
