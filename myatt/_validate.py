@@ -72,8 +72,11 @@ class CallReport:
         The largest ``|myatt - torch|`` and ``|myatt - torch| / |torch|`` over its results
         (output and, with ``backward=True``, gradients).
     myatt_error, torch_error : float or None
-        Each side's largest error against the float64 reruns of the call (None for float64
-        calls, which have no wider rerun, and for skipped ones).
+        Each side's largest error against torch's float64 rerun of the call (None for
+        float64 calls, which have no wider rerun, and for skipped ones). Where a result is
+        outside the tolerance myatt reruns the call in float64 too; when the two float64
+        reruns disagree (a broken kernel is broken in float64 too) each side's error is
+        against its own rerun, and the reason says so.
     verdict : str
         ``"agree"``, ``"differ"`` or ``"skipped"``.
     reason : str
@@ -249,7 +252,7 @@ class Validation:
         return ([f"myatt.validate: {self.model}, mode={self.mode}"
                  + (", backward" if self.backward else "")
                  + f": {n} call(s)" + (f" ({what})" if what else ""),
-                 f"tolerance: {tol}; errors are against float64 reruns of each call"]
+                 f"tolerance: {tol}; errors are against torch's float64 rerun of each call"]
                 + [f"note: {x}" for x in self.notes])
 
     def _details(self):
@@ -330,7 +333,7 @@ class Validation:
                       "outputs": [asdict(r) for r in self.outputs], "notes": list(self.notes)})
 
     def plot(self, ax=None):
-        """Each call's error against its float64 reruns, myatt's beside torch's, and the
+        """Each call's error against its float64 rerun, myatt's beside torch's, and the
         difference between the two (log scale); differing calls circled, skipped calls as
         grey ticks at the bottom. Needs matplotlib.
 
