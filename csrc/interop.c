@@ -17,7 +17,7 @@
 int interop_setup(myatt_state *st)
 {
     static const char *const linear_names[LINEAR_GRADS] = {"input", "weight", "bias"};
-    static const char *const myatt_names[MYATT_GRADS] = {
+    static const char *const tutorial_grad_names[TUTORIAL_GRADS] = {
         "Q", "K", "V", "attn.weight", "attn.bias", "attn_combine.weight", "attn_combine.bias"};
     st->rebuild_token = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
     st->rebuild_key = PyUnicode_InternFromString(REBUILD_KEY);
@@ -26,8 +26,8 @@ int interop_setup(myatt_state *st)
     for (int i = 0; i < LINEAR_GRADS; i++)
         if ((st->linear_grad_keys[i] = PyUnicode_InternFromString(linear_names[i])) == NULL)
             return -1;
-    for (int i = 0; i < MYATT_GRADS; i++)
-        if ((st->myatt_grad_keys[i] = PyUnicode_InternFromString(myatt_names[i])) == NULL)
+    for (int i = 0; i < TUTORIAL_GRADS; i++)
+        if ((st->tutorial_grad_keys[i] = PyUnicode_InternFromString(tutorial_grad_names[i])) == NULL)
             return -1;
     return 0;
 }
@@ -66,13 +66,13 @@ static const char *const *own_children(myatt_state *st, PyObject *self)
     static const char *const myatt[] = {"attn", "attn_combine", NULL};
     static const char *const mha[] = {"out_proj", NULL};
     static const char *const none[] = {NULL};
-    return PyObject_TypeCheck(self, st->myatt_type) ? myatt
+    return PyObject_TypeCheck(self, st->tutorial_type) ? myatt
            : PyObject_TypeCheck(self, st->mha_type) ? mha : none;
 }
 
 static int is_module(myatt_state *st, PyObject *obj)
 {
-    return PyObject_TypeCheck(obj, st->linear_type) || PyObject_TypeCheck(obj, st->myatt_type)
+    return PyObject_TypeCheck(obj, st->linear_type) || PyObject_TypeCheck(obj, st->tutorial_type)
            || PyObject_TypeCheck(obj, st->mha_type);
 }
 

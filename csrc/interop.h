@@ -103,7 +103,7 @@ PyObject *reduce_object(PyObject *self, PyObject *args, PyObject *kwargs);
 
 /* The methods both types share: _from_state (unpickling), from_torch (with the
  * myatt._interop function that reads the torch module: "linear_spec" or
- * "myatt_spec") and _repr_html_. */
+ * "tutorial_spec") and _repr_html_. */
 PyObject *from_state_method(PyTypeObject *cls, PyObject *args);
 PyObject *from_torch_with(PyTypeObject *cls, PyObject *module, const char *spec_func);
 PyObject *repr_html_method(PyObject *self, PyObject *ignored);

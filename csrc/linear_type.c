@@ -1,26 +1,21 @@
-/* myatt.Linear: the extension type holding one linear layer's parameters.
- * Its computations are linear_ops.c's (shared with myatt.linear).  Exports
- * linear_type_spec (pieces.h) and linear_create (linear_type.h). */
+/* myatt.Linear: the extension type holding one linear layer's parameters: its
+ * construction, attributes, state_dict, pickling and method table.  Its calls
+ * (forward, backward, vjp) are linear_forward.c's.  Exports linear_type_spec
+ * (pieces.h) and linear_create (linear_type.h). */
 #include "linear_type.h"
 
-#include "checks.h"
 #include "interop.h"
-#include "linear_ops.h"
 #include "pieces.h"
 #include "state_dict.h"
-#include "vjp.h"
 
 #include <stddef.h>
 #include <string.h>
 
 #include <structmember.h>
 
-/* ---- construction ---------------------------------------------------------- */
+DTYPE_KERNELS(linear_init);
 
-static PyObject *Linear_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
-                                   PyObject *kwnames);
-static PyObject *Linear_forward_fast(LinearObject *self, PyObject *const *args,
-                                     Py_ssize_t nargs, PyObject *kwnames);
+/* ---- construction ---------------------------------------------------------- */
 
 LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_features,
                             Py_ssize_t out_features, int bias, const myatt_dtype *dtype,
@@ -54,7 +49,7 @@ LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_f
         if (b != NULL)
             memset(b, 0, (size_t)PyArray_NBYTES(self->bias));
     } else if (!transposed) {
-        dtype->k->linear_init(&st->rng, PyArray_DATA(self->weight), b, out_features,
+        linear_init_kernels[dtype->index](&st->rng, PyArray_DATA(self->weight), b, out_features,
                               in_features);
     } else {   /* drawn in torch's order into a buffer, then stored */
         void *w = PyMem_Malloc((size_t)PyArray_NBYTES(self->weight) + 1);
@@ -62,7 +57,7 @@ LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_f
             PyErr_NoMemory();
             goto fail;
         }
-        dtype->k->linear_init(&st->rng, w, b, out_features, in_features);
+        linear_init_kernels[dtype->index](&st->rng, w, b, out_features, in_features);
         store_rows(self->weight, w);
         PyMem_Free(w);
     }
@@ -117,115 +112,6 @@ static void Linear_dealloc(LinearObject *self)
     Py_XDECREF(self->init.retired);
     tp->tp_free(self);
     Py_DECREF(tp);
-}
-
-/* ---- forward --------------------------------------------------------------- */
-
-/* layer(input).  With `saved` (myatt.vjp) the same result, computed from private
- * copies of the parameters and the input (in the layer's dtype), which
- * saved[0..2] get (input, weight, bias or None; the caller releases them, also
- * when NULL is returned): the pullback reads what the forward read. */
-static PyObject *linear_forward_impl(LinearObject *self, PyObject *input, PyObject *saved[3])
-{
-    if (module_built((PyObject *)self, "Linear") < 0)
-        return NULL;
-    PyArrayObject *raw = as_real_array(input, "Linear: input");
-    if (raw == NULL)
-        return NULL;
-    if (check_in_features("Linear: input", raw, self->in_features) < 0) {
-        Py_DECREF(raw);
-        return NULL;
-    }
-    const void *bias = self->bias ? PyArray_DATA(self->bias) : NULL;
-    PyArrayObject *weight = self->weight;
-    if (saved != NULL) {   /* the parameters once the input is checked (its __array__ ran) */
-        if ((saved[1] = (PyObject *)copy_array(self->weight)) == NULL
-            || (saved[2] = self->bias ? (PyObject *)copy_array(self->bias)
-                                      : Py_NewRef(Py_None)) == NULL) {
-            name_memory_error("vjp(): a copy of the Linear's parameters");
-            Py_DECREF(raw);
-            return NULL;
-        }
-        weight = (PyArrayObject *)saved[1];
-        bias = self->bias ? PyArray_DATA((PyArrayObject *)saved[2]) : NULL;
-    }
-    PyArrayObject *x = saved != NULL ? private_cast(raw, self->dtype->typenum, "Linear: input")
-                                     : cast_array(raw, self->dtype->typenum, 0, "Linear: input");
-    Py_DECREF(raw);
-    if (x == NULL)
-        return NULL;
-    PyObject *out = linear_apply(x, cmat_of(weight), bias, self->dtype);
-    if (saved != NULL)
-        saved[0] = (PyObject *)x;
-    else
-        Py_DECREF(x);
-    return out;
-}
-
-static PyObject *linear_forward(LinearObject *self, PyObject *input)
-{
-    return linear_forward_impl(self, input, NULL);
-}
-
-PyObject *linear_forward_keep(PyObject *self, PyObject *args, PyObject *kwds,
-                              PyObject *saved[3])
-{
-    static char *kwlist[] = {"input", NULL};
-    PyObject *input;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:Linear.__call__", kwlist, &input))
-        return NULL;
-    return linear_forward_impl((LinearObject *)self, input, saved);
-}
-
-static PyObject *Linear_call(LinearObject *self, PyObject *args, PyObject *kwds)
-{
-    static char *kwlist[] = {"input", NULL};
-    PyObject *input;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:Linear.__call__", kwlist, &input))
-        return NULL;
-    return linear_forward(self, input);
-}
-
-static PyObject *Linear_forward(LinearObject *self, PyObject *args, PyObject *kwds)
-{
-    static char *kwlist[] = {"input", NULL};
-    PyObject *input;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:Linear.forward", kwlist, &input))
-        return NULL;
-    return linear_forward(self, input);
-}
-
-/* layer(x) (a subclass's own forward if it has one) and layer.forward(x): one
- * positional argument goes straight to linear_forward; any other call takes
- * the tuple path above (same parsing and messages as before). */
-static PyObject *Linear_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
-                                   PyObject *kwnames)
-{
-    PyObject *result;
-    if (subclass_forward(self, (PyCFunction)(void (*)(void))Linear_forward_fast, args, nargsf,
-                         kwnames, &result))
-        return result;
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs == 1 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0))
-        return linear_forward((LinearObject *)self, args[0]);
-    return call_with_tuple(self, args, nargs, kwnames, (ternaryfunc)Linear_call);
-}
-
-/* The __call__ method.  A Python subclass's m(...) arrives here too (its tp_call
- * is slot_tp_call, which finds this method), on a type without the vectorcall
- * flag before 3.12: so Linear_vectorcall itself, not PyVectorcall_Function. */
-static PyObject *Linear_call_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                                  PyObject *kwnames)
-{
-    return Linear_vectorcall(self, args, (size_t)nargs, kwnames);
-}
-
-static PyObject *Linear_forward_fast(LinearObject *self, PyObject *const *args,
-                                     Py_ssize_t nargs, PyObject *kwnames)
-{
-    if (nargs == 1 && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0))
-        return linear_forward(self, args[0]);
-    return call_with_tuple((PyObject *)self, args, nargs, kwnames, (ternaryfunc)Linear_forward);
 }
 
 /* ---- state_dict ------------------------------------------------------------ */
@@ -338,82 +224,6 @@ static PyObject *Linear_repr(LinearObject *self)
                                 self->dtype->name);
 }
 
-/* ---- backward --------------------------------------------------------------- */
-
-PyDoc_STRVAR(Linear_backward_doc,
-"backward($self, input, grad_output)\n--\n\n"
-"Gradients of the layer, as torch's autograd gives them.\n"
-"\n"
-"The gradients of ``sum(self(input) * grad_output)`` with respect to the\n"
-"input and the parameters. The layer is not changed.\n"
-"\n"
-"Parameters\n"
-"----------\n"
-"input : array_like, shape (..., in_features)\n"
-"    The input of the forward pass.\n"
-"grad_output : array_like, shape (..., out_features)\n"
-"    The gradient of its result; its leading dimensions are `input`'s.\n"
-"\n"
-"Returns\n"
-"-------\n"
-"dict\n"
-"    ``{'input': (..., in_features), 'weight': (out_features, in_features),\n"
-"    'bias': (out_features,) or None}``: new arrays in the layer's dtype.\n"
-"\n"
-"Raises\n"
-"------\n"
-"TypeError\n"
-"    If an operand is not an array of real numbers.\n"
-"ValueError\n"
-"    If the shapes do not match (the message gives them).\n"
-"MemoryError\n"
-"    If a result cannot be allocated.\n"
-"\n"
-"Examples\n"
-"--------\n"
-">>> m = myatt.Linear(3, 2)\n"
-">>> g = m.backward(np.ones((4, 3)), np.ones((4, 2)))\n"
-">>> sorted(g)\n"
-"['bias', 'input', 'weight']\n"
-">>> g['weight']\n"
-"array([[4., 4., 4.],\n"
-"       [4., 4., 4.]], dtype=float32)\n"
-">>> g['bias']\n"
-"array([4., 4.], dtype=float32)");
-
-static PyObject *Linear_backward(LinearObject *self, PyObject *args, PyObject *kwds)
-{
-    static char *kwlist[] = {"input", "grad_output", NULL};
-    PyObject *input_obj, *go_obj, *grads = NULL, *result = NULL;
-    PyArrayObject *rx = NULL, *rg = NULL, *x = NULL, *g = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:Linear.backward", kwlist,
-                                     &input_obj, &go_obj)
-            || module_built((PyObject *)self, "Linear.backward()") < 0)
-        return NULL;
-    if ((rx = as_real_array(input_obj, "Linear.backward(): input")) == NULL
-            || (rg = as_real_array(go_obj, "Linear.backward(): grad_output")) == NULL)
-        goto fail;
-    if (check_in_features("Linear.backward(): input", rx, self->in_features) < 0
-            || check_grad_output_rows("Linear.backward()", rx, rg, self->out_features) < 0)
-        goto fail;
-    if ((x = cast_array(rx, self->dtype->typenum, 0, "Linear.backward(): input")) == NULL
-            || (g = cast_array(rg, self->dtype->typenum, 0, "Linear.backward(): grad_output"))
-                   == NULL
-            || (grads = linear_grad_apply(x, g, cmat_of(self->weight), self->bias != NULL,
-                                          self->dtype)) == NULL)
-        goto fail;
-    const myatt_state *st = myatt_state_of_type(Py_TYPE(self));
-    if (st != NULL)
-        result = dict_of(st->linear_grad_keys, &PyTuple_GET_ITEM(grads, 0), LINEAR_GRADS);
-fail:
-    Py_XDECREF(rx);
-    Py_XDECREF(rg);
-    Py_XDECREF(x);
-    Py_XDECREF(g);
-    Py_XDECREF(grads);
-    return result;
-}
-
 /* ---- pickling, copying, from_torch, _repr_html_ (helpers in interop.c) ---- */
 
 static PyObject *Linear_reduce(LinearObject *self, PyObject *Py_UNUSED(ignored))
@@ -479,34 +289,6 @@ PyDoc_STRVAR(Linear_repr_html_doc,
 "_repr_html_($self, /)\n--\n\n"
 "An HTML table of the layer's parameters, for Jupyter.");
 
-PyDoc_STRVAR(Linear_call_doc,
-"__call__($self, input)\n--\n\n"
-"Apply the layer: the same as `forward`.\n"
-"\n"
-"Parameters\n"
-"----------\n"
-"input : array_like, shape (..., in_features)\n"
-"    Real numbers; converted to the layer's dtype.\n"
-"\n"
-"Returns\n"
-"-------\n"
-"ndarray, shape (..., out_features)\n"
-"    In the layer's dtype; a new C-contiguous array.\n"
-"\n"
-"Raises\n"
-"------\n"
-"TypeError\n"
-"    If `input` is not an array of real numbers.\n"
-"ValueError\n"
-"    If the last axis of `input` is not `in_features` long.\n"
-"MemoryError\n"
-"    If the result cannot be allocated.\n"
-"\n"
-"Examples\n"
-"--------\n"
-">>> m = myatt.Linear(3, 2, dtype='float64')\n"
-">>> m(np.ones((5, 7, 3))).shape\n"
-"(5, 7, 2)");
 
 /* ---- the type -------------------------------------------------------------- */
 
@@ -576,34 +358,6 @@ PyDoc_STRVAR(Linear_doc,
 ">>> myatt.Linear(3, 4, bias=False, dtype='float64').bias is None\n"
 "True");
 
-PyDoc_STRVAR(Linear_forward_doc,
-"forward($self, input)\n--\n\n"
-"Apply the layer: ``input @ weight.T + bias``.\n"
-"\n"
-"Parameters\n"
-"----------\n"
-"input : array_like, shape (..., in_features)\n"
-"    Real numbers; converted to the layer's dtype.\n"
-"\n"
-"Returns\n"
-"-------\n"
-"ndarray, shape (..., out_features)\n"
-"    In the layer's dtype; a new C-contiguous array.\n"
-"\n"
-"Raises\n"
-"------\n"
-"TypeError\n"
-"    If `input` is not an array of real numbers.\n"
-"ValueError\n"
-"    If the last axis of `input` is not `in_features` long.\n"
-"MemoryError\n"
-"    If the result cannot be allocated.\n"
-"\n"
-"Examples\n"
-"--------\n"
-">>> m = myatt.Linear(3, 2, dtype='float64')\n"
-">>> m.forward(np.ones((5, 7, 3))).shape\n"
-"(5, 7, 2)");
 
 PyDoc_STRVAR(Linear_state_dict_doc,
 "state_dict($self, /)\n--\n\n"

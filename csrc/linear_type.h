@@ -35,4 +35,14 @@ LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_f
                             Py_ssize_t out_features, int bias, const myatt_dtype *dtype,
                             linear_init init, int transposed, const char *name);
 
+/* linear_forward.c: layer(x) and its methods; their docstrings */
+PyObject *Linear_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                            PyObject *kwnames);
+PyObject *Linear_call_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames);
+PyObject *Linear_forward_fast(LinearObject *self, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames);
+PyObject *Linear_backward(LinearObject *self, PyObject *args, PyObject *kwds);
+extern const char Linear_call_doc[], Linear_forward_doc[], Linear_backward_doc[];
+
 #endif

@@ -1,10 +1,9 @@
-/* myatt.scaled_dot_product_attention: converts and checks the arguments,
- * works out the broadcast batch shape and every operand's strides along it,
- * releases the GIL and calls the flash kernel (kernels/sdpa.h).  For myatt.vjp
- * (vjp.h): the forward that keeps private copies of the operands, the output
- * and the log-sum-exp, and the pullback's backward on what it kept. */
-#include "pieces.h"
-#include "state.h"
+/* myatt.scaled_dot_product_attention, declared (entry.h): checks the
+ * arguments, works out the broadcast batch shape and every operand's strides
+ * along it, releases the GIL and calls the flash kernel (kernels/sdpa/sdpa.h).
+ * Its vjp kind (vjp.h): the forward that keeps private copies of the operands,
+ * the output and the log-sum-exp, and the pullback's backward on what it kept. */
+#include "entry.h"
 #include "vjp.h"
 
 #include "kernels/sdpa/sdpa.h"
@@ -12,9 +11,10 @@
 #include <math.h>
 #include <string.h>
 
-static const char myatt_scaled_dot_product_attention_doc[] =
-"scaled_dot_product_attention($module, query, key, value, attn_mask=None, dropout_p=0.0, "
-"is_causal=False, scale=None, enable_gqa=False)\n--\n\n"
+DTYPE_KERNELS(sdpa_forward);
+DTYPE_KERNELS(sdpa_backward);
+
+static const char sdpa_doc[] =
 "Attention: softmax(query @ key^T * scale + attn_mask) @ value.\n"
 "\n"
 "As torch.nn.functional.scaled_dot_product_attention of torch 2.13, computed\n"
@@ -157,8 +157,20 @@ static int broadcast_batch(npy_intp *dims, int nb, PyArrayObject *a, npy_intp he
     return 0;
 }
 
-void sdpa_kept_clear(sdpa_kept *kept)
+/* A call's arguments as the kernels read them, and what its pullback keeps:
+ * with `private` (myatt.vjp), copies that nothing else writes. */
+typedef struct {
+    PyArrayObject *q, *k, *v, *mask;   /* converted (mask NULL without one), any strides */
+    sdpa_problem *problem;             /* PyMem; its operands point into q, k, v, mask */
+    int typenum;                       /* the result's dtype */
+    PyArrayObject *out, *lse;          /* vjp: the forward's output [batch..., L, Ev] and
+                                          log-sum-exp [batch..., L] (C-contiguous;
+                                          float64 for both dtypes, sdpa.h) */
+} sdpa_kept;
+
+static void sdpa_kept_clear(void *kept_)
 {
+    sdpa_kept *kept = kept_;
     Py_CLEAR(kept->q);
     Py_CLEAR(kept->k);
     Py_CLEAR(kept->v);
@@ -169,205 +181,218 @@ void sdpa_kept_clear(sdpa_kept *kept)
     kept->problem = NULL;
 }
 
-/* The arguments of a call, converted and checked, into *a (zero-filled by the
- * caller, which clears it with sdpa_kept_clear whatever this returns): the
- * operands as the kernels read them (with `private`, copies that nothing else
- * holds: myatt.vjp's), the problem with the dropout seed drawn (one draw of
- * myatt's generator when dropout_p > 0).  0, or -1 with an exception. */
-static int sdpa_parse(PyObject *module, PyObject *args, PyObject *kwds, int private,
-                      sdpa_kept *a)
+/* The call's scalars and shapes, checked (sdpa_check), for sdpa_problem_of */
+typedef struct {
+    int is_causal, enable_gqa, flash;
+    double dropout_p, scale;            /* scale: given, or 1 / sqrt(E) */
+    npy_intp L, S, E, Ev;
+    int nb;                             /* batch dimensions of the output */
+    npy_intp dims[SDPA_MAX_BATCH_DIMS + 2];   /* the output's shape */
+    npy_intp k_heads, v_heads, k_group, v_group;   /* GQA: key's and value's heads */
+} sdpa_shape;
+
+/* 1. Scalars: the flags bools (as torch's), dropout_p in [0, 1], scale a real
+ * number or None; the mask bool or floating. */
+static int sdpa_scalars(const entry_call *c, sdpa_shape *sh)
 {
-    static char *kwlist[] = {"query", "key", "value", "attn_mask", "dropout_p", "is_causal",
-                             "scale", "enable_gqa", NULL};
-    PyObject *q_obj, *k_obj, *v_obj, *mask_obj = Py_None, *scale_obj = Py_None;
-    PyObject *dropout_obj = NULL, *causal_obj = Py_False, *gqa_obj = Py_False;
-    int is_causal = 0, enable_gqa = 0, rc = -1;
-    PyArrayObject *rq = NULL, *rk = NULL, *rv = NULL, *rm = NULL;
-    sdpa_problem *p = NULL;
-    char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN], s3[SHAPE_STR_LEN], s4[SHAPE_STR_LEN];
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OOOOO:scaled_dot_product_attention",
-                                     kwlist, &q_obj, &k_obj, &v_obj, &mask_obj, &dropout_obj,
-                                     &causal_obj, &scale_obj, &gqa_obj))
+    PyObject *dropout = c->obj[4], *causal = c->obj[5], *scale = c->obj[6], *gqa = c->obj[7];
+    PyArrayObject *rm = c->arr[3];
+    if ((causal != NULL && bool_arg(causal, WHAT "is_causal", &sh->is_causal) < 0)
+            || (gqa != NULL && bool_arg(gqa, WHAT "enable_gqa", &sh->enable_gqa) < 0)
+            || (dropout != NULL && probability_arg(dropout, WHAT "dropout_p", &sh->dropout_p) < 0)
+            || (scale != NULL && scale != Py_None
+                && float_arg(scale, WHAT "scale", " or None", &sh->scale) < 0))
         return -1;
-
-    /* 1. Scalars: the flags bools (as torch's), dropout_p in [0, 1], scale a real number
-     * or None. */
-    if (bool_arg(causal_obj, WHAT "is_causal", &is_causal) < 0
-            || bool_arg(gqa_obj, WHAT "enable_gqa", &enable_gqa) < 0)
+    const int mt = rm != NULL ? PyArray_TYPE(rm) : NPY_BOOL;
+    if (mt != NPY_BOOL && mt != NPY_HALF && dtype_of_typenum(mt) == NULL) {
+        PyErr_Format(PyExc_TypeError, WHAT "attn_mask must be bool or floating point, "
+                     "got dtype %S", (PyObject *)PyArray_DESCR(rm));
         return -1;
-    double dropout_p = 0.0, scale = 0.0;
-    if (dropout_obj != NULL && probability_arg(dropout_obj, WHAT "dropout_p", &dropout_p) < 0)
-        return -1;
-    if (scale_obj != Py_None && float_arg(scale_obj, WHAT "scale", " or None", &scale) < 0)
-        return -1;
-
-    /* 2. Arrays and their shapes. */
-    if ((rq = as_real_array(q_obj, WHAT "query")) == NULL
-            || (rk = as_real_array(k_obj, WHAT "key")) == NULL
-            || (rv = as_real_array(v_obj, WHAT "value")) == NULL)
-        goto fail;
-    if (mask_obj != Py_None) {
-        if ((rm = as_real_array(mask_obj, WHAT "attn_mask")) == NULL)
-            goto fail;
-        int mt = PyArray_TYPE(rm);
-        if (mt != NPY_BOOL && mt != NPY_HALF && dtype_of_typenum(mt) == NULL) {
-            PyErr_Format(PyExc_TypeError, WHAT "attn_mask must be bool or floating point, "
-                         "got dtype %S", (PyObject *)PyArray_DESCR(rm));
-            goto fail;
-        }
     }
-    PyArrayObject *const named[3] = {rq, rk, rv};
-    const char *const names[3] = {"query", "key", "value"};
-    const char *const forms[3] = {"[..., L, E]", "[..., S, E]", "[..., S, Ev]"};
+    return 0;
+}
+
+/* 2. query, key and value: at least 2-D, E and S agreeing; 3. GQA: key's and
+ * value's heads (dimension -3) repeated to the query's. */
+static int sdpa_operands(const entry_call *c, sdpa_shape *sh)
+{
+    static const char *const names[3] = {"query", "key", "value"};
+    static const char *const forms[3] = {"[..., L, E]", "[..., S, E]", "[..., S, Ev]"};
+    PyArrayObject *const *a = c->arr;
+    char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN], s3[SHAPE_STR_LEN];
     for (int i = 0; i < 3; i++)
-        if (PyArray_NDIM(named[i]) < 2) {
+        if (PyArray_NDIM(a[i]) < 2) {
             PyErr_Format(PyExc_ValueError, WHAT "%s must be at least 2-D %s, got shape %s",
-                         names[i], forms[i], SHAPE_OF(s1, named[i]));
-            goto fail;
+                         names[i], forms[i], SHAPE_OF(s1, a[i]));
+            return -1;
         }
-    const int nq = PyArray_NDIM(rq), nk = PyArray_NDIM(rk), nv = PyArray_NDIM(rv);
-    const npy_intp L = PyArray_DIM(rq, nq - 2), E = PyArray_DIM(rq, nq - 1);
-    const npy_intp S = PyArray_DIM(rk, nk - 2), Ev = PyArray_DIM(rv, nv - 1);
-    if (PyArray_DIM(rk, nk - 1) != E) {
+    const int nq = PyArray_NDIM(a[0]), nk = PyArray_NDIM(a[1]), nv = PyArray_NDIM(a[2]);
+    sh->L = PyArray_DIM(a[0], nq - 2);
+    sh->E = PyArray_DIM(a[0], nq - 1);
+    sh->S = PyArray_DIM(a[1], nk - 2);
+    sh->Ev = PyArray_DIM(a[2], nv - 1);
+    if (PyArray_DIM(a[1], nk - 1) != sh->E) {
         PyErr_Format(PyExc_ValueError, WHAT "key must have shape [..., S, %zd] (E of query "
-                     "%s), got %s", (Py_ssize_t)E, SHAPE_OF(s1, rq), SHAPE_OF(s2, rk));
-        goto fail;
+                     "%s), got %s", (Py_ssize_t)sh->E, SHAPE_OF(s1, a[0]), SHAPE_OF(s2, a[1]));
+        return -1;
     }
-    if (PyArray_DIM(rv, nv - 2) != S) {
+    if (PyArray_DIM(a[2], nv - 2) != sh->S) {
         PyErr_Format(PyExc_ValueError, WHAT "value must have shape [..., %zd, Ev] (S of key "
-                     "%s), got %s", (Py_ssize_t)S, SHAPE_OF(s1, rk), SHAPE_OF(s2, rv));
-        goto fail;
+                     "%s), got %s", (Py_ssize_t)sh->S, SHAPE_OF(s1, a[1]), SHAPE_OF(s2, a[2]));
+        return -1;
     }
-
-    /* 3. GQA: key's and value's heads (dimension -3) repeated to the query's. */
-    npy_intp k_heads = -1, v_heads = -1, k_group = 1, v_group = 1;
-    if (enable_gqa) {
-        if (nq < 3 || nk < 3 || nv < 3) {
-            PyErr_Format(PyExc_ValueError, WHAT "enable_gqa needs query, key and value with "
-                         "a head dimension (-3), got query %s, key %s, value %s",
-                         SHAPE_OF(s1, rq), SHAPE_OF(s2, rk), SHAPE_OF(s3, rv));
-            goto fail;
-        }
-        const npy_intp hq = PyArray_DIM(rq, nq - 3);
-        for (int i = 1; i < 3; i++) {
-            const npy_intp h = PyArray_DIM(named[i], PyArray_NDIM(named[i]) - 3);
-            if (h == 0 ? hq != 0 : hq % h != 0) {
-                PyErr_Format(PyExc_ValueError, WHAT "enable_gqa: the query's %zd heads "
-                             "(dimension -3) must be a multiple of %s's %zd heads",
-                             (Py_ssize_t)hq, names[i], (Py_ssize_t)h);
-                goto fail;
-            }
-            const npy_intp group = h == 0 ? 1 : hq / h;
-            if (group > 1 && h > 1) {
-                if (i == 1) { k_heads = hq; k_group = group; }
-                else { v_heads = hq; v_group = group; }
-            }
-            else if (group > 1) {   /* one head: plain broadcasting repeats it */
-                if (i == 1) k_heads = hq;
-                else v_heads = hq;
-            }
-        }
+    sh->k_heads = sh->v_heads = -1;
+    sh->k_group = sh->v_group = 1;
+    if (!sh->enable_gqa)
+        return 0;
+    if (nq < 3 || nk < 3 || nv < 3) {
+        PyErr_Format(PyExc_ValueError, WHAT "enable_gqa needs query, key and value with "
+                     "a head dimension (-3), got query %s, key %s, value %s",
+                     SHAPE_OF(s1, a[0]), SHAPE_OF(s2, a[1]), SHAPE_OF(s3, a[2]));
+        return -1;
     }
+    const npy_intp hq = PyArray_DIM(a[0], nq - 3);
+    for (int i = 1; i < 3; i++) {
+        const npy_intp h = PyArray_DIM(a[i], PyArray_NDIM(a[i]) - 3);
+        if (h == 0 ? hq != 0 : hq % h != 0) {
+            PyErr_Format(PyExc_ValueError, WHAT "enable_gqa: the query's %zd heads "
+                         "(dimension -3) must be a multiple of %s's %zd heads",
+                         (Py_ssize_t)hq, names[i], (Py_ssize_t)h);
+            return -1;
+        }
+        const npy_intp group = h == 0 ? 1 : hq / h;
+        npy_intp *heads = i == 1 ? &sh->k_heads : &sh->v_heads;
+        npy_intp *grp = i == 1 ? &sh->k_group : &sh->v_group;
+        if (group > 1)       /* one head: plain broadcasting repeats it */
+            *heads = hq;
+        if (group > 1 && h > 1)
+            *grp = group;
+    }
+    return 0;
+}
 
-    /* 4. The output's batch shape: query, key and value broadcast together. */
-    int nb = nq - 2;
-    if (nk - 2 > nb) nb = nk - 2;
-    if (nv - 2 > nb) nb = nv - 2;
+/* 4. The output's batch shape: query, key and value broadcast together;
+ * 5. the mask broadcastable to [batch..., L, S] without enlarging it, and
+ * with is_causal only where torch takes both. */
+static int sdpa_batch(const entry_call *c, sdpa_shape *sh)
+{
+    PyArrayObject *const *a = c->arr, *rm = c->arr[3];
+    char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN], s3[SHAPE_STR_LEN], s4[SHAPE_STR_LEN];
+    int nb = 0;
+    for (int i = 0; i < 3; i++)
+        nb = PyArray_NDIM(a[i]) - 2 > nb ? PyArray_NDIM(a[i]) - 2 : nb;
     if (nb > SDPA_MAX_BATCH_DIMS) {
         PyErr_Format(PyExc_ValueError, WHAT "at most %d batch dimensions, got %d",
                      SDPA_MAX_BATCH_DIMS, nb);
-        goto fail;
+        return -1;
     }
-    npy_intp dims[SDPA_MAX_BATCH_DIMS + 2];
+    npy_intp *dims = sh->dims;
     for (int d = 0; d < nb; d++)
         dims[d] = 1;
-    if (broadcast_batch(dims, nb, rq, -1) < 0 || broadcast_batch(dims, nb, rk, k_heads) < 0
-            || broadcast_batch(dims, nb, rv, v_heads) < 0) {
+    if (broadcast_batch(dims, nb, a[0], -1) < 0 || broadcast_batch(dims, nb, a[1], sh->k_heads) < 0
+            || broadcast_batch(dims, nb, a[2], sh->v_heads) < 0) {
         PyErr_Format(PyExc_ValueError, WHAT "the batch dimensions of query %s, key %s and "
-                     "value %s do not broadcast%s", SHAPE_OF(s1, rq), SHAPE_OF(s2, rk),
-                     SHAPE_OF(s3, rv), enable_gqa ? "" : " (different head counts need "
+                     "value %s do not broadcast%s", SHAPE_OF(s1, a[0]), SHAPE_OF(s2, a[1]),
+                     SHAPE_OF(s3, a[2]), sh->enable_gqa ? "" : " (different head counts need "
                      "enable_gqa=True)");
-        goto fail;
+        return -1;
     }
-    dims[nb] = L;
-    dims[nb + 1] = Ev;
-
-    /* 5. The mask: broadcastable to [batch..., L, S] without enlarging it. */
+    sh->nb = nb;
+    dims[nb] = sh->L;
+    dims[nb + 1] = sh->Ev;
     if (rm != NULL) {
         const int nm = PyArray_NDIM(rm);
         int ok = nm <= nb + 2;
         for (int i = 0; ok && i < nm; i++) {
-            const npy_intp n = PyArray_DIM(rm, i);
             const int od = nb + 2 - nm + i;
-            const npy_intp want = od == nb ? L : od == nb + 1 ? S : dims[od];
+            const npy_intp n = PyArray_DIM(rm, i), want = od == nb ? sh->L
+                                                          : od == nb + 1 ? sh->S : dims[od];
             ok = n == want || n == 1;
         }
         if (!ok) {
             npy_intp want[SDPA_MAX_BATCH_DIMS + 2];
             memcpy(want, dims, (size_t)nb * sizeof(npy_intp));
-            want[nb] = L;
-            want[nb + 1] = S;
+            want[nb] = sh->L;
+            want[nb + 1] = sh->S;
             PyErr_Format(PyExc_ValueError, WHAT "attn_mask must be broadcastable to [..., L, "
                          "S] = %s, got shape %s", shape_str(s1, sizeof s1, nb + 2, want),
                          SHAPE_OF(s2, rm));
-            goto fail;
+            return -1;
         }
     }
-
     /* attn_mask with is_causal: both applied where torch 2.13's CPU kernel takes them
      * (its flash path; also an empty result or no keys, which it returns at once),
      * refused where it refuses them (its math path) */
-    const int flash = dropout_p == 0.0 && torch_takes_flash(rq, rk, rv, rm, enable_gqa);
-    int empty = L == 0 || S == 0 || Ev == 0;
-    for (int d = 0; d < nb; d++)
+    sh->flash = sh->dropout_p == 0.0 && torch_takes_flash(a[0], a[1], a[2], rm, sh->enable_gqa);
+    int empty = sh->S == 0;
+    for (int d = 0; d < nb + 2; d++)
         empty |= dims[d] == 0;
-    if (rm != NULL && is_causal && !flash && !empty) {
+    if (rm != NULL && sh->is_causal && !sh->flash && !empty) {
         PyErr_Format(PyExc_ValueError, WHAT "attn_mask and is_causal=True together need the "
                      "inputs of torch's flash kernel, which applies both (4-D query, key and "
                      "value, E == Ev, a 2-D or 4-D mask, dropout_p=0); got query %s, key %s, "
-                     "value %s, attn_mask %s", SHAPE_OF(s1, rq), SHAPE_OF(s2, rk),
-                     SHAPE_OF(s3, rv), SHAPE_OF(s4, rm));
-        goto fail;
+                     "value %s, attn_mask %s", SHAPE_OF(s1, a[0]), SHAPE_OF(s2, a[1]),
+                     SHAPE_OF(s3, a[2]), SHAPE_OF(s4, rm));
+        return -1;
     }
+    return 0;
+}
 
-    /* 6. dtypes: the kernels' rule; a float mask in that dtype, a bool one as it is. */
-    const int typenum = result_typenum(rq, rk, rv);
-    a->typenum = typenum;
+/* 6. The operands in the result dtype (a float mask in it, a bool one as it is;
+ * with `private`, copies: vjp's), into a. */
+static int sdpa_operands_cast(const entry_call *c, int private, sdpa_kept *a)
+{
+    const int typenum = a->typenum = c->dt->typenum;
     PyArrayObject **const ops[3] = {&a->q, &a->k, &a->v};
-    static const char *const what[3] = {WHAT "query", WHAT "key", WHAT "value"};
     for (int i = 0; i < 3; i++)
-        if ((*ops[i] = private ? private_cast(named[i], typenum, what[i])
-                               : cast_array(named[i], typenum, 0, what[i])) == NULL)
-            goto fail;
-    if (rm != NULL) {
-        const int mt = PyArray_TYPE(rm) == NPY_BOOL ? NPY_BOOL : typenum;
-        PyArrayObject *m = squeeze_broadcast(rm, PyArray_NDIM(rm));
-        if (m == NULL)
-            goto fail;
-        a->mask = private ? private_cast(m, mt, WHAT "attn_mask")
-                          : cast_array(m, mt, 0, WHAT "attn_mask");
-        Py_DECREF(m);
+        if ((*ops[i] = private ? private_cast(c->arr[i], typenum, c->e->what[i])
+                               : cast_array(c->arr[i], typenum, 0, c->e->what[i])) == NULL)
+            return -1;
+    PyArrayObject *rm = c->arr[3];
+    if (rm == NULL)
+        return 0;
+    const int mt = PyArray_TYPE(rm) == NPY_BOOL ? NPY_BOOL : typenum;
+    PyArrayObject *m = squeeze_broadcast(rm, PyArray_NDIM(rm));
+    if (m == NULL)
+        return -1;
+    a->mask = private ? private_cast(m, mt, WHAT "attn_mask")
+                      : cast_array(m, mt, 0, WHAT "attn_mask");
+    Py_DECREF(m);
+    if (a->mask == NULL)
+        return -1;
+    if (PyArray_NDIM(a->mask) < 2) {   /* [S] or a scalar: as [1, S] or [1, 1] */
+        npy_intp mdims[2] = {1, PyArray_NDIM(a->mask) == 1 ? PyArray_DIM(a->mask, 0) : 1};
+        PyArray_Dims shape = {mdims, 2};
+        Py_SETREF(a->mask, (PyArrayObject *)PyArray_Newshape(a->mask, &shape, NPY_ANYORDER));
         if (a->mask == NULL)
-            goto fail;
-        if (PyArray_NDIM(a->mask) < 2) {   /* [S] or a scalar: as [1, S] or [1, 1] */
-            npy_intp mdims[2] = {1, PyArray_NDIM(a->mask) == 1 ? PyArray_DIM(a->mask, 0) : 1};
-            PyArray_Dims shape = {mdims, 2};
-            PyArrayObject *m2 = (PyArrayObject *)PyArray_Newshape(a->mask, &shape, NPY_ANYORDER);
-            Py_SETREF(a->mask, m2);
-            if (a->mask == NULL)
-                goto fail;
-        }
+            return -1;
     }
+    return 0;
+}
 
-    /* 7. The problem. */
-    if ((p = a->problem = PyMem_Calloc(1, sizeof *p)) == NULL) {
+/* A call's arguments, checked and converted, into *a (zero-filled by the caller,
+ * which clears it with sdpa_kept_clear whatever this returns): the operands as
+ * the kernels read them, 7. the problem with the dropout seed drawn (one draw of
+ * myatt's generator when dropout_p > 0).  0, or -1 with an exception. */
+static int sdpa_prepare(const entry_call *c, int private, sdpa_kept *a)
+{
+    sdpa_shape sh = {0};
+    if (sdpa_scalars(c, &sh) < 0 || sdpa_operands(c, &sh) < 0 || sdpa_batch(c, &sh) < 0
+            || sdpa_operands_cast(c, private, a) < 0)
+        return -1;
+    sdpa_problem *p = a->problem = PyMem_Calloc(1, sizeof *p);
+    if (p == NULL) {
         PyErr_NoMemory();
-        goto fail;
+        return -1;
     }
-    p->L = L; p->S = S; p->E = E; p->Ev = Ev;
+    const int nb = sh.nb;
+    p->L = sh.L;
+    p->S = sh.S;
+    p->E = sh.E;
+    p->Ev = sh.Ev;
     p->nbatch = nb;
     for (int d = 0; d < nb; d++)
-        p->batch[d] = dims[d];
+        p->batch[d] = sh.dims[d];
     operand_strides(&p->q, a->q, nb);
     operand_strides(&p->k, a->k, nb);
     operand_strides(&p->v, a->v, nb);
@@ -376,27 +401,22 @@ static int sdpa_parse(PyObject *module, PyObject *args, PyObject *kwds, int priv
         p->mask_kind = PyArray_TYPE(a->mask) == NPY_BOOL ? SDPA_MASK_BOOL : SDPA_MASK_FLOAT;
     }
     /* GQA: key's head stride taken along the query's heads, index h / group */
-    if (k_group > 1)
-        p->k.bs[nb - 1] = ESTRIDE(a->k, nk - 3);
-    if (v_group > 1)
-        p->v.bs[nb - 1] = ESTRIDE(a->v, nv - 3);
-    p->k_group = k_group;
-    p->v_group = v_group;
-    p->is_causal = is_causal;
-    p->scale = scale_obj != Py_None ? scale : 1.0 / sqrt((double)E);
-    p->prescale = !flash;
-    p->dropout_p = dropout_p;
-    if (dropout_p > 0.0) {   /* one draw of myatt's generator (GIL held) seeds the mask */
-        myatt_state *st = myatt_state_of_module(module);
+    if (sh.k_group > 1)
+        p->k.bs[nb - 1] = ESTRIDE(a->k, PyArray_NDIM(a->k) - 3);
+    if (sh.v_group > 1)
+        p->v.bs[nb - 1] = ESTRIDE(a->v, PyArray_NDIM(a->v) - 3);
+    p->k_group = sh.k_group;
+    p->v_group = sh.v_group;
+    p->is_causal = sh.is_causal;
+    const PyObject *scale = c->obj[6];
+    p->scale = scale != NULL && scale != Py_None ? sh.scale : 1.0 / sqrt((double)sh.E);
+    p->prescale = !sh.flash;
+    p->dropout_p = sh.dropout_p;
+    if (sh.dropout_p > 0.0) {   /* one draw of myatt's generator (GIL held) seeds the mask */
+        myatt_state *st = myatt_state_of_module(c->module);
         p->dropout_seed = mt19937_random64(&st->rng);
     }
-    rc = 0;
-fail:
-    Py_XDECREF(rq);
-    Py_XDECREF(rk);
-    Py_XDECREF(rv);
-    Py_XDECREF(rm);
-    return rc;
+    return 0;
 }
 
 /* The problem's work in multiply-adds of the forward's two products. */
@@ -408,9 +428,9 @@ static double sdpa_work(const sdpa_problem *p)
     return work;
 }
 
-/* The forward of a parsed call: a new output (and, with `lse`, its log-sum-exp
- * written there), or NULL. */
-static PyObject *sdpa_run(const sdpa_kept *a, PyArrayObject *lse)
+/* The forward of a prepared call: a new output (and, with `lse`, its
+ * log-sum-exp written there), or NULL. */
+static PyObject *sdpa_forward(const sdpa_kept *a, PyArrayObject *lse)
 {
     const sdpa_problem *p = a->problem;
     npy_intp dims[SDPA_MAX_BATCH_DIMS + 2];
@@ -430,7 +450,7 @@ static PyObject *sdpa_run(const sdpa_kept *a, PyArrayObject *lse)
      * gradients are zeros): vjp's [L, S] scores of E = Ev = 0 ran for seconds. */
     if (PyArray_SIZE((PyArrayObject *)out) > 0) {
         MYATT_BEGIN_COMPUTE(sdpa_work(p))
-        rc = dtype_of_typenum(a->typenum)->k->sdpa_forward(od, ld, p);
+        rc = sdpa_forward_kernels[dtype_of_typenum(a->typenum)->index](od, ld, p);
         MYATT_END_COMPUTE
     }
     if (rc < 0) {
@@ -441,18 +461,36 @@ static PyObject *sdpa_run(const sdpa_kept *a, PyArrayObject *lse)
     return out;
 }
 
-static PyObject *myatt_scaled_dot_product_attention(PyObject *module, PyObject *args, PyObject *kwds)
+static PyObject *sdpa_run(const entry_call *c)
 {
     sdpa_kept a = {0};
-    PyObject *out = sdpa_parse(module, args, kwds, 0, &a) < 0 ? NULL : sdpa_run(&a, NULL);
+    PyObject *out = sdpa_prepare(c, 0, &a) < 0 ? NULL : sdpa_forward(&a, NULL);
     sdpa_kept_clear(&a);
     return out;
 }
 
-PyObject *sdpa_forward_keep(PyObject *module, PyObject *args, PyObject *kwds, sdpa_kept *kept)
+static const entry_param sdpa_params[] = {
+    {"query", ARG_ARRAY}, {"key", ARG_ARRAY}, {"value", ARG_ARRAY},
+    {"attn_mask", ARG_MASK, "None"}, {"dropout_p", ARG_VALUE, "0.0"},
+    {"is_causal", ARG_VALUE, "False"}, {"scale", ARG_VALUE, "None"},
+    {"enable_gqa", ARG_VALUE, "False"}, {NULL}};
+
+static const vjp_kind sdpa_vjp;
+
+ENTRY(sdpa_entry, .name = "scaled_dot_product_attention", .params = sdpa_params,
+      .doc = sdpa_doc, .run = sdpa_run, .vjp = &sdpa_vjp)
+
+/* ---- myatt.vjp -------------------------------------------------------------- */
+
+static PyObject *sdpa_vjp_forward(PyObject *module, PyObject *fn, PyObject *const *args,
+                                  Py_ssize_t nargs, PyObject *kwnames, void *kept_)
 {
-    if (sdpa_parse(module, args, kwds, 1, kept) < 0)
-        return NULL;
+    sdpa_kept *kept = kept_;
+    entry_call c = {0};
+    PyObject *result = NULL;
+    if (entry_parse(&sdpa_entry, module, args, nargs, kwnames, &c) < 0
+            || sdpa_prepare(&c, 1, kept) < 0)
+        goto done;
     const sdpa_problem *p = kept->problem;
     npy_intp dims[SDPA_MAX_BATCH_DIMS + 1];
     for (int d = 0; d < p->nbatch; d++)
@@ -460,15 +498,23 @@ PyObject *sdpa_forward_keep(PyObject *module, PyObject *args, PyObject *kwds, sd
     dims[p->nbatch] = p->L;
     if ((kept->lse = (PyArrayObject *)new_array(p->nbatch + 1, dims, NPY_DOUBLE,
                                                 "vjp(): the log-sum-exp")) == NULL   /* sdpa.h */
-            || (kept->out = (PyArrayObject *)sdpa_run(kept, kept->lse)) == NULL)
-        return NULL;
-    if (PyArray_SIZE(kept->out) == 0)   /* not computed (sdpa_run): zeros, never read */
+            || (kept->out = (PyArrayObject *)sdpa_forward(kept, kept->lse)) == NULL)
+        goto done;
+    if (PyArray_SIZE(kept->out) == 0)   /* not computed (sdpa_forward): zeros, never read */
         memset(PyArray_DATA(kept->lse), 0, (size_t)PyArray_NBYTES(kept->lse));
-    return (PyObject *)copy_array(kept->out);   /* the caller's; ours stays unchanged */
+    result = (PyObject *)copy_array(kept->out);   /* the caller's; ours stays unchanged */
+done:
+    entry_call_clear(&c);
+    return result;
 }
 
-PyObject *sdpa_grads_run(const sdpa_kept *kept, PyArrayObject *grad_output)
+/* (grad_query, grad_key, grad_value, None) from what the forward kept and
+ * grad_output, converted to its dtype, with the forward's out, lse and
+ * dropout mask. */
+static PyObject *sdpa_vjp_pull(PyObject *module, const void *kept_, PyArrayObject *grad_output,
+                               PyObject *ga)
 {
+    const sdpa_kept *kept = kept_;
     const sdpa_problem *p = kept->problem;
     const int typenum = kept->typenum;
     PyArrayObject *g = NULL;
@@ -489,7 +535,7 @@ PyObject *sdpa_grads_run(const sdpa_kept *kept, PyArrayObject *grad_output)
     /* the backward's products: the scores and dP = dO V^T in both passes, dV, dK, dQ
      * (3.5x the forward's two) */
     MYATT_BEGIN_COMPUTE(3.5 * sdpa_work(p))
-    rc = dtype_of_typenum(typenum)->k->sdpa_backward(&grads, p);
+    rc = sdpa_backward_kernels[dtype_of_typenum(typenum)->index](&grads, p);
     MYATT_END_COMPUTE
     if (rc < 0) {
         PyErr_SetString(PyExc_MemoryError, "pullback(): could not allocate the kernel's "
@@ -505,9 +551,20 @@ fail:
     return result;
 }
 
-PyMethodDef sdpa_methods[] = {
-    {"scaled_dot_product_attention",
-     (PyCFunction)(void (*)(void))myatt_scaled_dot_product_attention,
-     METH_VARARGS | METH_KEYWORDS, myatt_scaled_dot_product_attention_doc},
-    {NULL, NULL, 0, NULL},
+static int sdpa_vjp_held(const void *kept_, PyObject *held)
+{
+    const sdpa_kept *kept = kept_;
+    const char *const names[6] = {"query", "key", "value", "output", "lse", "attn_mask"};
+    PyArrayObject *const arrays[6] = {kept->q, kept->k, kept->v, kept->out, kept->lse,
+                                      kept->mask};
+    for (int i = 0; i < 6; i++)
+        if (arrays[i] != NULL && held_append(held, names[i], Py_NewRef(arrays[i])) < 0)
+            return -1;
+    return 0;
+}
+
+static const vjp_kind sdpa_vjp = {
+    .name = "scaled_dot_product_attention", .kept_size = sizeof(sdpa_kept),
+    .forward = sdpa_vjp_forward, .pull = sdpa_vjp_pull, .held = sdpa_vjp_held,
+    .clear = sdpa_kept_clear,
 };

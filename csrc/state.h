@@ -13,13 +13,25 @@
 #define PyType_GetModuleByDef _PyType_GetModuleByDef
 #endif
 
-enum { LINEAR_GRADS = 3, MYATT_GRADS = 7 };   /* the gradients of Linear, of MyAtt */
+enum { LINEAR_GRADS = 3, TUTORIAL_GRADS = 7 };   /* the gradients of Linear, of MyAtt */
+
+struct vjp_kind;
+
+/* The module types whose objects myatt.vjp differentiates, each with its kind
+ * (vjp.h): module.c's table */
+enum { MYATT_DIFFERENTIABLE_TYPES = 3 };
+typedef struct {
+    PyTypeObject *type;   /* borrowed: the state's field below holds it */
+    const struct vjp_kind *vjp;
+} differentiable_type;
 
 typedef struct {
     PyTypeObject *linear_type;
-    PyTypeObject *myatt_type;
+    PyTypeObject *tutorial_type;   /* myatt.MyAtt, the tutorial's module (tutorial_type.c) */
     PyTypeObject *mha_type;        /* myatt.MultiheadAttention (mha_type.c) */
     PyTypeObject *pullback_type;   /* myatt.Pullback (vjp.c) */
+    differentiable_type differentiable[MYATT_DIFFERENTIABLE_TYPES];
+    char differentiable_names[96];     /* "Linear, MyAtt or MultiheadAttention" (vjp_setup) */
     PyObject *axis_error;     /* numpy.exceptions.AxisError */
     PyObject *rebuild_key;    /* interop.c's private constructor keyword ... */
     PyObject *rebuild_token;  /* ... and its value */
@@ -27,17 +39,23 @@ typedef struct {
      * pullbacks), interned once (interop.c): made from C strings per call, the
      * seed's step spent 0.2 of its 3.9 us making and hashing them */
     PyObject *linear_grad_keys[LINEAR_GRADS];
-    PyObject *myatt_grad_keys[MYATT_GRADS];
+    PyObject *tutorial_grad_keys[TUTORIAL_GRADS];
     mt19937 rng;              /* myatt.manual_seed; used with the GIL held */
 } myatt_state;
 
 extern PyModuleDef myatt_module_def;
 
-/* The state of the module that defines `type` (or a base of it), or NULL
- * with TypeError when `type` is not one of the module's. */
+/* The module that defines `type` (or a base of it), borrowed, or NULL with
+ * TypeError when `type` is not one of the module's. */
+static inline PyObject *myatt_module_of_type(PyTypeObject *type)
+{
+    return PyType_GetModuleByDef(type, &myatt_module_def);
+}
+
+/* Its state, or NULL (likewise). */
 static inline myatt_state *myatt_state_of_type(PyTypeObject *type)
 {
-    PyObject *module = PyType_GetModuleByDef(type, &myatt_module_def);
+    PyObject *module = myatt_module_of_type(type);
     return module == NULL ? NULL : (myatt_state *)PyModule_GetState(module);
 }
 

@@ -1,118 +1,41 @@
 /* myatt.vjp(fn, *args, **kwargs) -> (result, pullback), as torch.func.vjp and
  * jax.vjp: the forward runs once, and the pullback (a myatt.Pullback) holds
  * what the backward reads, so that pullback(*cotangents) does not recompute it.
- *
- * What a pullback holds, always private copies (never the caller's memory, nor
- * the arrays handed out in `result`), so that a change made in place after vjp
- * to an input, a parameter or the result cannot reach the gradients:
- *   linear:  input, weight, bias (in the result's dtype)
- *   softmax: the output (and dim)
- *   bmm:     input, mat2
- *   Linear:  input (in the layer's dtype), weight, bias
- *   MyAtt:   Q[0], K[0], V[0], the four parameters, attn_weights and applied
- *   scaled_dot_product_attention: query, key, value, attn_mask (in the
- *            result's dtype; a bool mask as it is), the output and one
- *            log-sum-exp per query row (never the [L, S] weights), the
- *            dropout seed (the forward's mask again)
- *   MultiheadAttention: query, key, value (one copy of an array passed
- *            twice), the masks, the parameters, and the kernel's buffers
- *            (mha.h, mha_saved: projections, heads, weights or flash output
- *            and log-sum-exp), the dropout seed
- * The saved arrays are only read: a pullback may be called more than once, and
- * from several threads at a time. */
+ * What each kind keeps and how it pulls back: vjp.h's vjp_kind, one per
+ * differentiable type (beside its forward) and the one below for the kernel
+ * functions that declare a backward (entry.h):
+ *   SAVES_ARGUMENTS (linear, bmm): the forward runs on private copies of its
+ *       array arguments, converted to the result dtype, which the pullback
+ *       hands to the backward after grad_output (with the value arguments);
+ *   SAVES_RESULT (softmax): a copy of the result, then the value arguments. */
 #include "vjp.h"
 
-#include "checks.h"
-#include "interop.h"
-#include "linear_ops.h"
-#include "linear_type.h"
+#include "entry.h"
 #include "pieces.h"
-#include "state.h"
 
 #include <string.h>
 
 #include <structmember.h>
 
-enum { VJP_LINEAR, VJP_SOFTMAX, VJP_BMM, VJP_LINEAR_OBJ, VJP_MYATT, VJP_SDPA, VJP_MHA };
-
-/* The names in reprs, and the stateless backward a function's pullback calls. */
-static const char *const kind_names[] = {"linear", "softmax", "bmm", "Linear", "MyAtt",
-                                         "scaled_dot_product_attention", "MultiheadAttention"};
-static const char *const backward_names[] = {"linear_backward", "softmax_backward",
-                                             "bmm_backward"};
-static const char *const saved_names[][3] = {
-    {"input", "weight", "bias"}, {"output", "dim", NULL}, {"input", "mat2", NULL},
-    {"input", "weight", "bias"},
-};
-
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;     /* Pullback_vectorcall: pullback(g) without a tuple */
-    int kind;                      /* VJP_* */
-    PyObject *backward;            /* functions: myatt.<name>_backward */
-    PyObject *saved[3];            /* functions and Linear: what follows grad_output */
-    int nsaved;
-    const myatt_dtype *dtype;      /* Linear and MyAtt: the object's dtype */
-    int out_ndim;                  /* grad_output's shape: the result's */
+    const vjp_kind *kind;
+    const char *fn;                /* what vjp differentiated: the kind's or the function's name */
+    int out_ndim;                  /* grad_output's shape: the result's (its first item's) */
     npy_intp out_dims[NPY_MAXDIMS];
-    myatt_kept kept;               /* MyAtt */
-    sdpa_kept skept;               /* scaled_dot_product_attention */
-    mha_kept mkept;                /* MultiheadAttention */
+    void *kept;                    /* kind->kept_size bytes (PyMem) */
 } PullbackObject;
 
-void myatt_kept_inputs(const myatt_kept *kept, tutorial_inputs *in)
+int held_append(PyObject *held, const char *name, PyObject *obj)
 {
-    *in = (tutorial_inputs){
-        .q = kept->q, .k = kept->k, .v = kept->v, .w_attn = kept->w_attn,
-        .w_comb = kept->w_comb, .b_attn = kept->b_attn, .b_comb = kept->b_comb,
-    };
+    PyObject *pair = obj == NULL ? NULL : Py_BuildValue("(sN)", name, obj);
+    int rc = pair == NULL ? -1 : PyList_Append(held, pair);
+    Py_XDECREF(pair);
+    return rc;
 }
 
-/* The names and shapes of what a MyAtt pullback holds, in its repr's order. */
-static const char *const myatt_kept_names[MYATT_KEPT_ARRAYS] = {
-    "Q[0]", "K[0]", "V[0]", "attn.weight", "attn.bias", "attn_combine.weight",
-    "attn_combine.bias", "attn_weights", "applied"};
-
-void myatt_kept_shapes(const tutorial_inputs *in, int ndim[MYATT_KEPT_ARRAYS],
-                       npy_intp dims[MYATT_KEPT_ARRAYS][2])
-{
-    const npy_intp S = in->q.rows, v1 = in->w_attn.rows, o = in->w_comb.rows;
-    const npy_intp shapes[MYATT_KEPT_ARRAYS][2] = {
-        {S, in->q.cols}, {S, in->k.cols}, {v1, in->v.cols}, {v1, in->w_attn.cols}, {v1, 1},
-        {o, in->w_comb.cols}, {o, 1}, {S, v1}, {S, in->v.cols}};
-    for (int i = 0; i < MYATT_KEPT_ARRAYS; i++) {
-        ndim[i] = i == 4 || i == 6 ? 1 : 2;   /* the biases */
-        dims[i][0] = shapes[i][0];
-        dims[i][1] = shapes[i][1];
-    }
-}
-
-/* myatt_kept_shapes of what kept holds */
-static void kept_shapes(const myatt_kept *kept, int ndim[MYATT_KEPT_ARRAYS],
-                        npy_intp dims[MYATT_KEPT_ARRAYS][2])
-{
-    tutorial_inputs in;
-    myatt_kept_inputs(kept, &in);
-    myatt_kept_shapes(&in, ndim, dims);
-}
-
-/* ---- the pullback ---------------------------------------------------------- */
-
-static void Pullback_dealloc(PullbackObject *self)
-{
-    PyTypeObject *tp = Py_TYPE(self);
-    Py_XDECREF(self->backward);
-    for (int i = 0; i < self->nsaved; i++)
-        Py_XDECREF(self->saved[i]);
-    private_block_free(self->kept.block);
-    sdpa_kept_clear(&self->skept);
-    mha_kept_clear(&self->mkept);
-    tp->tp_free(self);
-    Py_DECREF(tp);
-}
-
-/* g (converted) must have the shape `want`; 0, or -1 with ValueError. */
-static int check_cotangent(PyArrayObject *g, int ndim, const npy_intp *want, const char *name)
+int check_cotangent(PyArrayObject *g, int ndim, const npy_intp *want, const char *name)
 {
     if (PyArray_NDIM(g) == ndim && PyArray_CompareLists(PyArray_DIMS(g), (npy_intp *)want, ndim))
         return 0;
@@ -122,116 +45,132 @@ static int check_cotangent(PyArrayObject *g, int ndim, const npy_intp *want, con
     return -1;
 }
 
-/* linear, softmax, bmm: their stateless backward on the saved arrays. */
-static PyObject *pull_function(PullbackObject *self, PyArrayObject *g)
-{
-    PyObject *call[4] = {(PyObject *)g, NULL, NULL, NULL};
-    for (int i = 0; i < self->nsaved; i++)
-        call[1 + i] = self->saved[i];
-    PyObject *r = PyObject_Vectorcall(self->backward, call, 1 + (size_t)self->nsaved, NULL);
-    if (r == NULL || self->kind != VJP_SOFTMAX)
-        return r;
-    PyObject *t = PyTuple_Pack(1, r);   /* one entry per array argument */
-    Py_DECREF(r);
-    return t;
-}
+/* ---- the kind of the kernel functions with a backward ---------------------- */
 
-static PyObject *pull_linear_object(PullbackObject *self, PyArrayObject *raw)
-{
-    PyArrayObject *g = cast_array(raw, self->dtype->typenum, 0, "pullback(): grad_output");
-    if (g == NULL)
-        return NULL;
-    PyArrayObject *x = (PyArrayObject *)self->saved[0], *w = (PyArrayObject *)self->saved[1];
-    PyObject *grads = linear_grad_apply(x, g, cmat_of(w), self->saved[2] != Py_None,
-                                        self->dtype);
-    Py_DECREF(g);
-    if (grads == NULL)
-        return NULL;
-    const myatt_state *st = myatt_state_of_type(Py_TYPE(self));
-    PyObject *result = st == NULL ? NULL
-                       : dict_of(st->linear_grad_keys, &PyTuple_GET_ITEM(grads, 0), LINEAR_GRADS);
-    Py_DECREF(grads);
-    return result;
-}
+typedef struct {
+    const entry *e;
+    PyObject *saved[ENTRY_MAX_ARGS];   /* what follows grad_output in the backward's call */
+} function_kept;
 
-static PyObject *pull_myatt(PullbackObject *self, PyArrayObject *rgo, PyObject *GA)
+static PyObject *function_forward(PyObject *module, PyObject *fn, PyObject *const *args,
+                                  Py_ssize_t nargs, PyObject *kwnames, void *kept_)
 {
-    const myatt_kept *kp = &self->kept;
-    const int typenum = kp->dtype->typenum;
-    PyArrayObject *rga = NULL, *hgo = NULL, *ga = NULL;
+    function_kept *kept = kept_;
+    const entry *e = kept->e = entry_of_function(module, fn);
+    entry_call c = {0};
     PyObject *result = NULL;
-    mk_cmat go;
-    const npy_intp ga_dims[2] = {kp->q.rows, kp->w_attn.rows};   /* attn_weights' */
-    if (GA != Py_None
-            && ((rga = as_real_array(GA, "pullback(): grad_attn_weights")) == NULL
-                || check_cotangent(rga, 2, ga_dims, "grad_attn_weights") < 0))
-        goto fail;
-    if (batch0_view(rgo, typenum, "pullback(): grad_output", &hgo, &go) < 0
-            || (rga != NULL
-                && (ga = cast_array(rga, typenum, 0, "pullback(): grad_attn_weights")) == NULL))
-        goto fail;
-    tutorial_inputs in;
-    myatt_kept_inputs(kp, &in);
-    const mk_cmat gav = ga != NULL ? cmat_of(ga) : (mk_cmat){NULL};
-    const myatt_state *st = myatt_state_of_type(Py_TYPE(self));
-    if (st == NULL)
-        goto fail;
-    result = myatt_grads_run(kp->dtype, (const npy_intp (*)[3])kp->dims, &in, go,
-                             ga != NULL ? &gav : NULL, kp->aw, kp->applied, "pullback()",
-                             st->myatt_grad_keys);
-fail:
-    Py_XDECREF(rga);
-    Py_XDECREF(hgo);
-    Py_XDECREF(ga);
+    if (entry_parse(e, module, args, nargs, kwnames, &c) < 0
+            || (e->check != NULL && e->check(&c) < 0))
+        goto done;
+    if (e->saves == SAVES_ARGUMENTS) {
+        /* the forward reads private copies (converted as it converts them), which
+         * the pullback keeps: it reads what the forward read, even where converting
+         * an argument twice would not give the same values (a list another thread
+         * changes) */
+        for (int i = 0; e->params[i].name != NULL; i++) {
+            if (c.arr[i] != NULL && e->params[i].kind == ARG_ARRAY) {
+                PyArrayObject *copy = private_cast(c.arr[i], c.dt->typenum, e->what[i]);
+                if (copy == NULL)
+                    goto done;
+                Py_SETREF(c.arr[i], copy);
+            }
+            kept->saved[i] = c.arr[i] != NULL ? Py_NewRef((PyObject *)c.arr[i])
+                                              : Py_XNewRef(c.obj[i]);
+        }
+        result = e->run(&c);
+    } else {   /* SAVES_RESULT: a copy of the result (the caller may change it) */
+        if ((result = e->run(&c)) == NULL)
+            goto done;
+        kept->saved[0] = (PyObject *)copy_array((PyArrayObject *)result);
+        if (kept->saved[0] == NULL) {
+            name_memory_error("vjp(): a copy of the result");
+            Py_CLEAR(result);
+            goto done;
+        }
+        for (int i = 0, k = 1; e->params[i].name != NULL; i++)
+            if (e->params[i].kind == ARG_VALUE)
+                kept->saved[k++] = Py_XNewRef(c.obj[i]);
+    }
+done:
+    entry_call_clear(&c);
     return result;
 }
 
-static PyObject *pull_mha(PullbackObject *self, PyArrayObject *go, PyObject *GA)
+static PyObject *function_pull(PyObject *module, const void *kept_, PyArrayObject *go,
+                               PyObject *ga)
 {
-    const mha_kept *kp = &self->mkept;
-    PyArrayObject *rga = NULL;
-    if (GA != Py_None && kp->wnd == 0) {
-        PyErr_SetString(PyExc_TypeError, "pullback(): grad_attn_weights must be None: the "
-                        "forward had need_weights=False (its attn_weights was None)");
-        return NULL;
+    const function_kept *kept = kept_;
+    const entry *b = kept->e->backward;
+    entry_call c = {.module = module, .e = b};
+    c.obj[0] = (PyObject *)go;
+    for (int i = 1; i < ENTRY_MAX_ARGS; i++)
+        c.obj[i] = kept->saved[i - 1];
+    PyObject *r = NULL;
+    if (entry_convert(&c) == 0 && (b->check == NULL || b->check(&c) == 0))
+        r = b->run(&c);
+    entry_call_clear(&c);
+    if (r != NULL && !PyTuple_Check(r))   /* one gradient per array argument */
+        Py_SETREF(r, PyTuple_Pack(1, r));
+    return r;
+}
+
+static int function_held(const void *kept_, PyObject *held)
+{
+    const function_kept *kept = kept_;
+    const entry *e = kept->e;
+    if (e->saves == SAVES_RESULT) {
+        if (held_append(held, "output", Py_NewRef(kept->saved[0])) < 0)
+            return -1;
+        for (int i = 0, k = 1; e->params[i].name != NULL; i++) {
+            if (e->params[i].kind != ARG_VALUE)
+                continue;
+            PyObject *value = kept->saved[k++];
+            if (value != NULL && held_append(held, e->params[i].name, Py_NewRef(value)) < 0)
+                return -1;
+        }
+        return 0;
     }
-    if (GA != Py_None
-            && ((rga = as_real_array(GA, "pullback(): grad_attn_weights")) == NULL
-                || check_cotangent(rga, kp->wnd, kp->wdims, "grad_attn_weights") < 0)) {
-        Py_XDECREF(rga);
-        return NULL;
+    for (int i = 0; e->params[i].name != NULL; i++)
+        if (kept->saved[i] != NULL && kept->saved[i] != Py_None
+                && held_append(held, e->params[i].name, Py_NewRef(kept->saved[i])) < 0)
+            return -1;
+    return 0;
+}
+
+static void function_clear(void *kept_)
+{
+    function_kept *kept = kept_;
+    for (int i = 0; i < ENTRY_MAX_ARGS; i++)
+        Py_CLEAR(kept->saved[i]);
+}
+
+static const vjp_kind function_vjp = {
+    .name = NULL, .kept_size = sizeof(function_kept), .forward = function_forward,
+    .pull = function_pull, .held = function_held, .clear = function_clear,
+};
+
+/* ---- the pullback ---------------------------------------------------------- */
+
+static void Pullback_dealloc(PullbackObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    if (self->kept != NULL) {
+        self->kind->clear(self->kept);
+        PyMem_Free(self->kept);
     }
-    PyObject *result = mha_grads_run(kp, go, rga);
-    Py_XDECREF(rga);
-    return result;
+    tp->tp_free(self);
+    Py_DECREF(tp);
 }
 
 /* The gradients from the cotangents (GA: None or grad_attn_weights). */
 static PyObject *pullback_run(PullbackObject *self, PyObject *GO, PyObject *GA)
 {
-    PyObject *result = NULL;
-    PyArrayObject *g = as_real_array(GO, "pullback(): grad_output");
-    if (g == NULL || check_cotangent(g, self->out_ndim, self->out_dims, "grad_output") < 0)
-        goto done;
-    switch (self->kind) {
-    case VJP_LINEAR_OBJ:
-        result = pull_linear_object(self, g);
-        break;
-    case VJP_MYATT:
-        result = pull_myatt(self, g, GA);
-        break;
-    case VJP_SDPA:
-        result = sdpa_grads_run(&self->skept, g);
-        break;
-    case VJP_MHA:
-        result = pull_mha(self, g, GA);
-        break;
-    default:
-        result = pull_function(self, g);
-    }
-done:
+    PyObject *module = myatt_module_of_type(Py_TYPE(self)), *r = NULL;
+    PyArrayObject *g = module == NULL ? NULL : as_real_array(GO, "pullback(): grad_output");
+    if (g != NULL && check_cotangent(g, self->out_ndim, self->out_dims, "grad_output") == 0)
+        r = self->kind->pull(module, self->kept, g, GA == Py_None ? NULL : GA);
     Py_XDECREF(g);
-    return result;
+    return r;
 }
 
 PyDoc_STRVAR(Pullback_call_doc,
@@ -274,12 +213,14 @@ PyDoc_STRVAR(Pullback_call_doc,
 ">>> pullback(np.ones(4))\n"
 "(array([0., 0., 0., 0.]),)");
 
+
+
 static PyObject *Pullback_call(PullbackObject *self, PyObject *args, PyObject *kwds)
 {
     static char *kw_two[] = {"grad_output", "grad_attn_weights", NULL};
     static char *kw_one[] = {"grad_output", NULL};
     PyObject *GO, *GA = Py_None, *key;
-    const int two = self->kind == VJP_MYATT || self->kind == VJP_MHA;
+    const int two = self->kind->attn_weights;
     /* a keyword this pullback does not take, named (CPython's parser first counts
      * the arguments: "takes at most 1 argument (2 given)") */
     for (Py_ssize_t pos = 0; kwds != NULL && PyDict_Next(kwds, &pos, &key, NULL);)
@@ -303,142 +244,87 @@ static PyObject *Pullback_vectorcall(PyObject *self, PyObject *const *args, size
                                      PyObject *kwnames)
 {
     const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    const int kind = ((PullbackObject *)self)->kind;
-    const Py_ssize_t most = kind == VJP_MYATT || kind == VJP_MHA ? 2 : 1;
+    const Py_ssize_t most = ((PullbackObject *)self)->kind->attn_weights ? 2 : 1;
     if (nargs >= 1 && nargs <= most && (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0))
         return pullback_run((PullbackObject *)self, args[0], nargs == 2 ? args[1] : Py_None);
     return call_with_tuple(self, args, nargs, kwnames, (ternaryfunc)Pullback_call);
 }
 
-/* s (a new reference, or NULL) appended to parts: 0 or -1. */
-static int append_part(PyObject *parts, PyObject *s)
+/* The kind's held pairs, each array once (one array passed as query, key and
+ * value), and the bytes: theirs and the kind's extra. */
+static PyObject *held_of(PullbackObject *self, Py_ssize_t *bytes)
 {
-    if (s == NULL)
-        return -1;
-    int rc = PyList_Append(parts, s);
-    Py_DECREF(s);
-    return rc;
-}
-
-/* "name (2, 3) float32" */
-static int repr_shape_part(PyObject *parts, const char *name, int ndim, const npy_intp *dims,
-                           const char *type)
-{
-    char shape[SHAPE_STR_LEN];
-    return append_part(parts, PyUnicode_FromFormat("%s %s %s", name,
-                                                   shape_str(shape, sizeof shape, ndim, dims),
-                                                   type));
+    PyObject *all = PyList_New(0), *held = PyList_New(0);
+    if (all == NULL || held == NULL || self->kind->held(self->kept, all) < 0)
+        goto fail;
+    *bytes = self->kind->extra_bytes != NULL ? self->kind->extra_bytes(self->kept) : 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(all); i++) {
+        PyObject *pair = PyList_GET_ITEM(all, i), *obj = PyTuple_GET_ITEM(pair, 1);
+        int seen = 0;
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(held) && !seen; j++)
+            seen = PyTuple_GET_ITEM(PyList_GET_ITEM(held, j), 1) == obj;
+        if (seen)
+            continue;
+        if (PyList_Append(held, pair) < 0)
+            goto fail;
+        if (PyArray_Check(obj))
+            *bytes += (Py_ssize_t)PyArray_NBYTES((PyArrayObject *)obj);
+    }
+    Py_DECREF(all);
+    return held;
+fail:
+    Py_XDECREF(all);
+    Py_XDECREF(held);
+    return NULL;
 }
 
 /* "name (2, 3) float32" for an array, "name=-1" for anything else */
-static int repr_part(PyObject *parts, const char *name, PyObject *obj)
+static PyObject *repr_part(PyObject *pair)
 {
+    const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(pair, 0));
+    PyObject *obj = PyTuple_GET_ITEM(pair, 1);
+    if (name == NULL)
+        return NULL;
     if (!PyArray_Check(obj))
-        return append_part(parts, PyUnicode_FromFormat("%s=%R", name, obj));
+        return PyUnicode_FromFormat("%s=%R", name, obj);
     PyArrayObject *a = (PyArrayObject *)obj;
     const myatt_dtype *dt = dtype_of_typenum(PyArray_TYPE(a));
     const char *type = dt != NULL ? dt->name : PyArray_TYPE(a) == NPY_BOOL ? "bool" : "?";
-    return repr_shape_part(parts, name, PyArray_NDIM(a), PyArray_DIMS(a), type);
-}
-
-/* The arrays an SDPA or MultiheadAttention pullback holds (each once), with
- * their names in reprs: their count (at most HELD_MAX). */
-enum { HELD_MAX = MHA_KEPT_INPUTS + MHA_KEPT_PARAMS };
-static int held_arrays(PullbackObject *self, const char **names, PyArrayObject **arrs)
-{
-    static const char *const sdpa_names[] = {"query", "key", "value", "output", "lse",
-                                             "attn_mask"};
-    const sdpa_kept *sk = &self->skept;
-    const mha_kept *mk = &self->mkept;
-    PyArrayObject *all[HELD_MAX];
-    const char *const *all_names;
-    int n;
-    if (self->kind == VJP_SDPA) {
-        PyArrayObject *held[6] = {sk->q, sk->k, sk->v, sk->out, sk->lse, sk->mask};
-        memcpy(all, held, sizeof held);
-        all_names = sdpa_names;
-        n = 6;
-    } else {
-        memcpy(all, mk->inputs, sizeof mk->inputs);
-        memcpy(all + MHA_KEPT_INPUTS, mk->params, sizeof mk->params);
-        all_names = mha_kept_names;
-        n = HELD_MAX;
-    }
-    int count = 0;
-    for (int i = 0; i < n; i++) {
-        int seen = all[i] == NULL;
-        for (int j = 0; j < i && !seen; j++)
-            seen = all[j] == all[i];   /* one array passed as query, key and value */
-        if (!seen) {
-            names[count] = all_names[i];
-            arrs[count++] = all[i];
-        }
-    }
-    return count;
-}
-
-/* The bytes a pullback holds: its arrays and (MultiheadAttention) the kernel's buffers. */
-static Py_ssize_t held_bytes(PullbackObject *self)
-{
-    Py_ssize_t bytes = 0;
-    if (self->kind == VJP_MYATT) {
-        int ndim[MYATT_KEPT_ARRAYS];
-        npy_intp dims[MYATT_KEPT_ARRAYS][2];
-        kept_shapes(&self->kept, ndim, dims);
-        for (int i = 0; i < MYATT_KEPT_ARRAYS; i++)
-            bytes += dims[i][0] * dims[i][1] * self->kept.dtype->itemsize;
-    } else if (self->kind == VJP_SDPA || self->kind == VJP_MHA) {
-        const char *names[HELD_MAX];
-        PyArrayObject *arrs[HELD_MAX];
-        const int n = held_arrays(self, names, arrs);
-        for (int i = 0; i < n; i++)
-            bytes += (Py_ssize_t)PyArray_NBYTES(arrs[i]);
-    } else {
-        for (int i = 0; i < self->nsaved; i++)
-            if (PyArray_Check(self->saved[i]))
-                bytes += (Py_ssize_t)PyArray_NBYTES((PyArrayObject *)self->saved[i]);
-    }
-    return bytes + (self->kind == VJP_MHA ? (Py_ssize_t)self->mkept.s.nbytes : 0);
+    char shape[SHAPE_STR_LEN];
+    return PyUnicode_FromFormat("%s %s %s", name, SHAPE_OF(shape, a), type);
 }
 
 static PyObject *Pullback_repr(PullbackObject *self)
 {
-    PyObject *parts = PyList_New(0), *sep = NULL, *joined = NULL, *result = NULL;
-    if (parts == NULL)
-        return NULL;
-    if (self->kind == VJP_MYATT) {
-        int ndim[MYATT_KEPT_ARRAYS];
-        npy_intp dims[MYATT_KEPT_ARRAYS][2];
-        kept_shapes(&self->kept, ndim, dims);
-        for (int i = 0; i < MYATT_KEPT_ARRAYS; i++)
-            if (repr_shape_part(parts, myatt_kept_names[i], ndim[i], dims[i],
-                                self->kept.dtype->name) < 0)
-                goto fail;
-    } else if (self->kind == VJP_SDPA || self->kind == VJP_MHA) {
-        const char *names[HELD_MAX];
-        PyArrayObject *arrs[HELD_MAX];
-        const int n = held_arrays(self, names, arrs);
-        for (int i = 0; i < n; i++)
-            if (repr_part(parts, names[i], (PyObject *)arrs[i]) < 0)
-                goto fail;
-    } else {
-        for (int i = 0; i < self->nsaved; i++)
-            if (self->saved[i] != Py_None
-                    && repr_part(parts, saved_names[self->kind][i], self->saved[i]) < 0)
-                goto fail;
-    }
-    if (self->kind == VJP_MHA) {   /* the projections, heads, weights or flash output */
-        if (append_part(parts, PyUnicode_FromFormat("intermediates %zd bytes",
-                                                    (Py_ssize_t)self->mkept.s.nbytes)) < 0)
-            goto fail;
-    }
-    if ((sep = PyUnicode_FromString(", ")) == NULL
-            || (joined = PyUnicode_Join(sep, parts)) == NULL)
+    Py_ssize_t bytes;
+    PyObject *held = held_of(self, &bytes), *parts = NULL, *sep = NULL, *joined = NULL;
+    PyObject *result = NULL;
+    if (held == NULL || (parts = PyList_New(0)) == NULL)
         goto fail;
-    result = PyUnicode_FromFormat("Pullback(%s: %U; %zd bytes)", kind_names[self->kind],
-                                  joined, held_bytes(self));
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(held); i++) {
+        PyObject *part = repr_part(PyList_GET_ITEM(held, i));
+        if (part == NULL || PyList_Append(parts, part) < 0) {
+            Py_XDECREF(part);
+            goto fail;
+        }
+        Py_DECREF(part);
+    }
+    const Py_ssize_t extra = self->kind->extra_bytes != NULL
+                             ? self->kind->extra_bytes(self->kept) : 0;
+    if (extra > 0) {   /* the kernel's buffers (MultiheadAttention's intermediates) */
+        PyObject *part = PyUnicode_FromFormat("intermediates %zd bytes", extra);
+        if (part == NULL || PyList_Append(parts, part) < 0) {
+            Py_XDECREF(part);
+            goto fail;
+        }
+        Py_DECREF(part);
+    }
+    if ((sep = PyUnicode_FromString(", ")) != NULL
+            && (joined = PyUnicode_Join(sep, parts)) != NULL)
+        result = PyUnicode_FromFormat("Pullback(%s: %U; %zd bytes)", self->fn, joined, bytes);
 fail:
-    Py_DECREF(parts);
+    Py_XDECREF(held);
+    Py_XDECREF(parts);
     Py_XDECREF(sep);
     Py_XDECREF(joined);
     return result;
@@ -446,12 +332,17 @@ fail:
 
 static PyObject *Pullback_get_nbytes(PullbackObject *self, void *Py_UNUSED(closure))
 {
-    return PyLong_FromSsize_t(held_bytes(self));
+    Py_ssize_t bytes;
+    PyObject *held = held_of(self, &bytes);
+    if (held == NULL)
+        return NULL;
+    Py_DECREF(held);
+    return PyLong_FromSsize_t(bytes);
 }
 
 static PyObject *Pullback_get_fn(PullbackObject *self, void *Py_UNUSED(closure))
 {
-    return PyUnicode_FromString(kind_names[self->kind]);
+    return PyUnicode_FromString(self->fn);
 }
 
 static PyObject *Pullback_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -476,8 +367,7 @@ static PyMemberDef Pullback_members[] = {
 static PyGetSetDef Pullback_getset[] = {
     {"nbytes", (getter)Pullback_get_nbytes, NULL, "The bytes of the saved arrays (int).", NULL},
     {"fn", (getter)Pullback_get_fn, NULL,
-     "What vjp differentiated (str): linear, softmax, bmm, scaled_dot_product_attention, "
-     "Linear, MyAtt or MultiheadAttention.", NULL},
+     "What vjp differentiated (str): the function's name, or the type's (MyAtt).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -527,79 +417,64 @@ PyType_Spec pullback_type_spec = {
 
 /* ---- vjp -------------------------------------------------------------------- */
 
-/* The VJP_* of one of the module's own function objects, or -1. */
-static int function_kind(PyObject *module, PyObject *fn)
+/* The kind of fn and its name (*name), or NULL with TypeError. */
+static const vjp_kind *kind_of(PyObject *module, PyObject *fn, const char **name)
 {
-    if (!PyCFunction_Check(fn) || PyCFunction_GET_SELF(fn) != module)
-        return -1;
-    const char *name = ((PyCFunctionObject *)fn)->m_ml->ml_name;
-    for (int i = VJP_LINEAR; i <= VJP_BMM; i++)
-        if (strcmp(name, kind_names[i]) == 0)
-            return i;
-    return strcmp(name, kind_names[VJP_SDPA]) == 0 ? VJP_SDPA : -1;
-}
-
-/* fn(*args, **kwds) of a function, and what its pullback keeps.  linear and bmm
- * run on private copies of their array arguments (once they are checked),
- * converted as they convert them (to the result's dtype), which the pullback
- * keeps: it reads what the forward read, even where converting an argument
- * twice would not give the same values (a list that another thread changes).
- * softmax keeps a copy of its result (which the caller may change) and `dim`. */
-static PyObject *function_forward_keep(PullbackObject *pb, PyObject *module, PyObject *fn,
-                                       PyObject *args, PyObject *kwds)
-{
-    static char *kw_linear[] = {"input", "weight", "bias", NULL};
-    static char *kw_softmax[] = {"input", "dim", NULL};
-    static char *kw_bmm[] = {"input", "mat2", NULL};
-    static const char *const what[][3] = {
-        {"linear(): input", "linear(): weight", "linear(): bias"}, {NULL},
-        {"bmm(): input", "bmm(): mat2", NULL}};
-    PyObject *ops[3] = {NULL, NULL, NULL}, *result = NULL;
-    if ((pb->backward = PyObject_GetAttrString(module, backward_names[pb->kind])) == NULL)
-        return NULL;
-    if (pb->kind == VJP_SOFTMAX) {
-        if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:softmax", kw_softmax, &ops[0],
-                                         &ops[1])
-                || (result = PyObject_Call(fn, args, kwds)) == NULL)
-            return NULL;
-        pb->nsaved = ops[1] == NULL ? 1 : 2;
-        if ((pb->saved[0] = (PyObject *)copy_array((PyArrayObject *)result)) == NULL)
-            name_memory_error("vjp(): a copy of softmax's result");
-        else if (ops[1] != NULL)   /* an int (softmax took it): no reference to anything */
-            pb->saved[1] = PyNumber_Index(ops[1]);
-    } else {
-        if (pb->kind == VJP_LINEAR
-                ? !PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:linear", kw_linear, &ops[0],
-                                               &ops[1], &ops[2])
-                : !PyArg_ParseTupleAndKeywords(args, kwds, "OO:bmm", kw_bmm, &ops[0], &ops[1]))
-            return NULL;
-        const int n = pb->kind == VJP_LINEAR ? 3 : 2;
-        PyArrayObject *raw[3] = {NULL, NULL, NULL};
-        int ok = 1;
-        for (int i = 0; i < n && ok; i++)
-            ok = (i == 2 && (ops[i] == NULL || ops[i] == Py_None))   /* no bias */
-                 || (raw[i] = as_real_array(ops[i], what[pb->kind][i])) != NULL;
-        ok = ok && (pb->kind == VJP_LINEAR ? check_linear_operands("linear()", raw[0], raw[1],
-                                                                   raw[2])
-                                           : check_bmm_operands("bmm()", raw[0], raw[1])) == 0;
-        const int typenum = ok ? result_dtype(raw, n)->typenum : 0;
-        pb->nsaved = n;
-        for (int i = 0; i < n && ok; i++)
-            ok = (pb->saved[i] = raw[i] == NULL ? Py_NewRef(Py_None)
-                                 : (PyObject *)private_cast(raw[i], typenum,
-                                                            what[pb->kind][i])) != NULL;
-        for (int i = 0; i < n; i++)
-            Py_XDECREF(raw[i]);
-        if (ok)
-            result = PyObject_Vectorcall(fn, pb->saved, (size_t)n, NULL);
+    myatt_state *st = myatt_state_of_module(module);
+    const entry *e = entry_of_function(module, fn);
+    if (e != NULL && (e->backward != NULL || e->vjp != NULL)) {
+        *name = e->name;
+        return e->vjp != NULL ? e->vjp : &function_vjp;
     }
-    for (int i = 0; i < pb->nsaved && result != NULL; i++)
-        if (pb->saved[i] == NULL)
-            Py_CLEAR(result);
-    return result;
+    for (int i = 0; e == NULL && i < MYATT_DIFFERENTIABLE_TYPES; i++)
+        if (PyObject_TypeCheck(fn, st->differentiable[i].type)) {
+            *name = st->differentiable[i].vjp->name;
+            return st->differentiable[i].vjp;
+        }
+    PyErr_Format(PyExc_TypeError, "vjp(): fn must be %s, or a %s object, got %.200R",
+                 entry_differentiable_names(), st->differentiable_names, fn);
+    return NULL;
 }
 
-PyDoc_STRVAR(vjp_doc,
+static PyObject *myatt_vjp(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames)
+{
+    myatt_state *st = myatt_state_of_module(module);
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "vjp() missing required argument 'fn' (pos 1)");
+        return NULL;
+    }
+    PyObject *fn = args[0], *result = NULL, *pair = NULL;
+    const char *name;
+    const vjp_kind *kind = kind_of(module, fn, &name);
+    if (kind == NULL)
+        return NULL;
+    PullbackObject *pb = PyObject_New(PullbackObject, st->pullback_type);
+    if (pb == NULL)
+        return NULL;
+    pb->vectorcall = Pullback_vectorcall;
+    pb->kind = kind;
+    pb->fn = name;
+    if ((pb->kept = PyMem_Calloc(1, kind->kept_size)) == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if ((result = kind->forward(module, fn, args + 1, nargs - 1, kwnames, pb->kept)) == NULL)
+        goto fail;
+    PyArrayObject *out = (PyArrayObject *)(PyTuple_Check(result) ? PyTuple_GET_ITEM(result, 0)
+                                                                  : result);
+    pb->out_ndim = PyArray_NDIM(out);
+    if (pb->out_ndim > 0)   /* a 0-d result (softmax of a 0-d input) has no dims */
+        memcpy(pb->out_dims, PyArray_DIMS(out), (size_t)pb->out_ndim * sizeof(npy_intp));
+    pair = PyTuple_Pack(2, result, (PyObject *)pb);
+fail:
+    Py_XDECREF(result);
+    Py_DECREF(pb);
+    return pair;
+}
+
+/* vjp's docstring: its list of what it differentiates made by vjp_setup */
+static const char vjp_doc_template[] =
 "vjp($module, fn, /, *args, **kwargs)\n--\n\n"
 "The result of a forward pass and its pullback, as torch.func.vjp.\n"
 "\n"
@@ -609,8 +484,8 @@ PyDoc_STRVAR(vjp_doc,
 "Parameters\n"
 "----------\n"
 "fn : callable\n"
-"    `linear`, `softmax`, `bmm`, `scaled_dot_product_attention`, or a\n"
-"    `Linear`, `MyAtt` or `MultiheadAttention` object (subclasses included:\n"
+"    %s;\n"
+"    or a %s object (subclasses included:\n"
 "    vjp runs the type's own forward, not a `__call__` that overrides it).\n"
 "*args, **kwargs\n"
 "    The arguments of ``fn``, as it takes them.\n"
@@ -623,11 +498,12 @@ PyDoc_STRVAR(vjp_doc,
 "    ``pullback(grad_output)`` (MyAtt and MultiheadAttention:\n"
 "    ``pullback(grad_output, grad_attn_weights=None)``), with `grad_output`\n"
 "    shaped like the result (its first item for those two),\n"
-"    gives linear ``(grad_input, grad_weight, grad_bias or None)``, softmax\n"
-"    ``(grad_input,)``, bmm ``(grad_input, grad_mat2)``,\n"
-"    scaled_dot_product_attention ``(grad_query, grad_key, grad_value, None)``\n"
-"    (None for attn_mask; each gradient shaped as its input, summed over what\n"
-"    was broadcast or repeated by enable_gqa), Linear the dict\n"
+"    gives a function's gradients as its ``*_backward`` gives them, one per\n"
+"    array argument (linear ``(grad_input, grad_weight, grad_bias or None)``,\n"
+"    softmax ``(grad_input,)``), scaled_dot_product_attention\n"
+"    ``(grad_query, grad_key, grad_value, None)`` (None for attn_mask; each\n"
+"    gradient shaped as its input, summed over what was broadcast or repeated\n"
+"    by enable_gqa), Linear the dict\n"
 "    ``{'input', 'weight', 'bias'}``, MyAtt the dict of `MyAtt.backward`,\n"
 "    MultiheadAttention a dict with 'query', 'key', 'value' and every\n"
 "    state_dict key (query, key and value each its own gradient, also when\n"
@@ -671,85 +547,37 @@ PyDoc_STRVAR(vjp_doc,
 ">>> q, k, v = np.ones((2, 3, 4)), np.ones((2, 5, 4)), np.ones((1, 5, 6))\n"
 ">>> out, pullback = myatt.vjp(myatt.scaled_dot_product_attention, q, k, v)\n"
 ">>> [None if g is None else g.shape for g in pullback(np.ones(out.shape))]\n"
-"[(2, 3, 4), (2, 5, 4), (1, 5, 6), None]");
+"[(2, 3, 4), (2, 5, 4), (1, 5, 6), None]";
 
-/* vjp(fn, *args, **kwargs): fn's arguments as a tuple and a dict (NULL when
- * there are no keywords), but a MyAtt's as they came (myatt_forward_keep). */
-static PyObject *myatt_vjp(PyObject *module, PyObject *const *args, Py_ssize_t nargs,
-                           PyObject *kwnames)
-{
-    myatt_state *st = myatt_state_of_module(module);
-    if (nargs < 1) {
-        PyErr_SetString(PyExc_TypeError, "vjp() missing required argument 'fn' (pos 1)");
-        return NULL;
-    }
-    PyObject *fn = args[0];
-    int kind = function_kind(module, fn);
-    if (kind < 0 && PyObject_TypeCheck(fn, st->linear_type))
-        kind = VJP_LINEAR_OBJ;
-    if (kind < 0 && PyObject_TypeCheck(fn, st->myatt_type))
-        kind = VJP_MYATT;
-    if (kind < 0 && PyObject_TypeCheck(fn, st->mha_type))
-        kind = VJP_MHA;
-    if (kind < 0) {
-        PyErr_Format(PyExc_TypeError, "vjp(): fn must be myatt.linear, myatt.softmax, "
-                     "myatt.bmm, myatt.scaled_dot_product_attention, or a Linear, MyAtt or "
-                     "MultiheadAttention object, got %.200R", fn);
-        return NULL;
-    }
-    PyObject *rest = NULL, *kwds = NULL, *result = NULL, *pair = NULL;
-    if (kind != VJP_MYATT && (rest = tuple_and_kwargs(args + 1, nargs - 1, kwnames, &kwds)) == NULL)
-        return NULL;
-    PullbackObject *pb = PyObject_New(PullbackObject, st->pullback_type);
-    if (pb == NULL)
-        goto fail;
-    pb->vectorcall = Pullback_vectorcall;
-    pb->kind = kind;
-    pb->backward = NULL;
-    pb->saved[0] = pb->saved[1] = pb->saved[2] = NULL;
-    pb->nsaved = 0;
-    pb->dtype = NULL;
-    memset(&pb->kept, 0, sizeof pb->kept);
-    memset(&pb->skept, 0, sizeof pb->skept);
-    memset(&pb->mkept, 0, sizeof pb->mkept);
 
-    PyArrayObject *out;
-    if (kind == VJP_LINEAR_OBJ) {
-        pb->nsaved = 3;
-        if ((result = linear_forward_keep(fn, rest, kwds, pb->saved)) == NULL)
-            goto fail;
-        /* read once the forward ran: an argument's parsing may have built a placeholder */
-        pb->dtype = ((LinearObject *)fn)->dtype;
-        out = (PyArrayObject *)result;
-    } else if (kind == VJP_MYATT || kind == VJP_MHA) {
-        result = kind == VJP_MYATT ? myatt_forward_keep(fn, args + 1, nargs - 1, kwnames,
-                                                        &pb->kept)
-                                   : mha_forward_keep(fn, rest, kwds, &pb->mkept);
-        if (result == NULL)
-            goto fail;
-        out = (PyArrayObject *)PyTuple_GET_ITEM(result, 0);
-    } else if (kind == VJP_SDPA) {
-        if ((result = sdpa_forward_keep(module, rest, kwds, &pb->skept)) == NULL)
-            goto fail;
-        out = (PyArrayObject *)result;
-    } else {
-        if ((result = function_forward_keep(pb, module, fn, rest, kwds)) == NULL)
-            goto fail;
-        out = (PyArrayObject *)result;
-    }
-    pb->out_ndim = PyArray_NDIM(out);
-    if (pb->out_ndim > 0)   /* a 0-d result (softmax of a 0-d input) has no dims */
-        memcpy(pb->out_dims, PyArray_DIMS(out), (size_t)pb->out_ndim * sizeof(npy_intp));
-    pair = PyTuple_Pack(2, result, (PyObject *)pb);
-fail:
-    Py_XDECREF(rest);
-    Py_XDECREF(kwds);
-    Py_XDECREF(result);
-    Py_XDECREF(pb);
-    return pair;
-}
 
 PyMethodDef vjp_methods[] = {
-    {"vjp", (PyCFunction)(void (*)(void))myatt_vjp, METH_FASTCALL | METH_KEYWORDS, vjp_doc},
+    {"vjp", (PyCFunction)(void (*)(void))myatt_vjp, METH_FASTCALL | METH_KEYWORDS, NULL},
     {NULL, NULL, 0, NULL},
 };
+
+int vjp_setup(myatt_state *st)
+{
+    /* what it differentiates, in its doc and messages: the differentiable
+     * functions (entry.h) and types (module.c's table) */
+    char *names = st->differentiable_names;
+    names[0] = '\0';
+    const int n = MYATT_DIFFERENTIABLE_TYPES;
+    for (int i = 0; i < n; i++) {
+        const size_t used = strlen(names);
+        snprintf(names + used, sizeof st->differentiable_names - used, "%s%s",
+                 i == 0 ? "" : i == n - 1 ? " or " : ", ", st->differentiable[i].vjp->name);
+    }
+    if (vjp_methods[0].ml_doc == NULL) {   /* once per process */
+        const char *fns = entry_differentiable_names();
+        size_t len = sizeof vjp_doc_template + strlen(fns) + strlen(names);
+        char *doc = PyMem_RawMalloc(len);
+        if (doc == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        snprintf(doc, len, vjp_doc_template, fns, names);
+        vjp_methods[0].ml_doc = doc;
+    }
+    return 0;
+}

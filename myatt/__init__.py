@@ -10,11 +10,9 @@ original, computed by C kernels on NumPy arrays::
 - Modules: ``MyAtt``, ``Linear``, ``MultiheadAttention`` (torch's
   ``nn.MultiheadAttention``) (``forward``, ``state_dict``, ``from_torch``, pickle and
   copy; ``backward`` for the first two).
-- Kernels: ``linear``, ``softmax``, ``bmm``, and their gradients ``linear_backward``,
-  ``softmax_backward``, ``bmm_backward``; ``vjp`` (forward once, then a ``Pullback``
-  that reuses what the forward computed); ``scaled_dot_product_attention``
-  (torch's ``F.scaled_dot_product_attention``, flash-style; its gradients through
-  ``vjp``).
+- Kernels: torch's functions of attention (``linear``, ``softmax``, ``bmm``,
+  ``scaled_dot_product_attention``, flash-style, ...) and their gradients (``*_backward``,
+  and ``vjp``: forward once, then a ``Pullback`` that reuses what the forward computed).
 - Training: ``SGD``, ``Adam`` (torch.optim's rules, in NumPy, on the live parameters).
 - Validation against torch: ``compare`` (one module or function), ``validate`` and
   ``validating`` (every attention, linear, softmax and bmm call of a whole torch model;
@@ -25,25 +23,8 @@ original, computed by C kernels on NumPy arrays::
 PyTorch is never needed, and never imported by ``import myatt``. The documentation
 (docs/ in the repository) has the user guide and the reference.
 """
-from ._myatt import (
-    Linear,
-    MultiheadAttention,
-    MyAtt,
-    Pullback,
-    bmm,
-    bmm_backward,
-    empty_cache,
-    get_num_threads,
-    kernel_path,
-    linear,
-    linear_backward,
-    manual_seed,
-    scaled_dot_product_attention,
-    set_num_threads,
-    softmax,
-    softmax_backward,
-    vjp,
-)
+from . import _myatt
+from ._myatt import *  # noqa: F401,F403  (every public function and type of the extension)
 from ._validate import Validation, validate, validating
 from .compare import Comparison, ResultComparison, compare
 from .optim import SGD, Adam
@@ -51,31 +32,6 @@ from .plot import plot_attention
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Adam",
-    "Comparison",
-    "Linear",
-    "MultiheadAttention",
-    "MyAtt",
-    "Pullback",
-    "ResultComparison",
-    "SGD",
-    "Validation",
-    "bmm",
-    "bmm_backward",
-    "compare",
-    "empty_cache",
-    "get_num_threads",
-    "kernel_path",
-    "linear",
-    "linear_backward",
-    "manual_seed",
-    "plot_attention",
-    "scaled_dot_product_attention",
-    "set_num_threads",
-    "softmax",
-    "softmax_backward",
-    "validate",
-    "validating",
-    "vjp",
-]
+__all__ = ["Adam", "Comparison", "ResultComparison", "SGD", "Validation", "compare",
+           "plot_attention", "validate", "validating"]
+__all__ += _myatt.__all__   # the extension's functions and types

@@ -86,7 +86,7 @@ def linear_spec(module):
     return args, {"dtype": dtype}, sd, _torch_modes(module)
 
 
-def myatt_spec(module):
+def tutorial_spec(module):
     """(args, kwargs, state_dict, modes) of a myatt.MyAtt equal to the tutorial's torch MyAtt `module`."""
     caller = "MyAtt.from_torch()"
     missing = [a for a in MYATT_SIZES + ("attn", "attn_combine") if not hasattr(module, a)]

@@ -21,6 +21,11 @@ class _TorchDType(Protocol):
 _DType = Union[npt.DTypeLike, str, _TorchDType]
 _Self = TypeVar("_Self")
 
+__all__ = ["Linear", "MultiheadAttention", "MyAtt", "Pullback", "bmm", "bmm_backward",
+           "empty_cache", "get_num_threads", "kernel_path", "linear", "linear_backward",
+           "manual_seed", "scaled_dot_product_attention", "set_num_threads", "softmax",
+           "softmax_backward", "vjp"]
+
 def linear(input: _ArrayLike, weight: _ArrayLike, bias: Optional[_ArrayLike] = None) -> _Array: ...
 def softmax(input: _ArrayLike, dim: int = -1) -> _Array: ...
 def bmm(input: _ArrayLike, mat2: _ArrayLike) -> _Array: ...

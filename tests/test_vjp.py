@@ -4,6 +4,7 @@ may be called twice and from several threads; changes in place after vjp (an inp
 parameter, the result) do not reach the gradients; bad cotangents and bad fn raise.
 (The registry entries vjp, vjp.<fn>.pullback, <Type>.vjp.* of entry_points.py add the
 bad-input, leak, thread, layout and property coverage.)"""
+import re
 import threading
 
 import numpy as np
@@ -12,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import myatt
+from entry_points import ENTRY_POINTS
 from helpers import data, scaled
 from oracle import assert_matches, to_torch
 from test_backward_kernels import leaf, torch_grads
@@ -390,15 +392,34 @@ def test_repr_and_attributes(dtype):
         myatt.Pullback()
 
 
+# What the registry differentiates through vjp (its vjp.<fn>.* and <Type>.vjp.* entries)
+DIFFERENTIABLE = sorted({ep.name.split(".")[1] for ep in ENTRY_POINTS
+                         if ep.name.startswith("vjp.")})
+DIFFERENTIABLE_TYPES = sorted({ep.name.split(".")[0] for ep in ENTRY_POINTS
+                               if ".vjp." in ep.name and not ep.name.startswith("vjp.")})
+
+
 @pytest.mark.parametrize("fn", [len, lambda x: x, torch.nn.Linear(2, 2), myatt.linear_backward,
                                 myatt.SGD, "linear", None])
 def test_vjp_refuses_other_callables(fn):
-    with pytest.raises(TypeError, match=r"vjp\(\): fn must be myatt\.linear, myatt\.softmax, "
-                                        r"myatt\.bmm, myatt\.scaled_dot_product_attention, "
-                                        r"or a Linear, MyAtt or MultiheadAttention object"):
+    """The message names every function and type vjp takes (as the registry has them)."""
+    with pytest.raises(TypeError, match=r"vjp\(\): fn must be myatt\.") as err:
         myatt.vjp(fn, np.ones((2, 2)))
+    for name in DIFFERENTIABLE:
+        assert f"myatt.{name}" in str(err.value)
+    for name in DIFFERENTIABLE_TYPES:
+        assert re.search(rf"\b{name}\b.* object", str(err.value))
     with pytest.raises(TypeError, match="fn"):
         myatt.vjp()
+
+
+def test_vjp_takes_every_function_with_a_backward():
+    """vjp differentiates each kernel function that has a *_backward, and names them."""
+    with_backward = sorted(n[:-len("_backward")] for n in dir(myatt) if n.endswith("_backward"))
+    assert set(with_backward) <= set(DIFFERENTIABLE)
+    assert {"Linear", "MyAtt", "MultiheadAttention"} <= set(DIFFERENTIABLE_TYPES)
+    for name in DIFFERENTIABLE:
+        assert f"myatt.{name}" in myatt.vjp.__doc__
 
 
 def test_forward_errors_are_the_calls(rng):

@@ -125,8 +125,9 @@ static double bias_bound(int64_t fan_in)
     return fan_in > 0 ? 1.0 / sqrt((double)fan_in) : 0.0;
 }
 
-void linear_init_f32(mt19937 *g, float *weight, float *bias, int64_t out, int64_t in)
+void linear_init_f32(mt19937 *g, void *weight_, void *bias_, int64_t out, int64_t in)
 {
+    float *weight = weight_, *bias = bias_;
     /* kaiming_uniform_ returns before drawing when 0 is in weight.shape. */
     if (out > 0 && in > 0) {
         double b = kaiming_bound(in);
@@ -138,8 +139,9 @@ void linear_init_f32(mt19937 *g, float *weight, float *bias, int64_t out, int64_
     }
 }
 
-void linear_init_f64(mt19937 *g, double *weight, double *bias, int64_t out, int64_t in)
+void linear_init_f64(mt19937 *g, void *weight_, void *bias_, int64_t out, int64_t in)
 {
+    double *weight = weight_, *bias = bias_;
     if (out > 0 && in > 0) {
         double b = kaiming_bound(in);
         uniform_f64(g, weight, out * in, -b, b);
@@ -158,13 +160,13 @@ static double xavier_std(int64_t fan_in, int64_t fan_out)
     return sqrt(2.0 / (double)(fan_in + fan_out));
 }
 
-void xavier_uniform_f32(mt19937 *g, float *w, int64_t rows, int64_t cols)
+void xavier_uniform_f32(mt19937 *g, void *w, int64_t rows, int64_t cols)
 {
     const double a = sqrt(3.0) * xavier_std(cols, rows);
     uniform_f32(g, w, rows * cols, -a, a);
 }
 
-void xavier_uniform_f64(mt19937 *g, double *w, int64_t rows, int64_t cols)
+void xavier_uniform_f64(mt19937 *g, void *w, int64_t rows, int64_t cols)
 {
     const double a = sqrt(3.0) * xavier_std(cols, rows);
     uniform_f64(g, w, rows * cols, -a, a);
@@ -311,8 +313,9 @@ static void normal_fill_16_avx2_f32(float *d, float std)
 /* tensor.normal_(0, std) of n contiguous values: normal_fill for n >= 16
  * (uniforms for all, 16 at a time transformed, a tail redone on the last 16
  * with fresh uniforms), else one normal_distribution<double> per value. */
-void xavier_normal_f32(mt19937 *g, float *t, int64_t rows, int64_t cols, int64_t rest)
+void xavier_normal_f32(mt19937 *g, void *t_, int64_t rows, int64_t cols, int64_t rest)
 {
+    float *t = t_;
     const int64_t n = rows * cols * rest;
     const double std_d = xavier_std(cols * rest, rows * rest);
     if (n < 16) {
@@ -332,8 +335,9 @@ void xavier_normal_f32(mt19937 *g, float *t, int64_t rows, int64_t cols, int64_t
     }
 }
 
-void xavier_normal_f64(mt19937 *g, double *t, int64_t rows, int64_t cols, int64_t rest)
+void xavier_normal_f64(mt19937 *g, void *t_, int64_t rows, int64_t cols, int64_t rest)
 {
+    double *t = t_;
     const int64_t n = rows * cols * rest;
     const double std = xavier_std(cols * rest, rows * rest);
     if (n < 16) {

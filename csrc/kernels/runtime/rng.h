@@ -22,16 +22,19 @@ void mt19937_seed(mt19937 *g, uint64_t seed);
 uint32_t mt19937_random32(mt19937 *g);   /* torch CPUGeneratorImpl::random()   */
 uint64_t mt19937_random64(mt19937 *g);   /* torch CPUGeneratorImpl::random64() */
 
-/* nn.Linear(in, out).reset_parameters(): weight [out, in] (C-contiguous) from
+/* (The data are float for _f32, double for _f64, as void * like every public
+ * kernel's, so that the glue holds one table of them per dtype.)
+ *
+ * nn.Linear(in, out).reset_parameters(): weight [out, in] (C-contiguous) from
  * kaiming_uniform_(a=sqrt(5)), then bias [out] from U(-1/sqrt(in), 1/sqrt(in));
  * bias may be NULL (bias=False): then nothing is drawn for it. */
-void linear_init_f32(mt19937 *g, float *weight, float *bias, int64_t out, int64_t in);
-void linear_init_f64(mt19937 *g, double *weight, double *bias, int64_t out, int64_t in);
+void linear_init_f32(mt19937 *g, void *weight, void *bias, int64_t out, int64_t in);
+void linear_init_f64(mt19937 *g, void *weight, void *bias, int64_t out, int64_t in);
 
 /* init.xavier_uniform_(w) of a [rows, cols] weight (fan_in = cols, fan_out =
  * rows): U(-a, a), a = sqrt(3) * sqrt(2 / (fan_in + fan_out)). */
-void xavier_uniform_f32(mt19937 *g, float *w, int64_t rows, int64_t cols);
-void xavier_uniform_f64(mt19937 *g, double *w, int64_t rows, int64_t cols);
+void xavier_uniform_f32(mt19937 *g, void *w, int64_t rows, int64_t cols);
+void xavier_uniform_f64(mt19937 *g, void *w, int64_t rows, int64_t cols);
 
 /* init.xavier_normal_(t) of a contiguous [rows, cols, rest] tensor (fan_in =
  * cols * rest, fan_out = rows * rest): tensor.normal_(0, std) with std =
@@ -40,7 +43,7 @@ void xavier_uniform_f64(mt19937 *g, double *w, int64_t rows, int64_t cols);
  * normal_fill, fewer through normal_distribution<double>).  16 or more
  * float32 values are filled as torch's AVX2 and AVX-512 kernels fill them
  * (avx_mathfun's log and sincos, fused), the kernels uniform_ follows too. */
-void xavier_normal_f32(mt19937 *g, float *t, int64_t rows, int64_t cols, int64_t rest);
-void xavier_normal_f64(mt19937 *g, double *t, int64_t rows, int64_t cols, int64_t rest);
+void xavier_normal_f32(mt19937 *g, void *t, int64_t rows, int64_t cols, int64_t rest);
+void xavier_normal_f64(mt19937 *g, void *t, int64_t rows, int64_t cols, int64_t rest);
 
 #endif

@@ -93,23 +93,23 @@ static int softmax_threads(int64_t outer, int64_t n, int64_t inner)
 
 /* softmax.h */
 
-void softmax_forward_f32(float *out, const float *inp, int64_t outer, int64_t n, int64_t inner)
+void softmax_forward_f32(void *out, const void *inp, int64_t outer, int64_t n, int64_t inner)
 {
     softmax_forward_run_f32(out, inp, outer, n, inner);
 }
 
-void softmax_forward_f64(double *out, const double *inp, int64_t outer, int64_t n, int64_t inner)
+void softmax_forward_f64(void *out, const void *inp, int64_t outer, int64_t n, int64_t inner)
 {
     softmax_forward_run_f64(out, inp, outer, n, inner);
 }
 
-void softmax_backward_f32(float *grad_inp, const float *grad_out, const float *out,
+void softmax_backward_f32(void *grad_inp, const void *grad_out, const void *out,
                           int64_t outer, int64_t n, int64_t inner)
 {
     softmax_backward_run_f32(grad_inp, grad_out, out, outer, n, inner);
 }
 
-void softmax_backward_f64(double *grad_inp, const double *grad_out, const double *out,
+void softmax_backward_f64(void *grad_inp, const void *grad_out, const void *out,
                           int64_t outer, int64_t n, int64_t inner)
 {
     softmax_backward_run_f64(grad_inp, grad_out, out, outer, n, inner);

@@ -6,14 +6,16 @@
  * are both contiguous and may be the same buffer (in place).  NaN anywhere in a
  * slice makes the whole slice NaN, and a slice of -inf only is NaN, as in torch.
  * Any size may be 0.  Large inputs are split over threads in runs of whole
- * slices (threads.h); the bits do not depend on the thread count. */
+ * slices (threads.h); the bits do not depend on the thread count.  The data
+ * are float (_f32) or double (_f64), passed as void * as every public kernel's
+ * (view.h), so that the glue holds one table of them per dtype. */
 #ifndef MYATT_KERNELS_SOFTMAX_H
 #define MYATT_KERNELS_SOFTMAX_H
 
 #include <stdint.h>
 
-void softmax_forward_f32(float *out, const float *inp, int64_t outer, int64_t n, int64_t inner);
-void softmax_forward_f64(double *out, const double *inp, int64_t outer, int64_t n, int64_t inner);
+void softmax_forward_f32(void *out, const void *inp, int64_t outer, int64_t n, int64_t inner);
+void softmax_forward_f64(void *out, const void *inp, int64_t outer, int64_t n, int64_t inner);
 
 /* The gradient of the softmax's input, from the softmax's output and the
  * gradient of that output, along the middle axis of [outer, n, inner]:
@@ -22,9 +24,9 @@ void softmax_forward_f64(double *out, const double *inp, int64_t outer, int64_t 
  *
  * (torch's _softmax_backward_data).  All three are contiguous; grad_inp may be
  * the same buffer as grad_out or out (in place).  Any size may be 0. */
-void softmax_backward_f32(float *grad_inp, const float *grad_out, const float *out,
+void softmax_backward_f32(void *grad_inp, const void *grad_out, const void *out,
                           int64_t outer, int64_t n, int64_t inner);
-void softmax_backward_f64(double *grad_inp, const double *grad_out, const double *out,
+void softmax_backward_f64(void *grad_inp, const void *grad_out, const void *out,
                           int64_t outer, int64_t n, int64_t inner);
 
 #endif
