@@ -7,7 +7,8 @@
 Measures the module forward, one training step (forward + backward through
 myatt.vjp, and once with the stateless MyAtt.backward: every gradient, against torch autograd and hand-written NumPy gradients) and each kernel
 alone (linear, softmax, bmm), float32 and float64, at the seed's shape, at mid and
-at large sizes, at 1 thread and at all cores, plus a float32 GEMM alone; prints
+at large sizes, at 1 thread and at all cores, plus a float32 GEMM alone and the
+overhead of myatt.validate in shadow mode on a transformer layer; prints
 one table with median times, the ratios
 myatt/torch and myatt/NumPy, GFLOP/s and the share of the machine's FMA peak,
 which it measures first with benchmarks/peak.c (compiled here with `cc`).
@@ -411,6 +412,22 @@ def mha_ops(dtype, rng, quick):
     return ops
 
 
+def validate_cases(quick):
+    """myatt.validate in shadow mode against the model's own forward: (case, model, input).
+    nn.TransformerEncoderLayer in training mode, dropout 0 (off its fused fast path: every
+    call recorded, rerun by myatt and by both sides in float64, and judged), at the tests'
+    size and at a mid size."""
+    cases = [(2, 6, 16, 4), (4, 32, 64, 4)] + ([] if quick else [(4, 128, 256, 8)])
+    out = []
+    for N, L, E, H in cases:
+        torch.manual_seed(0)
+        layer = nn.TransformerEncoderLayer(E, H, dim_feedforward=2 * E, dropout=0.0,
+                                           batch_first=True)
+        out.append((f"validate shadow N={N} L={L} E={E}", layer,
+                    torch.randn(N, L, E)))
+    return out
+
+
 def first(result):
     """The array a row compares: the output (forward), the attn.weight gradient (train),
     grad_query (sdpa train), the in_proj_weight gradient (mha train)."""
@@ -567,6 +584,20 @@ def run(args):
                     for op, flops, elems, fm, ft, fn in ops:
                         add(f"{op} {np.dtype(dtype).name}", n, flops, elems, dtype,
                             (fm, ft, fn), (fm(), ft()))
+        # ---- myatt.validate's overhead: shadow mode on a transformer layer ----
+        if args.only in (None, "validate"):
+            print("[validate] myatt.validate(layer, x), shadow mode, against layer(x): "
+                  "nn.TransformerEncoderLayer float32 (training mode, dropout 0), 6 calls; "
+                  "/torch is the overhead")
+            for case, layer, x in validate_cases(quick):
+                def shadow_out(layer=layer, x=x):
+                    with myatt.validating():
+                        return layer(x)
+                for n in thread_counts:
+                    with Threads(n):
+                        fns = (lambda: myatt.validate(layer, x), lambda: layer(x), None)
+                        add(f"{case} float32", n, None, None, np.float32, fns,
+                            (shadow_out(), layer(x)))
         # ---- GEMM alone ----
         if not args.only:
             a = rng.standard_normal((1, gemm_n, gemm_n)).astype(np.float32)
@@ -649,9 +680,10 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="a short run (a minute or two): seed and mid "
                    "sizes, small sdpa and mha shapes")
-    p.add_argument("--only", choices=["module", "sdpa", "mha"], help="only these rows (module: "
-                   "MyAtt's seed, mid and large rows; sdpa: the scaled_dot_product_attention "
-                   "rows; mha: the MultiheadAttention rows)")
+    p.add_argument("--only", choices=["module", "sdpa", "mha", "validate"],
+                   help="only these rows (module: MyAtt's seed, mid and large rows; sdpa: the "
+                   "scaled_dot_product_attention rows; mha: the MultiheadAttention rows; "
+                   "validate: myatt.validate's overhead in shadow mode)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--plot", metavar="PATH", help="also draw the ratios (needs matplotlib)")
     args = p.parse_args(argv)

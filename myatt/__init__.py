@@ -14,7 +14,9 @@ original, computed by C kernels on NumPy arrays::
   ``scaled_dot_product_attention``, flash-style, ...) and their gradients (``*_backward``,
   and ``vjp``: forward once, then a ``Pullback`` that reuses what the forward computed).
 - Training: ``SGD``, ``Adam`` (torch.optim's rules, in NumPy, on the live parameters).
-- Validation against torch: ``compare``. Plots: ``plot_attention`` (needs matplotlib).
+- Validation against torch: ``compare`` (one module or function), ``validate`` and
+  ``validating`` (every attention, linear, softmax and bmm call of a whole torch model;
+  ``myatt.torch`` runs torch models on myatt's kernels). Plots: ``plot_attention`` (needs matplotlib).
 - Generator: ``manual_seed``. Threads: ``set_num_threads``, ``get_num_threads``.
   Instruction set in use: ``kernel_path``. Cached kernel workspaces: ``empty_cache``.
 
@@ -23,11 +25,13 @@ PyTorch is never needed, and never imported by ``import myatt``. The documentati
 """
 from . import _myatt
 from ._myatt import *  # noqa: F401,F403  (every public function and type of the extension)
+from ._validate import Validation, validate, validating
 from .compare import Comparison, ResultComparison, compare
 from .optim import SGD, Adam
 from .plot import plot_attention
 
 __version__ = "0.1.0"
 
-__all__ = ["Adam", "Comparison", "ResultComparison", "SGD", "compare", "plot_attention"]
+__all__ = ["Adam", "Comparison", "ResultComparison", "SGD", "Validation", "compare",
+           "plot_attention", "validate", "validating"]
 __all__ += _myatt.__all__   # the extension's functions and types
