@@ -20,6 +20,7 @@ one_input().
 """
 import dataclasses
 import os
+import shlex
 import sys
 
 import numpy as np
@@ -484,7 +485,10 @@ def one_input(data):
 
 def main():
     import atheris
-    atheris.Setup(sys.argv, one_input)
+    # libFuzzer runs its argv[0] through the shell for -merge, -fork and -minimize_crash:
+    # this file under this interpreter (it is not executable itself)
+    self = " ".join(shlex.quote(p) for p in (sys.executable, os.path.abspath(__file__)))
+    atheris.Setup([self] + sys.argv[1:], one_input)
     atheris.Fuzz()
 
 

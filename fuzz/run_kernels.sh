@@ -4,7 +4,8 @@
 #   fuzz/run_kernels.sh [SECONDS] [more libFuzzer flags]    (default: 60 s)
 #
 # Needs clang with libFuzzer (Debian: apt-get install clang libclang-rt-dev).
-# The build is in build/fuzz/; the corpus grows in build/fuzz/corpus_kernels/ (kept between runs); a crash is written to
+# The build is in build/fuzz/; the corpus grows in build/fuzz/corpus_kernels/ (kept between runs), seeded by
+# the committed fuzz/corpus/kernels/ (read only: libFuzzer writes into its first directory); a crash is written to
 # build/fuzz/crash-*: copy it into fuzz/regressions/kernels/ and fix the kernel.
 # First every file of fuzz/regressions/kernels/ is run once (the regression test).
 set -euo pipefail
@@ -28,4 +29,4 @@ if [ -e "${regressions[0]}" ]; then
 fi
 echo "+ fuzzing the kernels for $secs s"
 "$out/fuzz_kernels" -max_total_time="$secs" -max_len=8192 -len_control=0 -timeout=20 -rss_limit_mb=4096 \
-    -artifact_prefix="$out/" -print_final_stats=1 "$@" "$out/corpus_kernels"
+    -artifact_prefix="$out/" -print_final_stats=1 "$@" "$out/corpus_kernels" fuzz/corpus/kernels

@@ -7,8 +7,11 @@
 #   fuzz/run_python.sh [SECONDS] [PYTHON] [more libFuzzer flags]
 #                                      (defaults: 60 s, .venv/bin/python)
 #
-# Needs clang and atheris (pip install atheris).  The corpus grows in
-# build/fuzz/corpus_python/; a failing input is written to build/fuzz/crash-*:
+# Needs clang and atheris (pip install atheris).  The run starts from the committed
+# seed corpus fuzz/corpus/python/ (read only: libFuzzer writes new inputs into its
+# first directory only) and the corpus grown in build/fuzz/corpus_python/, where new
+# inputs go (fuzz/refresh_corpus.sh folds them into the seeds); a failing input is
+# written to build/fuzz/crash-*:
 # copy it into fuzz/regressions/python/ (tests/test_fuzz_regressions.py then
 # replays it in every test run) and fix the cause.
 set -euo pipefail
@@ -47,4 +50,4 @@ if [ -e "${regressions[0]}" ]; then
 fi
 echo "+ fuzzing the Python entry points for $secs s"
 "$py" fuzz/fuzz_python.py -max_total_time="$secs" -max_len=512 -timeout=30 \
-    -rss_limit_mb=8192 -malloc_limit_mb=2000000000 -artifact_prefix="$out/" -print_final_stats=1 "$@" "$out/corpus_python"
+    -rss_limit_mb=8192 -malloc_limit_mb=2000000000 -artifact_prefix="$out/" -print_final_stats=1 "$@" "$out/corpus_python" "$root/fuzz/corpus/python"

@@ -3,8 +3,11 @@
 Every input in fuzz/regressions/python/ (a file libFuzzer/atheris wrote, copied there
 when it was found) runs through fuzz/fuzz_python.py's one_input(), which raises on any
 property that does not hold. The kernel fuzzer's regressions (fuzz/regressions/kernels/)
-are replayed by fuzz/run_kernels.sh, which needs clang. The findings so far also have
-their own tests (test_bad_inputs.py: the empty-result hangs).
+are replayed by fuzz/run_kernels.sh, which needs clang. A stored input replays whatever
+today's harness and registry make of its bytes (docs/reliability.md: an entry added to
+tests/entry_points.py moves it to another entry), so the findings so far also have
+their own tests (test_bad_inputs.py: the empty-result hangs; test_layouts.py's
+test_entry_point_broadcast_masks: the broadcast attn_mask of mha-broadcast-mask*).
 """
 import os
 import random
