@@ -340,11 +340,19 @@ def run_misc(r):
 
 def pick_entry(word):
     """The registry entry an input's two bytes pick, by rendezvous hashing of the entries'
-    names: the entry whose hash of (name, word) is the largest.  An entry added to the
+    names: the entry whose hash of (name, word) is the largest (the names' crc32 mixed
+    with the word by splitmix64's finaliser).  An entry added to the
     registry takes over about 1/n of the words and leaves the others where they were, so
     the stored inputs and the seed corpus keep replaying what they were made for (an index
     into the list moved nearly all of them with each new entry)."""
-    return max(WITH_ARRAYS, key=lambda ep: zlib.crc32(f"{ep.name}/{word}".encode()))
+    return max(WITH_ARRAYS, key=lambda ep: _mix(zlib.crc32(ep.name.encode()) << 16 | word))
+
+
+def _mix(x):
+    """splitmix64's finaliser: a well-spread 64-bit hash of x (crc32 alone is linear)."""
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & 0xFFFFFFFFFFFFFFFF
+    return x ^ (x >> 31)
 
 
 def run_entry(r):
