@@ -29,7 +29,7 @@
  * Causal: a strip computes only the keys its last row sees (the others'
  * weights are 0, so the sums are the same).
  *
- * Arithmetic, per output, as sdpa_tmpl.h's loops over the GEMM (its summation
+ * Arithmetic, per output, as sdpa_forward_tmpl.h's loops over the GEMM (its summation
  * contract, gemm_internal.h): float32 sums E (the scores) and the block's keys
  * (o) in blocks of gemm_sum_block, each from zero with one FMA per term in
  * increasing order, the blocks added in order onto o * rescale; float64 one
