@@ -132,6 +132,25 @@ static SUF(gemm_a) SUF(gemm_a_block)(const SUF(gemm_a) *A, int64_t i0, int64_t p
                          A->a2 + i0 * A->rs2 + (p0 + k1 - A->k1) * A->cs2, A->rs2, A->cs2};
 }
 
+/* dst[m, k] (C-contiguous) = A = [a1 | a2], a two-source A concatenated */
+static void SUF(gemm_a_concat)(T *dst, const SUF(gemm_a) *A, int64_t m, int64_t k)
+{
+    for (int64_t i = 0; i < m; i++) {
+        T *row = dst + i * k;
+        const T *r1 = A->a1 + i * A->rs1, *r2 = A->a2 + i * A->rs2;
+        if (A->cs1 == 1 && A->k1 > 0)
+            memcpy(row, r1, (size_t)A->k1 * sizeof(T));
+        else
+            for (int64_t p = 0; p < A->k1; p++)
+                row[p] = r1[p * A->cs1];
+        if (A->cs2 == 1)
+            memcpy(row + A->k1, r2, (size_t)(k - A->k1) * sizeof(T));
+        else
+            for (int64_t p = A->k1; p < k; p++)
+                row[p] = r2[(p - A->k1) * A->cs2];
+    }
+}
+
 /* Pack a block (gemm_a_block) of mc rows and kc columns: the columns of each
  * source go to their rows of the panels. */
 static void SUF(gemm_pack_a_block)(const SUF(gemm_microkernel) *uk, T *a_pack,
@@ -501,20 +520,7 @@ static int SUF(gemm_run_src)(const SUF(gemm_microkernel) *uk,
         if (m * k > (int64_t)(GEMM_CAT_STACK_BYTES / sizeof(T))) {
             direct = 0;
         } else {
-            for (int64_t i = 0; i < m; i++) {
-                T *row = a_cat + i * k;
-                const T *r1 = A->a1 + i * A->rs1, *r2 = A->a2 + i * A->rs2;
-                if (A->cs1 == 1 && A->k1 > 0)
-                    memcpy(row, r1, (size_t)A->k1 * sizeof(T));
-                else
-                    for (int64_t p = 0; p < A->k1; p++)
-                        row[p] = r1[p * A->cs1];
-                if (A->cs2 == 1)
-                    memcpy(row + A->k1, r2, (size_t)(k - A->k1) * sizeof(T));
-                else
-                    for (int64_t p = A->k1; p < k; p++)
-                        row[p] = r2[(p - A->k1) * A->cs2];
-            }
+            SUF(gemm_a_concat)(a_cat, A, m, k);
             A_one = (SUF(gemm_a)){a_cat, k, 1, k, NULL, 0, 0};
             A = &A_one;
         }

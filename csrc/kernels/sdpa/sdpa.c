@@ -1,5 +1,6 @@
-/* Scaled dot-product attention, flash-style: the forward (sdpa_tmpl.h, once
- * per dtype).  Per block the two products are the project's GEMM (gemm.h,
+/* Scaled dot-product attention, flash-style: the forward and the backward
+ * (sdpa_forward_tmpl.h, sdpa_backward_tmpl.h, over sdpa_block_tmpl.h's steps,
+ * once per dtype).  Per block the two products are the project's GEMM (gemm.h,
  * strided operands: k^T is k with its strides swapped); the scores' scaling,
  * masking, online softmax and rescaling are plain loops here: the portable
  * path.  AVX2 and AVX-512 run the same steps fused (sdpa_simd_tmpl.h, through
@@ -38,7 +39,7 @@ static int sdpa_threads(const sdpa_problem *p, int64_t items)
 }
 
 /* The SIMD forward of the path cpu.h chose (sdpa_internal.h), NULL on the
- * portable path (sdpa_tmpl.h's loops over the GEMM, libm's exp). */
+ * portable path (sdpa_forward_tmpl.h's loops over the GEMM, libm's exp). */
 static const sdpa_kernels_f32 *sdpa_select_f32(void)
 {
 #ifdef MYATT_X86
@@ -116,18 +117,35 @@ static int sdpa_d_from_block(const sdpa_problem *p)
     return p->S == 1 || (p->prescale && p->S <= SDPA_KV_SPLIT);
 }
 
-/* The gradients one backward pass writes (sdpa_tmpl.h). */
+/* The gradients one backward pass writes (sdpa_backward_tmpl.h). */
 enum { SDPA_GRAD_K = 1, SDPA_GRAD_V = 2, SDPA_GRAD_Q = 4 };
 
+/* Per dtype three templates, each taking T and SUF (the forward and the
+ * backward also EXP) and undefining them: the steps both share, the forward,
+ * the backward. */
+#define T float
+#define SUF(name) name##_f32
+#include "sdpa_block_tmpl.h"
 #define T float
 #define SUF(name) name##_f32
 #define EXP expf
-#include "sdpa_tmpl.h"
+#include "sdpa_forward_tmpl.h"
+#define T float
+#define SUF(name) name##_f32
+#define EXP expf
+#include "sdpa_backward_tmpl.h"
 
 #define T double
 #define SUF(name) name##_f64
+#include "sdpa_block_tmpl.h"
+#define T double
+#define SUF(name) name##_f64
 #define EXP exp
-#include "sdpa_tmpl.h"
+#include "sdpa_forward_tmpl.h"
+#define T double
+#define SUF(name) name##_f64
+#define EXP exp
+#include "sdpa_backward_tmpl.h"
 
 int sdpa_forward_f32(void *out, void *lse, const sdpa_problem *p) { return sdpa_forward_impl_f32(out, lse, p); }
 int sdpa_forward_f64(void *out, void *lse, const sdpa_problem *p) { return sdpa_forward_impl_f64(out, lse, p); }

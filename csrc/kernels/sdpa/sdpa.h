@@ -34,7 +34,7 @@
 #define SDPA_Q_SPLIT(L) ((L) >= 768 ? 256 : (L) >= 192 ? 64 : 32)
 #define SDPA_KV_SPLIT 512
 
-/* Query rows per block of the backward (sdpa_tmpl.h), not torch's: causal 64
+/* Query rows per block of the backward (sdpa_backward_tmpl.h), not torch's: causal 64
  * (a block computes the keys its last row sees, so smaller blocks skip more),
  * else 256 (dK and dV sum over a block's rows: longer sums per product).  On
  * one Zen 4 core, against torch's split, float32: 1.1-1.3x faster at L = 128 to

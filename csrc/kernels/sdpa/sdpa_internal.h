@@ -1,7 +1,7 @@
 /* Inside the SDPA family: the table of one path's kernels, of which sdpa.c
  * takes the one of the path cpu.h chose (decided once per process), as the
  * GEMM takes its micro-kernel context (gemm_internal.h).  The portable path has
- * no table: its forward is sdpa_tmpl.h's loops over the project's GEMM.
+ * no table: its forward is sdpa_forward_tmpl.h's loops over the project's GEMM.
  * Adding a path = one file (like sdpa_avx2.c) with its two tables and one case
  * in sdpa_select_f32 / _f64 (sdpa.c). */
 #ifndef MYATT_KERNELS_SDPA_INTERNAL_H
@@ -31,7 +31,7 @@ typedef struct {
  *   row_max[r] = max_j s[r, j],  row_sum[r] = sum_j exp(s[r, j] - row_max[r]),
  *   o[r, :]    = sum_j exp(s[r, j] - row_max[r]) (dropped: 0) v[j, :]    (o: [n, Ev])
  * with s the scaled, masked scores, in blocks of SDPA_KV_SPLIT keys (k0 a
- * multiple of it), as sdpa_tmpl.h's loop computes them.  ws holds at least
+ * multiple of it), as sdpa_forward_tmpl.h's loop computes them.  ws holds at least
  * ws_elems(p, n) elements of T (64-byte aligned).  Every layout of the operands
  * gives the same bits.  Returns 0. */
 typedef struct {

@@ -14,19 +14,22 @@
  * defined; it defines NAME_ws_elems, NAME_state and NAME_exp and undefines
  * its parameters at its end.  No include guard on purpose.
  *
- * Per block of SDPA_KV_SPLIT keys, K^T is packed once into panels of NR keys
- * (K^T[p, j] at panel[p * NR + j]) and v is read in place (packed only when
- * its columns are strided); then each strip of MR query rows runs, with its
- * scores never leaving L1:
- *   1. s[MR, kb] = q @ k^T by MR x NR register tiles, whose epilogue applies
+ * The query rows are copied once (1.).  Per block of SDPA_KV_SPLIT keys, K^T
+ * is packed once into panels of NR keys (K^T[p, j] at panel[p * NR + j]) and v
+ * is read in place (copied only when its columns are strided) (2.); then each
+ * strip of MR query rows runs, with its scores never leaving L1:
+ *   3. s[MR, kb] = q @ k^T by MR x NR register tiles, whose epilogue applies
  *      causal, scale and mask and keeps each row's running maximum;
- *   2. each row: exp(s - max) and its sum (the lanes, then torch's tree, then
+ *   4. each row: exp(s - max) and its sum (the lanes, then torch's tree, then
  *      the tail with libm's exp), the rescale of what came before;
- *   3. o[MR, Ev] = o * rescale + p @ v by MR x NR tiles.
+ *   5. dropout: the dropped weights zeroed;
+ *   6. o[MR, Ev] = o * rescale + p @ v by MR x NR tiles.
+ * Each step is a function of its own, always inlined into FN(_state): one
+ * loop nest, no calls inside it.
  * Causal: a strip computes only the keys its last row sees (the others'
  * weights are 0, so the sums are the same).
  *
- * Arithmetic, per output, as sdpa_tmpl.h's loops over the GEMM (its summation
+ * Arithmetic, per output, as sdpa_forward_tmpl.h's loops over the GEMM (its summation
  * contract, gemm_internal.h): float32 sums E (the scores) and the block's keys
  * (o) in blocks of gemm_sum_block, each from zero with one FMA per term in
  * increasing order, the blocks added in order onto o * rescale; float64 one
@@ -244,47 +247,286 @@ void FN(_pv_panel)(int NV, int mr, const T *pr, int64_t lim, int64_t kcb, const 
     }
 }
 
-static size_t FN(_ws_elems)(const sdpa_problem *p, int64_t max_rows)
+/* The regions of FN(_state)'s workspace, in order, each rounded up to 64 bytes:
+ *   qbuf [round(nrows, MR), E]      the query rows, contiguous (padding rows 0)
+ *   kp   [KBP / NR][E][NR]          K^T of the key block, in panels of NR keys
+ *   vp   [SDPA_KV_SPLIT, Ev]        v of the key block, when its columns are strided
+ *   sbuf [MR, KBP]                  a strip's scores, then its weights
+ *   resc [MR]                       each row's rescale of what came before */
+typedef struct {
+    T *qbuf, *kp, *vp, *sbuf, *resc;
+} FN(_ws);
+
+/* The elements of the regions for `nrows` query rows; with ws != NULL, w's
+ * pointers into ws.  (Sizes and offsets in one place, for ws_elems and state.) */
+static size_t FN(_carve)(FN(_ws) *w, T *ws, const sdpa_problem *p, int64_t nrows)
 {
-    const int64_t rows = FN(_round)(max_rows, SDPA_MR), E = p->E, Ev = p->Ev;
-    const int64_t vp = p->v.cs != 1 ? SDPA_KV_SPLIT * Ev : 0;
-    return (size_t)(FN(_round)(rows * E, ALIGN_ELEMS) + FN(_round)(KBP * E, ALIGN_ELEMS)
-                    + FN(_round)(vp, ALIGN_ELEMS) + FN(_round)(SDPA_MR * KBP, ALIGN_ELEMS)
-                    + FN(_round)(SDPA_MR, ALIGN_ELEMS));
+    const int64_t size[5] = {FN(_round)(nrows, SDPA_MR) * p->E, KBP * p->E,
+                             p->v.cs != 1 ? SDPA_KV_SPLIT * p->Ev : 0, SDPA_MR * KBP, SDPA_MR};
+    T **const region[5] = {&w->qbuf, &w->kp, &w->vp, &w->sbuf, &w->resc};
+    int64_t off = 0;
+    for (int r = 0; r < 5; r++) {
+        if (ws != NULL)
+            *region[r] = ws + off;
+        off += FN(_round)(size[r], ALIGN_ELEMS);
+    }
+    return (size_t)off;
 }
 
-static int FN(_state)(const sdpa_problem *p, T *ws, const sdpa_rows *rows, const T *k,
-                      const T *v, int64_t k0, int64_t k1, T *o, T *row_max, T *row_sum)
+static size_t FN(_ws_elems)(const sdpa_problem *p, int64_t max_rows)
 {
-    const int64_t E = p->E, Ev = p->Ev, S = p->S, nrows = rows->n;
-    const int64_t rows_pad = FN(_round)(nrows, SDPA_MR);
-    T *qbuf = ws;                                               /* [rows_pad, E] */
-    T *kp = qbuf + FN(_round)(rows_pad * E, ALIGN_ELEMS);       /* [KBP / NR][E][NR] */
-    T *vp = kp + FN(_round)(KBP * E, ALIGN_ELEMS);              /* [SDPA_KV_SPLIT, Ev] */
-    /* [MR, KBP]: each strip reads only what its score tiles wrote (all MR rows
-     * of the vectors that cover its keys; padding rows from zero query rows) */
-    T *sbuf = vp + FN(_round)(p->v.cs != 1 ? SDPA_KV_SPLIT * Ev : 0, ALIGN_ELEMS);
-    T *resc = sbuf + FN(_round)(SDPA_MR * KBP, ALIGN_ELEMS);    /* [MR] */
+    FN(_ws) sizes_only;
+    return FN(_carve)(&sizes_only, NULL, p, max_rows);
+}
 
-    /* 1. the query rows, contiguous (prescale: times +-sqrt(|scale|)); padding rows 0 */
+/* 1. The query rows into qbuf [round(n, MR), E], contiguous (prescale: times
+ *    +-sqrt(|scale|)); padding rows 0. */
+static inline __attribute__((always_inline))
+void FN(_copy_queries)(const sdpa_problem *p, const sdpa_rows *rows, T *qbuf)
+{
+    const int64_t E = p->E, nrows = rows->n, rows_pad = FN(_round)(nrows, SDPA_MR);
     const T root = (T)sqrt(fabs(p->scale));
     const T q_factor = p->prescale ? (p->scale < 0 ? -root : root) : (T)1;
-    const T k_factor = p->prescale ? root : (T)1;
     for (int64_t r = 0; r < rows_pad; r++) {
         const T *q = r < nrows ? (const T *)rows->q[r] : NULL;
         for (int64_t c = 0; c < E; c++)
             qbuf[r * E + c] = q == NULL ? (T)0
                               : p->prescale ? q[c * p->q.cs] * q_factor : q[c * p->q.cs];
     }
+}
+
+/* The online softmax's start (row_max -inf, row_sum 0, o [n, Ev] 0); returns
+ * the end of the keys any row sees: k1, causal at most the last row's + 1. */
+static inline __attribute__((always_inline))
+int64_t FN(_start_rows)(const sdpa_problem *p, const sdpa_rows *rows, int64_t k1, T *o,
+                        T *row_max, T *row_sum)
+{
+    const int64_t Ev = p->Ev;
     int64_t last_row = -1;
-    for (int64_t r = 0; r < nrows; r++) {
+    for (int64_t r = 0; r < rows->n; r++) {
         row_max[r] = -INFINITY;
         row_sum[r] = 0;
         for (int64_t c = 0; c < Ev; c++)
             o[r * Ev + c] = 0;
         last_row = rows->i[r] > last_row ? rows->i[r] : last_row;
     }
-    const int64_t num_keys = p->is_causal && last_row + 1 < k1 ? last_row + 1 : k1;
+    return p->is_causal && last_row + 1 < k1 ? last_row + 1 : k1;
+}
+
+/* 2. K^T of keys [n, n + used) into the panels kp (K^T[c, j] at
+ *    kp[(j / NR) * NR * E + c * NR + j % NR]; zero past `used` in the last
+ *    panel; prescale: times sqrt(|scale|)). */
+static inline __attribute__((always_inline))
+void FN(_pack_keys)(const sdpa_problem *p, T *kp, const T *k, int64_t n, int64_t used)
+{
+    const int64_t E = p->E;
+    const T k_factor = p->prescale ? (T)sqrt(fabs(p->scale)) : (T)1;
+    for (int64_t j0 = 0; j0 < used; j0 += NR) {
+        T *panel = kp + j0 * E;
+        if (p->k.cs == 1) {   /* rows of k: the transposing copy through registers */
+            const int64_t nb = used - j0 < NR ? used - j0 : NR;
+            SDPA_COPY_T(panel, NR, k + (n + j0) * p->k.rs, p->k.rs, E, nb);
+            if (p->prescale)   /* the vectors that hold keys */
+                for (int64_t c = 0; c < E; c++)
+                    for (int64_t j = 0; j < nb; j += VL)
+                        VEC(storeu)(panel + c * NR + j,
+                                    VEC(mul)(VEC(loadu)(panel + c * NR + j),
+                                             VEC(set1)(k_factor)));
+            continue;
+        }
+        for (int64_t j = 0; j < NR; j++) {
+            const T *kr = k + (n + j0 + j) * p->k.rs;
+            if (j0 + j >= used)
+                for (int64_t c = 0; c < E; c++)
+                    panel[c * NR + j] = 0;
+            else if (p->prescale)
+                for (int64_t c = 0; c < E; c++)
+                    panel[c * NR + j] = kr[c * p->k.cs] * k_factor;
+            else
+                for (int64_t c = 0; c < E; c++)
+                    panel[c * NR + j] = kr[c * p->k.cs];
+        }
+    }
+}
+
+/*    v of keys [n, n + used): in place (*vrs = its row stride), or, when its
+ *    columns are strided, copied into vp [used, Ev] (*vrs = Ev). */
+static inline __attribute__((always_inline))
+const T *FN(_block_values)(const sdpa_problem *p, T *vp, const T *v, int64_t n, int64_t used,
+                           int64_t *vrs)
+{
+    const int64_t Ev = p->Ev;
+    const T *vs = v + n * p->v.rs;
+    *vrs = p->v.rs;
+    if (p->v.cs == 1)
+        return vs;
+    for (int64_t j = 0; j < used; j++)
+        for (int64_t c = 0; c < Ev; c++)
+            vp[j * Ev + c] = vs[j * p->v.rs + c * p->v.cs];
+    *vrs = Ev;
+    return vp;
+}
+
+/* The strip of rows [s0, s0 + mr) into ctx: the keys of the block each row
+ * sees (causal; 0 for the padding rows) and its mask at the block's first key.
+ * Returns the keys the strip sees (0: causal, none of these nor later ones). */
+static inline __attribute__((always_inline))
+int64_t FN(_strip_keys)(FN(_tile_ctx) *ctx, const sdpa_rows *rows, int64_t s0, int mr)
+{
+    const sdpa_problem *p = ctx->p;
+    const int64_t n = ctx->n, kb = ctx->kb;
+    int64_t lim = 0;
+    for (int i = 0; i < SDPA_MR; i++) {
+        int64_t seen = kb;
+        if (i < mr && p->is_causal) {
+            seen = rows->i[s0 + i] + 1 - n;
+            seen = seen < 0 ? 0 : seen > kb ? kb : seen;
+        }
+        ctx->seen[i] = i < mr ? seen : 0;
+        ctx->mask[i] = NULL;
+        if (i < mr && p->mask_kind == SDPA_MASK_FLOAT)
+            ctx->mask[i] = (const T *)rows->mask[s0 + i] + n * p->mask.cs;
+        else if (i < mr && p->mask_kind == SDPA_MASK_BOOL)
+            ctx->mask[i] = (const unsigned char *)rows->mask[s0 + i] + n * p->mask.cs;
+        lim = i < mr && seen > lim ? seen : lim;
+    }
+    return lim;
+}
+
+/* 3. The strip's scores s[MR, 0:lim] (rows KBP apart) from its query rows qs
+ *    [MR, E] and the panels kp, tile by tile; rmax[i]: row i's maximum (NaN
+ *    skipped, -inf for none). */
+static inline __attribute__((always_inline))
+void FN(_strip_scores)(const FN(_tile_ctx) *ctx, int mr, int64_t lim, const T *qs, int64_t E,
+                       int64_t ecb, const T *kp, T *s, VEC(t) rmax[SDPA_MR])
+{
+    for (int i = 0; i < SDPA_MR; i++)
+        rmax[i] = VEC(set1)(-INFINITY);
+    for (int64_t c0 = 0; c0 < lim; c0 += NR) {
+        const int64_t vecs = (lim - c0 + VL - 1) / VL;   /* few keys: fewer vectors */
+        switch (vecs < SDPA_NV ? (int)vecs : SDPA_NV) {
+#define SDPA_SCORES(NVC)                                                       \
+    case NVC:                                                                  \
+        FN(_score_tile)(NVC, ctx, mr, c0, qs, E, ecb, kp + c0 * E, s, rmax);   \
+        break;
+        SDPA_SCORES(1)
+#if SDPA_NV >= 2
+        SDPA_SCORES(2)
+#endif
+#if SDPA_NV >= 3
+        SDPA_SCORES(3)
+#endif
+#if SDPA_NV >= 4
+        SDPA_SCORES(4)
+#endif
+#undef SDPA_SCORES
+        default: break;
+        }
+    }
+}
+
+/* 4. One row of the strip: s[j] <- exp(s[j] - max) for j < lim (the body
+ *    kb - kb % VL in vectors summed in lanes, then torch's tree, then the tail
+ *    with the scalar exp), the running max and sum updated, *resc the rescale
+ *    of what came before; rmax the row's maximum from its score tiles. */
+static inline __attribute__((always_inline))
+void FN(_row_weights)(T *s, VEC(t) rmax, int64_t lim, int64_t kb, T *row_max, T *row_sum,
+                      T *resc)
+{
+    const int64_t body = kb - kb % VL;
+    T lanes[VL];
+    VEC(storeu)(lanes, rmax);
+    T mx = -INFINITY;
+    for (int l = 0; l < VL; l++)
+        mx = lanes[l] > mx ? lanes[l] : mx;
+    if (mx == -INFINITY)   /* a NaN the maximum skipped */
+        for (int64_t j = 0; j < lim; j++)
+            if (s[j] != s[j]) {
+                mx = s[j];
+                break;
+            }
+    mx = *row_max > mx ? *row_max : mx;
+    if (mx == -INFINITY) {   /* every key so far masked: nothing to add */
+        for (int64_t j = 0; j < lim; j++)
+            s[j] = 0;
+        *resc = 1;
+        return;
+    }
+    const VEC(t) mxv = VEC(set1)(mx);
+    VEC(t) acc = VEC(zero)();
+    int64_t j = 0;
+    for (; j < body && j < lim; j += VL) {
+        const VEC(t) e = SDPA_VEXP(VEC(sub)(VEC(loadu)(s + j), mxv));
+        acc = VEC(add)(acc, e);
+        VEC(storeu)(s + j, e);
+    }
+    T sum = VEC(reduce_add)(acc);
+    for (j = body; j < lim; j++) {
+        const T e = SDPA_EXP(s[j] - mx);
+        s[j] = e;
+        sum += e;
+    }
+    *resc = SDPA_EXP(*row_max - mx);
+    *row_sum = sum + *resc * *row_sum;
+    *row_max = mx;
+}
+
+/* 5. Dropout: the dropped weights of the strip's rows out of the product (the
+ *    row sums keep them). */
+static inline __attribute__((always_inline))
+void FN(_strip_dropout)(const sdpa_problem *p, const sdpa_rows *rows, int64_t s0, int mr,
+                        int64_t n, int64_t lim, T *s)
+{
+    for (int i = 0; i < mr; i++)
+        for (int64_t j = 0; j < lim; j++)
+            if (sdpa_dropout_uniform(p->dropout_seed, rows->b[s0 + i], rows->i[s0 + i], n + j)
+                    < p->dropout_p)
+                s[i * KBP + j] = 0;
+}
+
+/* 6. os[mr, Ev] = os * resc + s[mr, 0:lim] @ vs[0:lim, Ev], NR columns at a
+ *    time (vs rows vrs apart). */
+static inline __attribute__((always_inline))
+void FN(_strip_pv)(int mr, const T *s, int64_t lim, int64_t kcb, const T *vs, int64_t vrs,
+                   T *os, int64_t Ev, const T *resc)
+{
+    for (int64_t c0 = 0; c0 < Ev; c0 += NR) {
+        const int64_t cols = Ev - c0 < NR ? Ev - c0 : NR;
+        const int nv = (int)((cols + VL - 1) / VL);
+        const int masked = cols % VL != 0;
+        const VEC(mask) last = FN(_first)(cols - (nv - 1) * VL);
+        switch (nv) {
+#define SDPA_PV(NVC)                                                                     \
+    case NVC:                                                                            \
+        FN(_pv_panel)(NVC, mr, s, lim, kcb, vs + c0, vrs, os + c0, Ev, resc, masked,     \
+                      last);                                                             \
+        break;
+        SDPA_PV(1)
+#if SDPA_NV >= 2
+        SDPA_PV(2)
+#endif
+#if SDPA_NV >= 3
+        SDPA_PV(3)
+#endif
+#if SDPA_NV >= 4
+        SDPA_PV(4)
+#endif
+#undef SDPA_PV
+        default: break;
+        }
+    }
+}
+
+/* sdpa_internal.h's state: per key block, steps 2 once, then for each strip
+ * of MR rows steps 3 to 6 (the helpers above, inlined: one loop nest). */
+static int FN(_state)(const sdpa_problem *p, T *ws, const sdpa_rows *rows, const T *k,
+                      const T *v, int64_t k0, int64_t k1, T *o, T *row_max, T *row_sum)
+{
+    const int64_t E = p->E, Ev = p->Ev, S = p->S, nrows = rows->n;
+    FN(_ws) w;
+    FN(_carve)(&w, ws, p, nrows);
+    FN(_copy_queries)(p, rows, w.qbuf);
+    const int64_t num_keys = FN(_start_rows)(p, rows, k1, o, row_max, row_sum);
     const int64_t ecb = GEMM_CHAINS(T) ? E : gemm_sum_block(E);
     FN(_tile_ctx) ctx = {.p = p, .scale = p->prescale ? (T)1 : (T)p->scale};
 
@@ -292,168 +534,25 @@ static int FN(_state)(const sdpa_problem *p, T *ws, const sdpa_rows *rows, const
         const int64_t kb = S - n < SDPA_KV_SPLIT ? S - n : SDPA_KV_SPLIT;
         const int64_t used = num_keys - n < kb ? num_keys - n : kb;   /* keys anyone sees */
         const int64_t kcb = GEMM_CHAINS(T) ? kb : gemm_sum_block(kb);
-        /* 2. K^T of the keys used, in panels of NR (zero past them); v in place or copied */
-        for (int64_t j0 = 0; j0 < used; j0 += NR) {
-            T *panel = kp + j0 * E;
-            if (p->k.cs == 1) {   /* rows of k: the transposing copy through registers */
-                const int64_t nb = used - j0 < NR ? used - j0 : NR;
-                SDPA_COPY_T(panel, NR, k + (n + j0) * p->k.rs, p->k.rs, E, nb);
-                if (p->prescale)   /* the vectors that hold keys */
-                    for (int64_t c = 0; c < E; c++)
-                        for (int64_t j = 0; j < nb; j += VL)
-                            VEC(storeu)(panel + c * NR + j,
-                                        VEC(mul)(VEC(loadu)(panel + c * NR + j),
-                                                 VEC(set1)(k_factor)));
-                continue;
-            }
-            for (int64_t j = 0; j < NR; j++) {
-                const T *kr = k + (n + j0 + j) * p->k.rs;
-                if (j0 + j >= used)
-                    for (int64_t c = 0; c < E; c++)
-                        panel[c * NR + j] = 0;
-                else if (p->prescale)
-                    for (int64_t c = 0; c < E; c++)
-                        panel[c * NR + j] = kr[c * p->k.cs] * k_factor;
-                else
-                    for (int64_t c = 0; c < E; c++)
-                        panel[c * NR + j] = kr[c * p->k.cs];
-            }
-        }
-        const T *vs = v + n * p->v.rs;
-        int64_t vrs = p->v.rs;
-        if (p->v.cs != 1) {
-            for (int64_t j = 0; j < used; j++)
-                for (int64_t c = 0; c < Ev; c++)
-                    vp[j * Ev + c] = vs[j * p->v.rs + c * p->v.cs];
-            vs = vp;
-            vrs = Ev;
-        }
+        FN(_pack_keys)(p, w.kp, k, n, used);
+        int64_t vrs;
+        const T *vs = FN(_block_values)(p, w.vp, v, n, used, &vrs);
         ctx.n = n;
         ctx.kb = kb;
 
         for (int64_t s0 = 0; s0 < nrows; s0 += SDPA_MR) {
             const int mr = nrows - s0 < SDPA_MR ? (int)(nrows - s0) : SDPA_MR;
-            int64_t lim = 0;   /* keys of this block the strip sees */
-            for (int i = 0; i < SDPA_MR; i++) {
-                int64_t seen = kb;
-                if (i < mr && p->is_causal) {
-                    seen = rows->i[s0 + i] + 1 - n;
-                    seen = seen < 0 ? 0 : seen > kb ? kb : seen;
-                }
-                ctx.seen[i] = i < mr ? seen : 0;
-                ctx.mask[i] = NULL;
-                if (i < mr && p->mask_kind == SDPA_MASK_FLOAT)
-                    ctx.mask[i] = (const T *)rows->mask[s0 + i] + n * p->mask.cs;
-                else if (i < mr && p->mask_kind == SDPA_MASK_BOOL)
-                    ctx.mask[i] = (const unsigned char *)rows->mask[s0 + i] + n * p->mask.cs;
-                lim = i < mr && seen > lim ? seen : lim;
-            }
+            const int64_t lim = FN(_strip_keys)(&ctx, rows, s0, mr);
             if (lim == 0)
                 continue;   /* causal: no row of the strip sees these keys (nor later ones) */
-
-            /* 3. scores, each row's maximum */
             VEC(t) rmax[SDPA_MR];
-            for (int i = 0; i < SDPA_MR; i++)
-                rmax[i] = VEC(set1)(-INFINITY);
-            const T *qs = qbuf + s0 * E;
-            for (int64_t c0 = 0; c0 < lim; c0 += NR) {
-                const int64_t vecs = (lim - c0 + VL - 1) / VL;   /* few keys: fewer vectors */
-                switch (vecs < SDPA_NV ? (int)vecs : SDPA_NV) {
-#define SDPA_SCORES(NVC)                                                         \
-    case NVC:                                                                    \
-        FN(_score_tile)(NVC, &ctx, mr, c0, qs, E, ecb, kp + c0 * E, sbuf, rmax); \
-        break;
-                SDPA_SCORES(1)
-#if SDPA_NV >= 2
-                SDPA_SCORES(2)
-#endif
-#if SDPA_NV >= 3
-                SDPA_SCORES(3)
-#endif
-#if SDPA_NV >= 4
-                SDPA_SCORES(4)
-#endif
-#undef SDPA_SCORES
-                default: break;
-                }
-            }
-
-            /* 4. per row: exp(s - max), its sum, the rescale */
-            const int64_t body = kb - kb % VL;
-            for (int i = 0; i < mr; i++) {
-                const int64_t r = s0 + i;
-                T *s = sbuf + i * KBP;
-                T lanes[VL];
-                VEC(storeu)(lanes, rmax[i]);
-                T mx = -INFINITY;
-                for (int l = 0; l < VL; l++)
-                    mx = lanes[l] > mx ? lanes[l] : mx;
-                if (mx == -INFINITY)   /* a NaN the maximum skipped */
-                    for (int64_t j = 0; j < lim; j++)
-                        if (s[j] != s[j]) {
-                            mx = s[j];
-                            break;
-                        }
-                mx = row_max[r] > mx ? row_max[r] : mx;
-                if (mx == -INFINITY) {   /* every key so far masked: nothing to add */
-                    for (int64_t j = 0; j < lim; j++)
-                        s[j] = 0;
-                    resc[i] = 1;
-                    continue;
-                }
-                const VEC(t) mxv = VEC(set1)(mx);
-                VEC(t) acc = VEC(zero)();
-                int64_t j = 0;
-                for (; j < body && j < lim; j += VL) {
-                    const VEC(t) e = SDPA_VEXP(VEC(sub)(VEC(loadu)(s + j), mxv));
-                    acc = VEC(add)(acc, e);
-                    VEC(storeu)(s + j, e);
-                }
-                T sum = VEC(reduce_add)(acc);
-                for (j = body; j < lim; j++) {
-                    const T e = SDPA_EXP(s[j] - mx);
-                    s[j] = e;
-                    sum += e;
-                }
-                resc[i] = SDPA_EXP(row_max[r] - mx);
-                row_sum[r] = sum + resc[i] * row_sum[r];
-                row_max[r] = mx;
-            }
-            /* 5. dropout: dropped weights out of the product (the row sums keep them) */
+            FN(_strip_scores)(&ctx, mr, lim, w.qbuf + s0 * E, E, ecb, w.kp, w.sbuf, rmax);
+            for (int i = 0; i < mr; i++)
+                FN(_row_weights)(w.sbuf + i * KBP, rmax[i], lim, kb, row_max + s0 + i,
+                                 row_sum + s0 + i, w.resc + i);
             if (p->dropout_p > 0)
-                for (int i = 0; i < mr; i++)
-                    for (int64_t j = 0; j < lim; j++)
-                        if (sdpa_dropout_uniform(p->dropout_seed, rows->b[s0 + i],
-                                                 rows->i[s0 + i], n + j) < p->dropout_p)
-                            sbuf[i * KBP + j] = 0;
-
-            /* 6. o = o * rescale + p @ v, NR columns at a time */
-            T *os = o + s0 * Ev;
-            for (int64_t c0 = 0; c0 < Ev; c0 += NR) {
-                const int64_t cols = Ev - c0 < NR ? Ev - c0 : NR;
-                const int nv = (int)((cols + VL - 1) / VL);
-                const int masked = cols % VL != 0;
-                const VEC(mask) last = FN(_first)(cols - (nv - 1) * VL);
-                switch (nv) {
-#define SDPA_PV(NVC)                                                                     \
-    case NVC:                                                                            \
-        FN(_pv_panel)(NVC, mr, sbuf, lim, kcb, vs + c0, vrs, os + c0, Ev, resc, masked, \
-                      last);                                                             \
-        break;
-                SDPA_PV(1)
-#if SDPA_NV >= 2
-                SDPA_PV(2)
-#endif
-#if SDPA_NV >= 3
-                SDPA_PV(3)
-#endif
-#if SDPA_NV >= 4
-                SDPA_PV(4)
-#endif
-#undef SDPA_PV
-                default: break;
-                }
-            }
+                FN(_strip_dropout)(p, rows, s0, mr, n, lim, w.sbuf);
+            FN(_strip_pv)(mr, w.sbuf, lim, kcb, vs, vrs, o + s0 * Ev, Ev, w.resc);
         }
     }
     return 0;

@@ -94,6 +94,78 @@ static mk_cmat SUF(tutorial_rows_of_t)(T *tp, mk_cmat x)
     return xt;
 }
 
+/* No rows (S == 0): the gradients of V and of the parameters are sums of no
+ * terms, zeros (those of Q and K have no rows). */
+static void SUF(tutorial_zero_grads)(const tutorial_grads *g, const tutorial_inputs *in)
+{
+    const int64_t dq = in->q.cols, dk = in->k.cols;
+    const int64_t v1 = in->v.rows, v2 = in->v.cols, o = in->w_comb.rows;
+    memset(g->v, 0, (size_t)(v1 * v2) * sizeof(T));
+    memset(g->w_attn, 0, (size_t)(v1 * (dq + dk)) * sizeof(T));
+    memset(g->w_comb, 0, (size_t)(o * (dq + v2)) * sizeof(T));
+    if (g->b_attn != NULL)
+        memset(g->b_attn, 0, (size_t)v1 * sizeof(T));
+    if (g->b_comb != NULL)
+        memset(g->b_comb, 0, (size_t)o * sizeof(T));
+}
+
+/* The backward's workspace (tutorial_backward_body's panels) for row blocks of
+ * `rows` rows; tp and b_blk may be NULL (not needed). */
+typedef struct {
+    int64_t rows;
+    T *aw, *ga, *ad, *tp, *b_blk;
+} SUF(tutorial_bwd_ws);
+
+/* Allocates ws for S rows; returns 0, or -1 when a panel could not be
+ * allocated (ws then holds what was, for tutorial_bwd_ws_free). */
+static int SUF(tutorial_bwd_ws_alloc)(SUF(tutorial_bwd_ws) *ws, const tutorial_inputs *in,
+                                      int has_b_attn)
+{
+    const int64_t S = in->q.rows, dq = in->q.cols;
+    const int64_t v1 = in->v.rows, v2 = in->v.cols, o = in->w_comb.rows;
+    const int64_t w_aw = v1 > dq ? v1 : dq;   /* aw: attn_weights, later grad of Q */
+    const int64_t width = w_aw > v2 ? w_aw : v2;
+    const int64_t rows = ws->rows = SUF(tutorial_block_rows)(S, width);
+    ws->aw = mk_alloc(mk_bytes(mk_bytes((size_t)rows, (size_t)w_aw), sizeof(T)));
+    ws->ga = mk_alloc(mk_bytes(mk_bytes((size_t)rows, (size_t)v1), sizeof(T)));
+    ws->ad = mk_alloc(mk_bytes(mk_bytes((size_t)rows, (size_t)v2), sizeof(T)));
+    const int64_t w_tp = o > v1 ? o : v1;
+    ws->tp = rows >= TUTORIAL_ROW_BLOCK && w_tp >= TUTORIAL_ROW_BLOCK   /* optional: NULL is fine */
+             ? mk_alloc(mk_bytes(mk_bytes((size_t)rows, (size_t)w_tp), sizeof(T))) : NULL;
+    /* several blocks: each block's bias sum of attn, added onto the others */
+    ws->b_blk = rows < S && has_b_attn ? mk_alloc(mk_bytes((size_t)v1, sizeof(T))) : NULL;
+    return ws->aw == NULL || ws->ga == NULL || ws->ad == NULL
+           || (rows < S && has_b_attn && ws->b_blk == NULL) ? -1 : 0;
+}
+
+static void SUF(tutorial_bwd_ws_free)(SUF(tutorial_bwd_ws) *ws)
+{
+    mk_free(ws->aw);
+    mk_free(ws->ga);
+    mk_free(ws->ad);
+    mk_free(ws->tp);
+    mk_free(ws->b_blk);
+}
+
+/* ga[rb, v1] += grad_aw's rows [r0, r0 + rb) (strided): the weights' gradient
+ * from the caller, added onto the one through the bmm */
+static void SUF(tutorial_add_grad_aw)(T *ga, const mk_cmat *grad_aw, int64_t r0, int64_t rb,
+                                      int64_t v1)
+{
+    const T *gad = grad_aw->data;
+    const int64_t rs_ga = grad_aw->rs, cs_ga = grad_aw->cs;
+    for (int64_t i = 0; i < rb; i++) {
+        T *row = ga + i * v1;
+        const T *gr = gad + (r0 + i) * rs_ga;
+        if (cs_ga == 1)   /* contiguous rows: a loop the compiler vectorises */
+            for (int64_t j = 0; j < v1; j++)
+                row[j] = row[j] + gr[j];
+        else
+            for (int64_t j = 0; j < v1; j++)
+                row[j] = row[j] + gr[j * cs_ga];
+    }
+}
+
 /* The fused backward (contract: tutorial.h).  Row block by row block, R rows at a
  * time (R from the workspace bound: all of S when it fits): the block's
  * attn_weights and applied are recomputed (the same gemm and softmax calls as
@@ -129,33 +201,14 @@ static int SUF(tutorial_backward_body)(const tutorial_grads *g, mk_cmat grad_out
     const int64_t ld_attn = dq + dk;
     const int64_t ld_comb = dq + v2;
     T *grad_b_attn = g->b_attn, *grad_b_comb = g->b_comb;
-
-    if (S <= 0) {   /* nothing summed: zero gradients for the parameters and V */
-        memset(g->v, 0, (size_t)(v1 * v2) * sizeof(T));
-        memset(g->w_attn, 0, (size_t)(v1 * ld_attn) * sizeof(T));
-        memset(g->w_comb, 0, (size_t)(o * ld_comb) * sizeof(T));
-        if (grad_b_attn != NULL)
-            memset(grad_b_attn, 0, (size_t)v1 * sizeof(T));
-        if (grad_b_comb != NULL)
-            memset(grad_b_comb, 0, (size_t)o * sizeof(T));
+    if (S <= 0) {   /* nothing summed */
+        SUF(tutorial_zero_grads)(g, in);
         return 0;
     }
-
-    const int64_t w_aw = v1 > dq ? v1 : dq;   /* aw: attn_weights, later grad of Q */
-    const int64_t width = w_aw > v2 ? w_aw : v2;
-    const int64_t rows = SUF(tutorial_block_rows)(S, width);
-    const size_t panel_v1 = mk_bytes(mk_bytes((size_t)rows, (size_t)v1), sizeof(T));
-    const size_t panel_v2 = mk_bytes(mk_bytes((size_t)rows, (size_t)v2), sizeof(T));
-    T *aw = mk_alloc(mk_bytes(mk_bytes((size_t)rows, (size_t)w_aw), sizeof(T)));
-    T *ga = mk_alloc(panel_v1);
-    T *ad = mk_alloc(panel_v2);
-    const int64_t w_tp = o > v1 ? o : v1;
-    T *tp = rows >= TUTORIAL_ROW_BLOCK && w_tp >= TUTORIAL_ROW_BLOCK   /* optional: NULL is fine */
-            ? mk_alloc(mk_bytes(mk_bytes((size_t)rows, (size_t)w_tp), sizeof(T))) : NULL;
-    /* several blocks: each block's bias sum of attn, added onto the others */
-    T *b_blk = rows < S && grad_b_attn != NULL ? mk_alloc(mk_bytes((size_t)v1, sizeof(T))) : NULL;
-    int status = aw == NULL || ga == NULL || ad == NULL || (rows < S && grad_b_attn != NULL
-                                                             && b_blk == NULL) ? -1 : 0;
+    SUF(tutorial_bwd_ws) ws;
+    int status = SUF(tutorial_bwd_ws_alloc)(&ws, in, grad_b_attn != NULL);
+    T *const aw = ws.aw, *const ga = ws.ga, *const ad = ws.ad, *const tp = ws.tp;
+    const int64_t rows = ws.rows;
     if (grad_b_comb != NULL)   /* column sums of all of grad_out at once */
         SUF(colsum)(grad_b_comb, grad_out);
 
@@ -204,20 +257,8 @@ static int SUF(tutorial_backward_body)(const tutorial_grads *g, mk_cmat grad_out
          *    grad_v += aw^T @ grad applied,  ga = grad applied @ v^T (+ grad_aw) */
         status |= SUF(gemm)(gv, mk_t(aw_c), ad_c, NULL, acc);
         status |= SUF(gemm)(ga_m, ad_c, mk_t(in->v), NULL, 0);
-        if (grad_aw != NULL) {
-            const T *gad = grad_aw->data;
-            const int64_t rs_ga = grad_aw->rs, cs_ga = grad_aw->cs;
-            for (int64_t i = 0; i < rb; i++) {
-                T *row = ga + i * v1;
-                const T *gr = gad + (r0 + i) * rs_ga;
-                if (cs_ga == 1)   /* contiguous rows: a loop the compiler vectorises */
-                    for (int64_t j = 0; j < v1; j++)
-                        row[j] = row[j] + gr[j];
-                else
-                    for (int64_t j = 0; j < v1; j++)
-                        row[j] = row[j] + gr[j * cs_ga];
-            }
-        }
+        if (grad_aw != NULL)
+            SUF(tutorial_add_grad_aw)(ga, grad_aw, r0, rb, v1);
 
         /* 5. softmax: ga = grad scores, in place */
         SUF(softmax_backward)(ga, ga, aw_c.data, rb, v1, 1);
@@ -232,9 +273,9 @@ static int SUF(tutorial_backward_body)(const tutorial_grads *g, mk_cmat grad_out
         if (grad_b_attn != NULL && !acc) {
             SUF(colsum)(grad_b_attn, ga_c);
         } else if (grad_b_attn != NULL) {
-            SUF(colsum)(b_blk, ga_c);
+            SUF(colsum)(ws.b_blk, ga_c);
             for (int64_t j = 0; j < v1; j++)
-                grad_b_attn[j] = grad_b_attn[j] + b_blk[j];
+                grad_b_attn[j] = grad_b_attn[j] + ws.b_blk[j];
         }
         status |= SUF(gemm)(mk_mat_c(aw, rb, dq), ga_c, wq_attn, NULL, 0);
         for (int64_t i = 0; i < rb * dq; i++)
@@ -242,11 +283,7 @@ static int SUF(tutorial_backward_body)(const tutorial_grads *g, mk_cmat grad_out
         status |= SUF(gemm)(gk_blk, ga_c, wk_attn, NULL, 0);
     }
 
-    mk_free(aw);
-    mk_free(ga);
-    mk_free(ad);
-    mk_free(tp);
-    mk_free(b_blk);
+    SUF(tutorial_bwd_ws_free)(&ws);
     return status == 0 ? 0 : -1;
 }
 
