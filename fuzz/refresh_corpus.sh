@@ -12,9 +12,10 @@
 # directory, -set_cover_merge=1 -use_counters=0 (a greedy set cover of the edges, not
 # of their hit counts, which a run finds again at once: -merge=1 kept 3685 and 2462
 # files, this about 500 and 200, and a run first executes every seed, at 60 per second
-# for the kernels). Commit the result; rerun when a fuzzer or the registry
-# (tests/entry_points.py, whose entries the Python harness picks by the input's second
-# byte) changes. A finding stops the script: handle it first (fuzz/run_*.sh).
+# for the kernels). Commit the result; rerun when a fuzzer changes how it reads its
+# input, or when the registry (tests/entry_points.py) gains entries, to reach them too
+# (the others' seeds stay put: docs/reliability.md). A finding stops the script: handle
+# it first (fuzz/run_*.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)

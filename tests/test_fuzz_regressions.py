@@ -4,9 +4,10 @@ Every input in fuzz/regressions/python/ (a file libFuzzer/atheris wrote, copied 
 when it was found) runs through fuzz/fuzz_python.py's one_input(), which raises on any
 property that does not hold. The kernel fuzzer's regressions (fuzz/regressions/kernels/)
 are replayed by fuzz/run_kernels.sh, which needs clang. A stored input replays whatever
-today's harness and registry make of its bytes (docs/reliability.md: an entry added to
-tests/entry_points.py moves it to another entry), so the findings so far also have
-their own tests (test_bad_inputs.py: the empty-result hangs; test_layouts.py's
+today's harness and registry make of its bytes (docs/reliability.md: a registry entry is
+picked by rendezvous hashing of the names, so one added to tests/entry_points.py leaves
+the others' inputs where they were; a renamed entry loses them), so the findings so far
+also have their own tests (test_bad_inputs.py: the empty-result hangs; test_layouts.py's
 test_entry_point_broadcast_masks: the broadcast attn_mask of mha-broadcast-mask*).
 """
 import os
@@ -21,6 +22,26 @@ import fuzz_python  # noqa: E402
 
 REG_DIR = os.path.join(ROOT, "fuzz", "regressions", "python")
 REGRESSIONS = sorted(f for f in os.listdir(REG_DIR) if not f.startswith("."))
+
+
+# The registry entry each stored input was found on (its first byte 240 or more)
+FOUND_ON = {
+    "mha-broadcast-mask": "MultiheadAttention.vjp.result",
+    "mha-broadcast-mask-2": "MultiheadAttention.vjp.pullback",
+    "timeout-bmm-backward-empty-huge-batch": "bmm_backward",
+    "timeout-bmm-backward-empty-huge-batch-2": "bmm_backward",
+    "timeout-linear-backward-huge-rows": "Linear.backward",
+    "timeout-sdpa-empty-huge-batch": "scaled_dot_product_attention",
+}
+
+
+@pytest.mark.parametrize("name", REGRESSIONS)
+def test_python_fuzz_regression_reaches_its_entry(name):
+    with open(os.path.join(REG_DIR, name), "rb") as f:
+        data = f.read()
+    picked = (fuzz_python.pick_entry(data[1] << 8 | data[2]).name
+              if data[0] >= 240 else None)
+    assert picked == FOUND_ON.get(name)
 
 
 @pytest.mark.parametrize("name", REGRESSIONS)
