@@ -87,8 +87,7 @@ void private_block_free(void *p);
  * dtypes, the default row (float32) when none is in the table. */
 const myatt_dtype *result_dtype(PyArrayObject *const *ops, int n);
 
-/* result_dtype of up to three operands, as a type number (NPY_DOUBLE if any
- * of the arrays is float64, else NPY_FLOAT). */
+/* result_dtype of up to three operands (NULL skipped), as its NumPy type number. */
 int result_typenum(PyArrayObject *a, PyArrayObject *b, PyArrayObject *c);
 
 /* `dtype=` of the constructors: a row of the dtype table, spelt as anything
