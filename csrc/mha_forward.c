@@ -99,177 +99,202 @@ static int shape_error(const char *what, const char *want, PyArrayObject *a)
     return -1;
 }
 
-/* Converts and checks the inputs in torch's order (_mha_shape_check, then the
- * sizes); fills *a and the problem's sizes.  0, or -1 with an exception. */
-static int forward_args(MHAObject *self, PyObject *q_obj, PyObject *k_obj, PyObject *v_obj,
-                        PyObject *kpm_obj, PyObject *am_obj, mha_args *a, mha_problem *p,
-                        int *batched)
+/* The call's arrays as given (as_real_array; one reference where the call
+ * passed one object twice), into r.  0, or -1 with an exception (r cleared). */
+static int read_args(PyObject *q_obj, PyObject *k_obj, PyObject *v_obj, PyObject *kpm_obj,
+                     PyObject *am_obj, mha_args *r)
 {
-    const myatt_dtype *dt = self->dtype;
-    PyArrayObject *rq = NULL, *rk = NULL, *rv = NULL, *rkpm = NULL, *ram = NULL;
-    char want[SHAPE_STR_LEN];
-    int rc = -1;
-    memset(a, 0, sizeof *a);
-    if ((rq = as_real_array(q_obj, FWD "query")) == NULL)
-        goto done;
-    rk = k_obj == q_obj ? (PyArrayObject *)Py_NewRef(rq) : as_real_array(k_obj, FWD "key");
-    if (rk == NULL)
-        goto done;
-    rv = v_obj == k_obj ? (PyArrayObject *)Py_NewRef(rk)
-         : v_obj == q_obj ? (PyArrayObject *)Py_NewRef(rq) : as_real_array(v_obj, FWD "value");
-    if (rv == NULL)
-        goto done;
-    if (kpm_obj != Py_None && (rkpm = as_real_array(kpm_obj, FWD "key_padding_mask")) == NULL)
-        goto done;
-    if (am_obj != Py_None && (ram = as_real_array(am_obj, FWD "attn_mask")) == NULL)
-        goto done;
+    memset(r, 0, sizeof *r);
+    if ((r->q = as_real_array(q_obj, FWD "query")) == NULL)
+        goto fail;
+    r->k = k_obj == q_obj ? (PyArrayObject *)Py_NewRef(r->q) : as_real_array(k_obj, FWD "key");
+    if (r->k == NULL)
+        goto fail;
+    r->v = v_obj == k_obj ? (PyArrayObject *)Py_NewRef(r->k)
+           : v_obj == q_obj ? (PyArrayObject *)Py_NewRef(r->q)
+                            : as_real_array(v_obj, FWD "value");
+    if (r->v == NULL)
+        goto fail;
+    if (kpm_obj != Py_None && (r->kpm = as_real_array(kpm_obj, FWD "key_padding_mask")) == NULL)
+        goto fail;
+    if (am_obj != Py_None && (r->am = as_real_array(am_obj, FWD "attn_mask")) == NULL)
+        goto fail;
+    return 0;
+fail:
+    args_clear(r);
+    return -1;
+}
 
-    /* 1. _mha_shape_check: batched (3-D) or unbatched (2-D) */
-    const int nq = PyArray_NDIM(rq);
+/* 1. torch's _mha_shape_check: a batched (3-D) or unbatched (2-D) call, the
+ * others' ndim matching.  1 (batched) or 0, or -1 with ValueError. */
+static int check_ndims(const mha_args *r)
+{
+    char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN];
+    const int nq = PyArray_NDIM(r->q);
     if (nq != 2 && nq != 3) {
         PyErr_Format(PyExc_ValueError, FWD "query must be 2-D (unbatched) or 3-D (batched), "
-                     "got shape %s", SHAPE_OF(want, rq));
-        goto done;
+                     "got shape %s", SHAPE_OF(s1, r->q));
+        return -1;
     }
-    *batched = nq == 3;
-    if (PyArray_NDIM(rk) != nq || PyArray_NDIM(rv) != nq) {
-        char sk[SHAPE_STR_LEN], sv[SHAPE_STR_LEN];
+    if (PyArray_NDIM(r->k) != nq || PyArray_NDIM(r->v) != nq) {
         PyErr_Format(PyExc_ValueError, FWD "for a %d-D query, key and value must be %d-D too, "
-                     "got shapes %s and %s", nq, nq, SHAPE_OF(sk, rk), SHAPE_OF(sv, rv));
-        goto done;
+                     "got shapes %s and %s", nq, nq, SHAPE_OF(s1, r->k), SHAPE_OF(s2, r->v));
+        return -1;
     }
-    if (rkpm != NULL && PyArray_NDIM(rkpm) != nq - 1) {
+    if (r->kpm != NULL && PyArray_NDIM(r->kpm) != nq - 1) {
         PyErr_Format(PyExc_ValueError, FWD "for a %d-D query, key_padding_mask must be %d-D, "
-                     "got shape %s", nq, nq - 1, SHAPE_OF(want, rkpm));
-        goto done;
+                     "got shape %s", nq, nq - 1, SHAPE_OF(s1, r->kpm));
+        return -1;
     }
-    if (ram != NULL && PyArray_NDIM(ram) != 2 && PyArray_NDIM(ram) != 3) {
+    if (r->am != NULL && PyArray_NDIM(r->am) != 2 && PyArray_NDIM(r->am) != 3) {
         PyErr_Format(PyExc_ValueError, FWD "attn_mask must be 2-D or 3-D, got shape %s",
-                     SHAPE_OF(want, ram));
-        goto done;
+                     SHAPE_OF(s1, r->am));
+        return -1;
     }
+    return nq == 3;
+}
 
-    /* 2. sizes: (L, N, E) of query, (S, N) of key and value; batch_first swaps */
-    const int bf = *batched && self->batch_first;
+/* 2. the sizes: (L, N, E) of query, (S, N) of key and value (batch_first
+ * swaps L and N), into p; key and value checked against them.  0, or -1 with
+ * ValueError. */
+static int check_sizes(MHAObject *self, const mha_args *r, int batched, mha_problem *p)
+{
+    char want[SHAPE_STR_LEN];
+    const int nq = PyArray_NDIM(r->q), bf = batched && self->batch_first;
     const int ax_len = bf ? 1 : 0, ax_n = bf ? 0 : 1;
-    const npy_intp L = PyArray_DIM(rq, *batched ? ax_len : 0);
-    const npy_intp S = PyArray_DIM(rk, *batched ? ax_len : 0);
-    const npy_intp N = *batched ? PyArray_DIM(rq, ax_n) : 1;
-    const npy_intp E = self->embed_dim, H = self->num_heads;
-    const char *form = !*batched ? "[L, E]" : bf ? "[N, L, E]" : "[L, N, E]";
-    if (PyArray_DIM(rq, nq - 1) != E) {
-        snprintf(want, sizeof want, "%s with E = embed_dim = %zd", form, (Py_ssize_t)E);
-        shape_error("query", want, rq);
-        goto done;
+    p->batch_first = bf;
+    p->L = PyArray_DIM(r->q, batched ? ax_len : 0);
+    p->S = PyArray_DIM(r->k, batched ? ax_len : 0);
+    p->N = batched ? PyArray_DIM(r->q, ax_n) : 1;
+    p->E = self->embed_dim;
+    p->H = self->num_heads;
+    const char *form = !batched ? "[L, E]" : bf ? "[N, L, E]" : "[L, N, E]";
+    if (PyArray_DIM(r->q, nq - 1) != p->E) {
+        snprintf(want, sizeof want, "%s with E = embed_dim = %zd", form, (Py_ssize_t)p->E);
+        return shape_error("query", want, r->q);
     }
-    const char *kform = !*batched ? "[S, %s = %zd]" : bf ? "[N = %zd, S, %s = %zd]"
-                                                         : "[S, N = %zd, %s = %zd]";
-    PyArrayObject *kv[2] = {rk, rv};
+    const char *kform = !batched ? "[S, %s = %zd]" : bf ? "[N = %zd, S, %s = %zd]"
+                                                        : "[S, N = %zd, %s = %zd]";
+    PyArrayObject *kv[2] = {r->k, r->v};
     const char *kv_names[2] = {"key", "value"}, *dim_names[2] = {"kdim", "vdim"};
     const Py_ssize_t dims[2] = {self->kdim, self->vdim};
     for (int t = 0; t < 2; t++) {
         PyArrayObject *x = kv[t];
-        int bad = PyArray_DIM(x, nq - 1) != dims[t]
-                  || (*batched && PyArray_DIM(x, ax_n) != N) || PyArray_DIM(x, *batched ? ax_len : 0) != S;
-        if (bad) {
-            if (*batched)
-                snprintf(want, sizeof want, kform, (Py_ssize_t)N, dim_names[t], dims[t]);
-            else
-                snprintf(want, sizeof want, kform, dim_names[t], dims[t]);
-            if (t == 1)   /* as many rows as key */
-                snprintf(want + strlen(want), sizeof want - strlen(want), " with key's S = %zd",
-                         (Py_ssize_t)S);
-            shape_error(kv_names[t], want, x);
-            goto done;
-        }
+        if (PyArray_DIM(x, nq - 1) == dims[t] && (!batched || PyArray_DIM(x, ax_n) == p->N)
+            && PyArray_DIM(x, batched ? ax_len : 0) == p->S)
+            continue;
+        if (batched)
+            snprintf(want, sizeof want, kform, (Py_ssize_t)p->N, dim_names[t], dims[t]);
+        else
+            snprintf(want, sizeof want, kform, dim_names[t], dims[t]);
+        if (t == 1)   /* as many rows as key */
+            snprintf(want + strlen(want), sizeof want - strlen(want), " with key's S = %zd",
+                     (Py_ssize_t)p->S);
+        return shape_error(kv_names[t], want, x);
     }
-    if (rkpm != NULL) {
-        int bad = *batched ? PyArray_DIM(rkpm, 0) != N || PyArray_DIM(rkpm, 1) != S
-                           : PyArray_DIM(rkpm, 0) != S;
-        if (bad) {
-            if (*batched)
-                snprintf(want, sizeof want, "(N, S) = (%zd, %zd)", (Py_ssize_t)N, (Py_ssize_t)S);
-            else
-                snprintf(want, sizeof want, "(S,) = (%zd,)", (Py_ssize_t)S);
-            shape_error("key_padding_mask", want, rkpm);
-            goto done;
-        }
-    }
-    if (ram != NULL) {
-        const int n3 = PyArray_NDIM(ram) == 3;
-        const npy_intp b3 = *batched ? N * H : H;
-        int bad = PyArray_DIM(ram, n3) != L || PyArray_DIM(ram, n3 + 1) != S
-                  || (n3 && PyArray_DIM(ram, 0) != b3);
-        if (bad) {
-            if (n3)
-                snprintf(want, sizeof want, "(%s, L, S) = (%zd, %zd, %zd)",
-                         *batched ? "N * num_heads" : "num_heads", (Py_ssize_t)b3,
-                         (Py_ssize_t)L, (Py_ssize_t)S);
-            else
-                snprintf(want, sizeof want, "(L, S) = (%zd, %zd)", (Py_ssize_t)L, (Py_ssize_t)S);
-            shape_error("attn_mask", want, ram);
-            goto done;
-        }
-    }
+    return 0;
+}
 
-    /* 3. conversion to the module's dtype, C-contiguous (one copy of a shared array) */
-    if ((a->q = cast_array(rq, dt->typenum, 1, FWD "query")) == NULL)
-        goto done;
-    a->k = rk == rq ? (PyArrayObject *)Py_NewRef(a->q)
-                    : cast_array(rk, dt->typenum, 1, FWD "key");
+/* 2, the masks: key_padding_mask (N, S) or (S,), attn_mask (L, S) or
+ * (N * num_heads, L, S), against the sizes in p.  0, or -1 with ValueError. */
+static int check_mask_sizes(const mha_args *r, int batched, const mha_problem *p)
+{
+    char want[SHAPE_STR_LEN];
+    const Py_ssize_t L = p->L, S = p->S, N = p->N;
+    if (r->kpm != NULL && (batched ? PyArray_DIM(r->kpm, 0) != N || PyArray_DIM(r->kpm, 1) != S
+                                   : PyArray_DIM(r->kpm, 0) != S)) {
+        if (batched)
+            snprintf(want, sizeof want, "(N, S) = (%zd, %zd)", N, S);
+        else
+            snprintf(want, sizeof want, "(S,) = (%zd,)", S);
+        return shape_error("key_padding_mask", want, r->kpm);
+    }
+    if (r->am != NULL) {
+        const int n3 = PyArray_NDIM(r->am) == 3;
+        const Py_ssize_t b3 = batched ? N * p->H : p->H;
+        if (PyArray_DIM(r->am, n3) == L && PyArray_DIM(r->am, n3 + 1) == S
+            && (!n3 || PyArray_DIM(r->am, 0) == b3))
+            return 0;
+        if (n3)
+            snprintf(want, sizeof want, "(%s, L, S) = (%zd, %zd, %zd)",
+                     batched ? "N * num_heads" : "num_heads", b3, L, S);
+        else
+            snprintf(want, sizeof want, "(L, S) = (%zd, %zd)", L, S);
+        return shape_error("attn_mask", want, r->am);
+    }
+    return 0;
+}
+
+/* 3. the checked arrays r in the module's dtype, C-contiguous (one copy of a
+ * shared array), the masks canonical, into a.  0, or -1 with an exception
+ * (a cleared). */
+static int convert_args(const myatt_dtype *dt, const mha_args *r, mha_args *a)
+{
+    memset(a, 0, sizeof *a);
+    if ((a->q = cast_array(r->q, dt->typenum, 1, FWD "query")) == NULL)
+        goto fail;
+    a->k = r->k == r->q ? (PyArrayObject *)Py_NewRef(a->q)
+                        : cast_array(r->k, dt->typenum, 1, FWD "key");
     if (a->k == NULL)
-        goto done;
-    a->v = rv == rk ? (PyArrayObject *)Py_NewRef(a->k)
-           : rv == rq ? (PyArrayObject *)Py_NewRef(a->q)
-                      : cast_array(rv, dt->typenum, 1, FWD "value");
+        goto fail;
+    a->v = r->v == r->k ? (PyArrayObject *)Py_NewRef(a->k)
+           : r->v == r->q ? (PyArrayObject *)Py_NewRef(a->q)
+                          : cast_array(r->v, dt->typenum, 1, FWD "value");
     if (a->v == NULL)
-        goto done;
-    if (rkpm != NULL && (a->kpm = canonical_mask(rkpm, "key_padding_mask", dt)) == NULL)
-        goto done;
-    if (ram != NULL) {
+        goto fail;
+    if (r->kpm != NULL && (a->kpm = canonical_mask(r->kpm, "key_padding_mask", dt)) == NULL)
+        goto fail;
+    if (r->am != NULL) {
         /* a 3-D mask that is one [L, S] broadcast over its N*H items (np.broadcast_to,
          * torch's expand) is converted once: its zero-stride item dimension becomes 1;
          * an [L, S] mask is read as [L, S] whatever its strides */
-        PyArrayObject *m = squeeze_broadcast(ram, PyArray_NDIM(ram) == 3 ? 1 : 0);
+        PyArrayObject *m = squeeze_broadcast(r->am, PyArray_NDIM(r->am) == 3 ? 1 : 0);
         if (m == NULL)
-            goto done;
+            goto fail;
         a->am = canonical_mask(m, "attn_mask", dt);
         Py_DECREF(m);
         if (a->am == NULL)
-            goto done;
+            goto fail;
     }
+    return 0;
+fail:
+    args_clear(a);
+    memset(a, 0, sizeof *a);
+    return -1;
+}
 
+/* Converts and checks the inputs in torch's order (_mha_shape_check, then the
+ * sizes); fills *a and the problem but for its parameters (problem_params).
+ * 0, or -1 with an exception. */
+static int forward_args(MHAObject *self, PyObject *q_obj, PyObject *k_obj, PyObject *v_obj,
+                        PyObject *kpm_obj, PyObject *am_obj, mha_args *a, mha_problem *p,
+                        int *batched)
+{
+    mha_args r;
+    memset(a, 0, sizeof *a);
     memset(p, 0, sizeof *p);
-    p->L = L;
-    p->S = S;
-    p->N = N;
-    p->E = E;
-    p->H = H;
-    p->batch_first = bf;
+    if (read_args(q_obj, k_obj, v_obj, kpm_obj, am_obj, &r) < 0)
+        return -1;
+    *batched = check_ndims(&r);
+    const int ok = *batched >= 0 && check_sizes(self, &r, *batched, p) == 0
+                   && check_mask_sizes(&r, *batched, p) == 0
+                   && convert_args(self->dtype, &r, a) == 0;
+    args_clear(&r);
+    if (!ok)
+        return -1;
     p->query = PyArray_DATA(a->q);
     p->key = PyArray_DATA(a->k);
     p->value = PyArray_DATA(a->v);
     p->key_padding_mask = a->kpm != NULL ? PyArray_DATA(a->kpm) : NULL;
     p->attn_mask = a->am != NULL ? PyArray_DATA(a->am) : NULL;
     p->attn_mask_3d = a->am != NULL && PyArray_NDIM(a->am) == 3;
-    p->attn_mask_stride = p->attn_mask_3d && PyArray_DIM(a->am, 0) > 1 ? L * S : 0;
+    p->attn_mask_stride = p->attn_mask_3d && PyArray_DIM(a->am, 0) > 1 ? p->L * p->S : 0;
     /* torch's _in_projection_packed: one GEMM for query is key is value (the
      * same object), two for key is value; separate weights: three */
     const int packed = self->param[P_IN] != NULL;
     p->qkv_same = packed && q_obj == k_obj && k_obj == v_obj;
     p->kv_same = packed && !p->qkv_same && k_obj == v_obj;
-    rc = 0;
-done:
-    Py_XDECREF(rq);
-    Py_XDECREF(rk);
-    Py_XDECREF(rv);
-    Py_XDECREF(rkpm);
-    Py_XDECREF(ram);
-    if (rc < 0) {
-        args_clear(a);
-        memset(a, 0, sizeof *a);
-    }
-    return rc;
+    return 0;
 }
 
 /* The parameters' views in the problem, from params in state_dict order
