@@ -48,12 +48,13 @@ def _agree(report, ops=None):
 
 def _no_validation_left():
     """No dispatch or function mode of validate's is active, and its module hooks are gone."""
-    from myatt import _validate_torch as vt
+    from myatt import _validate_calls as vc
+    from myatt import _validate_modules as vm
     from torch.nn.modules import module as nn_module
-    assert not vt._local.sessions and not vt._local.modules and not vt._local.busy
-    assert vt._hook_users == 0 and not vt._hooks
-    assert vt._pre_hook not in nn_module._global_forward_pre_hooks.values()
-    assert vt._post_hook not in nn_module._global_forward_hooks.values()
+    assert not vc.local.sessions and not vc.local.modules and not vc.local.busy
+    assert vm._hook_users == 0 and not vm._hooks
+    assert vm.pre_hook not in nn_module._global_forward_pre_hooks.values()
+    assert vm.post_hook not in nn_module._global_forward_hooks.values()
     assert torch._C._len_torch_dispatch_stack() == 0
     assert not torch.overrides._is_torch_function_mode_enabled()
 

@@ -1,0 +1,181 @@
+"""validate's global module hooks: the name of the module of each call, and the row of each
+``nn.MultiheadAttention`` call (shadow mode), whichever path it takes.
+
+``register_module_forward_pre_hook`` and a forward hook with ``always_call`` keep torch's
+fast paths (a hook on the module itself, or a function mode, would switch them off). They
+are installed once for all threads while any validation is active, and do nothing on a
+thread that validates nothing.
+"""
+import contextlib
+import inspect
+import threading
+
+import torch
+import torch.nn.functional as F
+from torch.nn.modules.module import (register_module_forward_hook,
+                                     register_module_forward_pre_hook)
+from torch.overrides import TorchFunctionMode
+
+from . import torch as mt
+from ._validate_calls import (add_record, describe, dtype_reason, local, note, Record,
+                              resolve_pending, snapshot, tensors_in, watch)
+
+_hooks_lock = threading.Lock()
+_hooks: list = []
+_hook_users = 0
+
+
+class _Frame:
+    __slots__ = ("module", "name", "names", "record")
+
+    def __init__(self, module, name, names, record=None):
+        self.module, self.name, self.names, self.record = module, name, names, record
+
+
+def install_hooks():
+    global _hook_users
+    with _hooks_lock:
+        if _hook_users == 0:
+            _hooks[:] = [register_module_forward_pre_hook(pre_hook),
+                         register_module_forward_hook(post_hook, with_kwargs=True,
+                                                      always_call=True)]
+        _hook_users += 1
+
+
+def remove_hooks():
+    global _hook_users
+    with _hooks_lock:
+        _hook_users -= 1
+        if _hook_users == 0:
+            for h in _hooks:
+                h.remove()
+            _hooks.clear()
+
+
+def is_mha(module):
+    return isinstance(module, torch.nn.MultiheadAttention)
+
+
+def _names_of(root):
+    session = local.sessions[0]
+    names = session.names.get(id(root))
+    if names is None:
+        names = {id(m): n for n, m in root.named_modules(remove_duplicate=False)}
+        session.names[id(root)] = names
+        session.keep.append(root)      # the ids stay valid while the session lives
+    return names
+
+
+def pre_hook(module, args):
+    loc = local
+    if not loc.sessions or loc.busy:
+        return None
+    try:
+        if loc.modules:
+            parent = loc.modules[-1]
+            names = parent.names
+            name = names.get(id(module))
+            if name is None:
+                name = (parent.name + "." if parent.name else "") + type(module).__name__
+        else:
+            root = loc.sessions[0].model
+            names = _names_of(root if isinstance(root, torch.nn.Module) else module)
+            name = names.get(id(module), type(module).__name__)
+        frame = _Frame(module, name, names)
+        if is_mha(module) and loc.sessions[0].mode == "shadow":
+            # (replace mode sees its F.multi_head_attention_forward call instead)
+            frame.record = Record("mha", "nn.MultiheadAttention", name)
+            add_record(frame.record)
+        loc.modules.append(frame)
+    except Exception as e:     # never break the model: say it in the report instead
+        note(f"module {type(module).__name__}: not followed ({type(e).__name__}: {e})")
+    return None
+
+
+def post_hook(module, args, kwargs, output=None):
+    loc = local
+    if not loc.sessions or loc.busy:
+        return None
+    for i in range(len(loc.modules) - 1, -1, -1):
+        if loc.modules[i].module is module:
+            frame = loc.modules[i]
+            del loc.modules[i:]
+            break
+    else:
+        return None
+    if loc.pending:
+        resolve_pending()
+    if frame.record is not None:
+        loc.busy += 1
+        try:
+            record_mha(frame.record, module, args, kwargs, output)
+        except Exception as e:
+            frame.record.skip = f"not recorded ({type(e).__name__}: {e})"
+        finally:
+            loc.busy -= 1
+    return None
+
+
+# --------------------------------------------------------------------------------------- #
+# nn.MultiheadAttention calls (shadow mode): one row per module call, on either path
+# --------------------------------------------------------------------------------------- #
+class _MhaOnMyatt(TorchFunctionMode):
+    """Inside: F.multi_head_attention_forward runs on myatt's twin (and, as with any
+    function mode, torch's module takes its slow path, which calls it)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is F.multi_head_attention_forward:
+            return mt.multi_head_attention_forward(*args, **(kwargs or {}))
+        return func(*args, **(kwargs or {}))
+
+
+class _ModuleCall:
+    """module(**arguments) with the parameters and the mode it had at the call."""
+
+    def __init__(self, module, training, on_myatt):
+        self.module, self.training, self.on_myatt = module, training, on_myatt
+
+    def __call__(self, state, **arguments):
+        m = self.module
+        was = m.training
+        m.train(self.training)
+        try:
+            with _MhaOnMyatt() if self.on_myatt else contextlib.nullcontext():
+                return torch.func.functional_call(m, state, (), arguments)
+        finally:
+            m.train(was)
+
+
+def record_mha(record, module, args, kwargs, output):
+    if output is None:
+        record.skip = "the call raised"
+        return
+    bound = inspect.signature(type(module).forward).bind(module, *args, **kwargs)
+    arguments = dict(bound.arguments)
+    arguments.pop("self", None)
+    state = {k: v for k, v in module.state_dict(keep_vars=True).items()}
+    tensors = tensors_in(arguments) + [v for v in state.values()]
+    describe(record, tensors_in(arguments))
+    reason = dtype_reason(tensors)
+    if reason is None and module.training and module.dropout > 0:
+        reason = ("dropout > 0 in training mode: torch and myatt draw different random masks "
+                  "(validate the model in eval mode)")
+    if reason is not None:
+        record.skip = reason
+        return
+    outs = output if isinstance(output, tuple) else (output,)
+    record.select = (0, 1) if isinstance(outs[1], torch.Tensor) else (0,)
+    record.names = ("attn_output", "attn_weights")[:len(record.select)]
+    record.torch_fn = _ModuleCall(module, module.training, on_myatt=False)
+    record.myatt_fn = _ModuleCall(module, module.training, on_myatt=True)
+    record.args = ()
+    kw = {**arguments, "state": state}
+    _, record.kwargs = snapshot((), kw)
+    grads = [(n, n) for n in ("query", "key", "value")
+             if isinstance(arguments.get(n), torch.Tensor) and arguments[n].requires_grad]
+    seen = set()
+    record.grads = tuple((n, k) for n, k in grads
+                         if not (id(arguments[n]) in seen or seen.add(id(arguments[n])))) + tuple(
+        (n, ("state", n)) for n, v in state.items() if v.requires_grad)
+    record.theirs = tuple(outs[i].detach().clone() for i in record.select)
+    watch(record, [outs[i] for i in record.select], later=False)

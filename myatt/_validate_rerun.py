@@ -1,0 +1,150 @@
+"""Judging a recorded call: myatt's rerun of it, torch's float64 rerun (each side's error),
+and the verdict of ``myatt._judge.judge``.
+
+Where a result is outside the tolerance myatt reruns the call in float64 too (the
+long-reduction rule needs the two float64 reruns to agree). With ``backward=True`` both
+sides' gradients are computed from the cotangent the call's output got in the model's
+backward pass (torch's autograd on the call, myatt's pullback through its twin).
+"""
+import torch
+
+from . import _judge
+from ._validate import ResultReport
+from ._validate_calls import own_work, to64
+
+
+def _get(args, kwargs, key):
+    if isinstance(key, int):
+        return args[key]
+    if isinstance(key, tuple):
+        return kwargs[key[0]][key[1]]
+    return kwargs[key]
+
+
+def _set(args, kwargs, key, value):
+    if isinstance(key, int):
+        args[key] = value
+    elif isinstance(key, tuple):
+        kwargs[key[0]] = dict(kwargs[key[0]])
+        kwargs[key[0]][key[1]] = value
+    else:
+        kwargs[key] = value
+
+
+def _run(fn, record, wide, grads, cotangents):
+    """fn on the record's inputs (float64 when `wide`): (selected results, gradients of the
+    `grads` inputs given the cotangents, or None)."""
+    memo = {}
+    args = list(to64(record.args, memo) if wide else record.args)
+    kwargs = dict(to64(record.kwargs, memo) if wide else record.kwargs)
+    leaves = {}
+    for _, key in grads:
+        t = _get(args, kwargs, key)
+        if id(t) not in leaves:
+            leaves[id(t)] = t.detach().requires_grad_()
+        _set(args, kwargs, key, leaves[id(t)])
+    # one leaf per distinct tensor: the same object where the call had the same object
+    if grads:
+        for k, v in list(kwargs.items()):
+            if isinstance(v, torch.Tensor) and id(v) in leaves:
+                kwargs[k] = leaves[id(v)]
+    with torch.enable_grad() if grads else torch.no_grad(), own_work():
+        out = fn(*args, **kwargs)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    results = tuple(outs[i] for i in record.select)
+    if not grads:
+        return tuple(r.detach() for r in results), None
+    pairs = [(r, c) for r, c in zip(results, cotangents) if c is not None and r.requires_grad]
+    targets = [_get(args, kwargs, key) for _, key in grads]
+    if not pairs:
+        return tuple(r.detach() for r in results), [None] * len(targets)
+    g = torch.autograd.grad([r for r, _ in pairs],
+                            targets,
+                            [c.to(r.dtype) for r, c in pairs], allow_unused=True)
+    return tuple(r.detach() for r in results), list(g)
+
+
+def _np(t):
+    return None if t is None else t.detach().cpu().numpy()
+
+
+def judge_record(record, rtol, atol, backward):
+    """The CallReport fields of a record (cached: nested validations judge a call once)."""
+    key = (rtol, atol, backward)
+    if key in record.judged:
+        return record.judged[key]
+    fields = dict(op=record.op, module=record.module, shapes=record.shapes,
+                  dtype=record.dtype, torch_op=record.torch_op)
+    if record.skip is not None:
+        fields.update(verdict="skipped", reason=record.skip)
+        record.judged[key] = fields
+        return fields
+    rt, at = (rtol, atol) if rtol is not None else _judge.tolerances(record.dtype)
+    wide = record.dtype == "float32"
+    grads = record.grads if backward and record.cotangents is not None and any(
+        c is not None for c in record.cotangents) else ()
+    cot = record.cotangents
+    ours, g_ours = _run(record.myatt_fn, record, False, grads, cot)
+    if record.theirs is not None and not grads:
+        theirs, g_theirs = record.theirs, None
+    else:
+        theirs, g_theirs = _run(record.torch_fn, record, False, grads, cot)
+        if record.theirs is not None:
+            theirs = record.theirs     # what flowed in the model
+    theirs64 = g_theirs64 = None
+    if wide:
+        theirs64, g_theirs64 = _run(record.torch_fn, record, True, grads, cot)
+    # (name, myatt's, torch's, torch's float64, where myatt's float64 is in its rerun)
+    compared = [(name, ours[i], theirs[i], theirs64[i] if wide else None, (0, i))
+                for i, name in enumerate(record.names)]
+    compared += [("grad " + name, g_ours[j], g_theirs[j],
+                  g_theirs64[j] if wide else None, (1, j))
+                 for j, (name, _) in enumerate(grads)
+                 if g_theirs is not None and not (g_ours[j] is None and g_theirs[j] is None)]
+    results = [judge_result(name, a, b, rt, at, None, b64) for name, a, b, b64, _ in compared]
+    if wide and any(not r.agree for r in results):
+        # myatt's float64 rerun, where a result is outside the tolerance: the long-reduction
+        # rule needs both float64 reruns to agree before torch's is a referee (within the
+        # tolerance the verdict does not need it: each side's error is against torch's)
+        ours64 = _run(record.myatt_fn, record, True, grads, cot)
+        results = [r if r.agree else
+                   judge_result(name, a, b, rt, at, ours64[where[0]][where[1]], b64)
+                   for r, (name, a, b, b64, where) in zip(results, compared)]
+    fields["results"] = results
+    bad = [r for r in results if not r.agree]
+    fields.update(max_abs=max(r.max_abs for r in results),
+                  max_rel=max(r.max_rel for r in results),
+                  myatt_error=_max([r.myatt_error for r in results]),
+                  torch_error=_max([r.torch_error for r in results]),
+                  verdict="differ" if bad else "agree",
+                  reason="; ".join(f"{r.name}: {r.reason}" for r in bad) if bad else
+                  "; ".join(f"{r.name}: {r.reason}" for r in results if r.reason))
+    record.judged[key] = fields
+    return fields
+
+
+def _max(xs):
+    xs = [x for x in xs if x is not None]
+    return max(xs) if xs else None
+
+
+def judge_result(name, ours, theirs, rtol, atol, ours64, theirs64):
+    if ours is None or theirs is None:
+        side = "myatt" if ours is None else "torch"
+        return ResultReport(name, (), False, float("nan"), float("nan"), None, None,
+                            reason=f"{side} gave no gradient")
+    a, b, a64, b64 = _np(ours), _np(theirs), _np(ours64), _np(theirs64)
+    j = _judge.judge(a, b, rtol, atol, ours64=a64, theirs64=b64)
+    em, et, reason = j.err64_myatt, j.err64_torch, j.reason
+    if j.agree64 is False:
+        # The two float64 reruns disagree: neither is a referee (a broken kernel is broken
+        # in float64 too). Each side's error is then against its own float64 rerun, and
+        # the reason says so instead of naming a side nearer to torch's float64.
+        em, et = _judge._max_error(a, a64), _judge._max_error(b, b64)
+        reason = (f"{j.mismatched} of {j.size} elements outside rtol={rtol:g}, atol={atol:g}; "
+                  f"the float64 reruns of myatt and torch differ too (by up to "
+                  f"{_judge._max_error(a64, b64):.3g}): not rounding, the two sides compute "
+                  f"different things (each side's error against its own float64 rerun: "
+                  f"myatt {em:.3g}, torch {et:.3g})")
+    return ResultReport(name, tuple(theirs.shape), j.agree, j.max_abs, j.max_rel,
+                        em, et, j.mismatched, j.size, reason)
