@@ -6,7 +6,6 @@ sides when the validation ends (``_validate_rerun``). ``local`` is the thread's 
 active validations, the modules being called, the calls whose gradients are still to be
 hooked, and whether validation's own code is running torch (then nothing is recorded).
 """
-import contextlib
 import threading
 
 import torch
@@ -110,16 +109,6 @@ def describe(record, tensors):
 
 def to64(x, memo):
     return map_tensors(x, lambda t: t.to(torch.float64) if t.is_floating_point() else t, memo)
-
-
-@contextlib.contextmanager
-def own_work():
-    """Validation's own torch calls: not recorded, not replaced."""
-    local.busy += 1
-    try:
-        yield
-    finally:
-        local.busy -= 1
 
 
 # --------------------------------------------------------------------------------------- #

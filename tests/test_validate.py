@@ -503,6 +503,48 @@ def test_other_threads_are_neither_recorded_nor_changed():
 # --------------------------------------------------------------------------------------- #
 # The report
 # --------------------------------------------------------------------------------------- #
+def _judged(a, b, b64, rtol, atol):
+    from myatt import _judge
+    j = _judge.judge(a, b, rtol, atol, theirs64=b64)
+    return j.within_tolerance, (j.max_abs, j.max_rel, j.err64_myatt, j.err64_torch)
+
+
+def test_the_quick_judgement_gives_the_judges_numbers():
+    """validate's judgement of a row within the tolerance (fewer passes over the arrays):
+    the same numbers as myatt._judge.judge, bit for bit; anything else is left to it."""
+    from myatt._validate_rerun import _within_tolerance
+    rng = np.random.default_rng(0)
+    cases = []
+    for dtype, (rtol, atol) in ((np.float32, (1.3e-6, 1e-5)), (np.float64, (1e-7, 1e-7))):
+        ref = rng.standard_normal((3, 7, 5)) * 10.0 ** rng.integers(-8, 4, (3, 7, 5))
+        b = ref.astype(dtype)
+        a = (b * (1 + rng.uniform(-1, 1, b.shape) * rtol / 2)).astype(dtype)
+        a.flat[:4], b.flat[:4] = 0, 0                      # equal zeros: 0/0 is no rel error
+        a.flat[4], b.flat[4] = atol / 4, 0                 # |b| = 0: an infinite rel error
+        cases += [(a, b, ref, rtol, atol), (a, b, None, rtol, atol), (b, b, ref, rtol, atol),
+                  (a, b, np.where(ref > 3, np.inf, ref), rtol, atol),    # inf in float64
+                  (a[:1, :1, :1], b[:1, :1, :1], ref[:1, :1, :1], rtol, atol)]
+        nan = b.copy()
+        nan.flat[9] = np.nan
+        far = a.copy()
+        far.flat[9] += 1
+        cases += [(nan, nan, ref, rtol, atol), (far, b, ref, rtol, atol),
+                  (a, b[:2], ref[:2], rtol, atol), (a[:0], b[:0], ref[:0], rtol, atol)]
+    quick = 0
+    for a, b, ref, rtol, atol in cases:
+        within, numbers = _judged(a, b, ref, rtol, atol)
+        got = _within_tolerance(a, b, rtol, atol, ref)
+        if got is None:
+            # left to _judge: outside the tolerance, non-finite, other shapes, or empty
+            assert not within or not a.size or np.isnan(a).any()
+            continue
+        quick += 1
+        assert within and got == numbers, (got, numbers)
+        assert all(type(x) is float or x is None for x in got)
+    assert quick == 10
+    assert _within_tolerance(np.float32([1, 2]), np.float32([1, 2.1]), 1.3e-6, 1e-5, None) is None
+
+
 def test_report_table_html_dict_and_collapsed_layers():
     model = nn.TransformerEncoder(encoder_layer(), num_layers=6, enable_nested_tensor=False)
     report = myatt.validate(model, torch.randn(2, 4, 16))
