@@ -16,6 +16,7 @@ from torch.nn.modules.module import (register_module_forward_hook,
                                      register_module_forward_pre_hook)
 from torch.overrides import TorchFunctionMode
 
+from . import _interop, _myatt
 from . import torch as mt
 from ._validate_calls import (add_record, describe, dtype_reason, local, note, Record,
                               resolve_pending, snapshot, tensors_in, watch)
@@ -129,8 +130,84 @@ class _MhaOnMyatt(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+class _SlowPath:
+    """An ``nn.MultiheadAttention`` call as the module's slow path makes it, on the weights
+    it had at the call (`state`): the inputs transposed for ``batch_first`` as the module
+    does (self-attention stays one tensor), ``F.multi_head_attention_forward`` (torch's, or
+    myatt's twin: `function`) with the module's settings, the output transposed back. What
+    torch's module runs off its fast path, without the cost of calling the module
+    (torch.func.functional_call, the module's checks) for each rerun."""
+
+    def __init__(self, module, function):
+        self.function = function
+        self.batch_first = bool(module.batch_first)
+        self.settings = (int(module.embed_dim), int(module.num_heads),
+                         bool(module.add_zero_attn), float(module.dropout),
+                         bool(module.training), not module._qkv_same_embed_dim)
+
+    def __call__(self, state, query, key, value, key_padding_mask=None, need_weights=True,
+                 attn_mask=None, average_attn_weights=True, is_causal=False):
+        E, H, add_zero_attn, dropout, training, separate = self.settings
+        batched = query.dim() == 3
+        if self.batch_first and batched:
+            if key is value:
+                if query is key:
+                    query = key = value = query.transpose(1, 0)
+                else:
+                    query, key = (x.transpose(1, 0) for x in (query, key))
+                    value = key
+            else:
+                query, key, value = (x.transpose(1, 0) for x in (query, key, value))
+        out, weights = self.function(
+            query, key, value, E, H, state.get("in_proj_weight"), state.get("in_proj_bias"),
+            state.get("bias_k"), state.get("bias_v"), add_zero_attn, dropout,
+            state["out_proj.weight"], state.get("out_proj.bias"), training=training,
+            key_padding_mask=key_padding_mask, need_weights=need_weights, attn_mask=attn_mask,
+            use_separate_proj_weight=separate, q_proj_weight=state.get("q_proj_weight"),
+            k_proj_weight=state.get("k_proj_weight"), v_proj_weight=state.get("v_proj_weight"),
+            average_attn_weights=average_attn_weights, is_causal=is_causal)
+        return (out.transpose(1, 0) if self.batch_first and batched else out), weights
+
+
+class _MyattModule:
+    """myatt's rerun of an ``nn.MultiheadAttention`` call: a ``myatt.MultiheadAttention``
+    with the module's settings and modes and the weights it had at the call (`state`),
+    called as the module was (myatt's module does the ``batch_first`` transposes). Where
+    gradients are compared (grad mode on), the slow path's call of myatt.torch's twin of
+    ``F.multi_head_attention_forward`` instead, whose pullback carries them: myatt's module
+    either way, with the same bits."""
+
+    def __init__(self, module):
+        self.args, _, _, self.modes = _interop.mha_spec(module)
+        self.twin = _SlowPath(module, mt.multi_head_attention_forward)
+
+    def __call__(self, state, query, key, value, key_padding_mask=None, need_weights=True,
+                 attn_mask=None, average_attn_weights=True, is_causal=False):
+        if torch.is_grad_enabled():
+            return self.twin(state, query, key, value, key_padding_mask, need_weights,
+                             attn_mask, average_attn_weights, is_causal)
+        arrays = {}      # one array per tensor: self-attention stays one input
+
+        def array(t):
+            if t is None:
+                return None
+            if id(t) not in arrays:
+                arrays[id(t)] = t.detach().cpu().numpy()
+            return arrays[id(t)]
+
+        dtype = "float64" if query.dtype == torch.float64 else "float32"
+        m = _myatt.MultiheadAttention._from_state(
+            self.args, {"dtype": dtype}, {k: array(v) for k, v in state.items()}, self.modes)
+        out, weights = m(array(query), array(key), array(value), array(key_padding_mask),
+                         bool(need_weights), array(attn_mask), bool(average_attn_weights),
+                         bool(is_causal))
+        return (torch.from_numpy(out),
+                None if weights is None else torch.from_numpy(weights))
+
+
 class _ModuleCall:
-    """module(**arguments) with the parameters and the mode it had at the call."""
+    """module(**arguments) with the parameters and the mode it had at the call: a subclass
+    of nn.MultiheadAttention with a forward of its own."""
 
     def __init__(self, module, training, on_myatt):
         self.module, self.training, self.on_myatt = module, training, on_myatt
@@ -146,11 +223,22 @@ class _ModuleCall:
             m.train(was)
 
 
+_signatures: dict = {}
+
+
+def _signature(cls):
+    """inspect.signature of cls.forward, once per class."""
+    sig = _signatures.get(cls)
+    if sig is None:
+        sig = _signatures[cls] = inspect.signature(cls.forward)
+    return sig
+
+
 def record_mha(record, module, args, kwargs, output):
     if output is None:
         record.skip = "the call raised"
         return
-    bound = inspect.signature(type(module).forward).bind(module, *args, **kwargs)
+    bound = _signature(type(module)).bind(module, *args, **kwargs)
     arguments = dict(bound.arguments)
     arguments.pop("self", None)
     state = {k: v for k, v in module.state_dict(keep_vars=True).items()}
@@ -166,8 +254,12 @@ def record_mha(record, module, args, kwargs, output):
     outs = output if isinstance(output, tuple) else (output,)
     record.select = (0, 1) if isinstance(outs[1], torch.Tensor) else (0,)
     record.names = ("attn_output", "attn_weights")[:len(record.select)]
-    record.torch_fn = _ModuleCall(module, module.training, on_myatt=False)
-    record.myatt_fn = _ModuleCall(module, module.training, on_myatt=True)
+    if type(module).forward is torch.nn.MultiheadAttention.forward:
+        record.torch_fn = _SlowPath(module, F.multi_head_attention_forward)
+        record.myatt_fn = _MyattModule(module)
+    else:
+        record.torch_fn = _ModuleCall(module, module.training, on_myatt=False)
+        record.myatt_fn = _ModuleCall(module, module.training, on_myatt=True)
     record.args = ()
     kw = {**arguments, "state": state}
     _, record.kwargs = snapshot((), kw)
