@@ -19,6 +19,7 @@ class Local(threading.local):
         self.modules = []     # _Frame of each module being called, outermost first
         self.pending = []     # (record, outputs) whose autograd history is not set yet
         self.busy = 0         # > 0 while validation's own code runs torch (reruns, copies)
+        self.mode = None      # the outermost session's dispatch mode (shadow mode's)
 
 
 local = Local()
@@ -85,9 +86,19 @@ def map_tensors(x, f, memo):
 
 
 def snapshot(args, kwargs):
+    """args and kwargs with copies of their tensors (one copy per tensor), detached: what
+    the call saw, whatever is done to its tensors afterwards. (clone under no_grad: one op
+    per tensor, where detach().clone() is two, each paying the dispatch mode's toll when
+    the module hooks record.)"""
     memo = {}
-    f = lambda t: t.detach().clone()   # noqa: E731
-    return map_tensors(args, f, memo), map_tensors(kwargs, f, memo)
+    with torch.no_grad():
+        return map_tensors(args, torch.clone, memo), map_tensors(kwargs, torch.clone, memo)
+
+
+def copies(tensors):
+    """Detached copies of `tensors` (torch's results as they flowed)."""
+    with torch.no_grad():
+        return tuple(t.clone() for t in tensors)
 
 
 def dtype_reason(tensors):
@@ -102,9 +113,21 @@ def dtype_reason(tensors):
 
 
 def describe(record, tensors):
+    """The row's shapes (of `tensors`) and dtype."""
     record.shapes = tuple(tuple(t.shape) for t in tensors)
-    floats = [t for t in tensors if t.is_floating_point()]
-    record.dtype = str((floats or tensors or [torch.empty(0)])[0].dtype).replace("torch.", "")
+    record.dtype = dtype_name(tensors)
+
+
+def dtype_name(tensors):
+    """The dtype of a call of `tensors`, by name: its first floating tensor's ("float32")."""
+    for t in tensors:
+        if t.is_floating_point():
+            return _DTYPE_NAMES.get(t.dtype) or str(t.dtype).replace("torch.", "")
+    dtype = tensors[0].dtype if tensors else torch.get_default_dtype()
+    return str(dtype).replace("torch.", "")
+
+
+_DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64"}
 
 
 def to64(x, memo):

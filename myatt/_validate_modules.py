@@ -18,7 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 from . import _interop, _myatt
 from . import torch as mt
-from ._validate_calls import (add_record, describe, dtype_reason, local, note, Record,
+from ._validate_calls import (add_record, copies, describe, dtype_reason, local, note, Record,
                               resolve_pending, snapshot, tensors_in, watch)
 
 _hooks_lock = threading.Lock()
@@ -109,12 +109,30 @@ def post_hook(module, args, kwargs, output=None):
     if frame.record is not None:
         loc.busy += 1
         try:
-            record_mha(frame.record, module, args, kwargs, output)
+            with _below(loc.mode):
+                record_mha(frame.record, module, args, kwargs, output)
         except Exception as e:
             frame.record.skip = f"not recorded ({type(e).__name__}: {e})"
         finally:
             loc.busy -= 1
     return None
+
+
+@contextlib.contextmanager
+def _below(mode):
+    """Run the block below the dispatch mode `mode` when it is the innermost one: the copies
+    a hook makes for a row do not pay its toll (~4 us an op, and nothing of validation's
+    own is recorded anyway). With another mode innermost (a user's, entered inside the
+    block), the block runs as it is: that mode stays where it is."""
+    depth = torch._C._len_torch_dispatch_stack()
+    if mode is None or not depth or torch._C._get_dispatch_stack_at(depth - 1) is not mode:
+        yield
+        return
+    torch._C._pop_torch_dispatch_stack(None)
+    try:
+        yield
+    finally:
+        torch._C._push_on_torch_dispatch_stack(mode)
 
 
 # --------------------------------------------------------------------------------------- #
@@ -178,7 +196,13 @@ class _MyattModule:
     either way, with the same bits."""
 
     def __init__(self, module):
-        self.args, _, _, self.modes = _interop.mha_spec(module)
+        # _interop.mha_spec's constructor arguments and modes, without reading the weights
+        # (recorded apart: `state`)
+        self.args = (int(module.embed_dim), int(module.num_heads), float(module.dropout),
+                     module.in_proj_bias is not None, module.bias_k is not None,
+                     bool(module.add_zero_attn), int(module.kdim), int(module.vdim),
+                     bool(module.batch_first))
+        self.modes = _interop._torch_modes(module)
         self.twin = _SlowPath(module, mt.multi_head_attention_forward)
 
     def __call__(self, state, query, key, value, key_padding_mask=None, need_weights=True,
@@ -269,5 +293,5 @@ def record_mha(record, module, args, kwargs, output):
     record.grads = tuple((n, k) for n, k in grads
                          if not (id(arguments[n]) in seen or seen.add(id(arguments[n])))) + tuple(
         (n, ("state", n)) for n, v in state.items() if v.requires_grad)
-    record.theirs = tuple(outs[i].detach().clone() for i in record.select)
+    record.theirs = copies(outs[i] for i in record.select)
     watch(record, [outs[i] for i in record.select], later=False)

@@ -15,8 +15,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import torch as mt
-from ._validate_calls import (add_record, describe, dtype_reason, local, module_name, note,
-                              Record, resolve_pending, snapshot, tensors_in, watch)
+from ._validate_calls import (add_record, copies, describe, dtype_name, dtype_reason, local,
+                              module_name, note, Record, resolve_pending, snapshot, tensors_in,
+                              watch)
 from ._validate_modules import is_mha
 
 aten = torch.ops.aten
@@ -164,28 +165,43 @@ for _name, _reason in _FUSED.items():
 def _record_call(op_name, plan, fn, args, kwargs, outputs):
     """Record one call of the aten op `fn` and torch's `outputs` (shadow mode); `plan` is
     (op, myatt's twin, the inputs by name, those given transposed) or why it is skipped."""
-    tensors = [t for t in tensors_in(args) + tensors_in(kwargs)]
+    tensors = tensors_in(args) + tensors_in(kwargs) if kwargs else tensors_in(args)
     record = Record(plan[0] if isinstance(plan, tuple) else op_name, op_name, module_name())
-    describe(record, tensors)
     reason = plan if isinstance(plan, str) else dtype_reason(tensors)
     if reason is not None:
+        describe(record, tensors)
         record.skip = reason
         add_record(record)
         return record
-    record.op, record.myatt_fn, grads, transposed = plan
-    grads = [(n, k) for n, k in grads if k < len(args) and isinstance(args[k], torch.Tensor)]
-    named = [args[k] for _, k in grads]
-    record.shapes = tuple(tuple(t.shape)[::-1] if n in transposed else tuple(t.shape)
-                          for (n, _), t in zip(grads, named)) + tuple(
-        tuple(t.shape) for t in tensors if not any(t is u for u in named))
+    record.op, record.myatt_fn, inputs, transposed = plan
+    inputs = [(n, k) for n, k in inputs if k < len(args) and isinstance(args[k], torch.Tensor)]
+    # the shapes: the named inputs in myatt's order (a transposed one as myatt takes it),
+    # then the other tensors
+    named = [args[k] for _, k in inputs]
+    shapes = [tuple(t.shape)[::-1] if n in transposed else tuple(t.shape)
+              for (n, _), t in zip(inputs, named)]
+    shapes += [tuple(t.shape) for t in tensors if all(t is not u for u in named)]
+    record.shapes = tuple(shapes)
+    record.dtype = dtype_name(tensors)
     record.torch_fn = fn
     record.args, record.kwargs = snapshot(args, kwargs)
-    record.grads = tuple((n, k) for n, k in grads if args[k].requires_grad)
+    record.grads = tuple((n, k) for n, k in inputs if args[k].requires_grad)
     outs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-    record.theirs = tuple(outs[i].detach().clone() for i in record.select)
+    record.theirs = copies(outs[i] for i in record.select)
     watch(record, [outs[i] for i in record.select], later=True)
     add_record(record)
     return record
+
+
+_OP_NAMES: dict = {}
+
+
+def _op_name(func):
+    """The name a row gives an aten op ("aten.addmm"), made once per op."""
+    name = _OP_NAMES.get(func)
+    if name is None:
+        name = _OP_NAMES[func] = str(func).replace(".default", "")
+    return name
 
 
 class ShadowMode(TorchDispatchMode):
@@ -211,7 +227,7 @@ class ShadowMode(TorchDispatchMode):
                 note(_INFERENCE_NOTE)
             if callable(plan):
                 plan = plan(args, kwargs)
-            _record_call(str(func).replace(".default", ""), plan, func, args, kwargs, out)
+            _record_call(_op_name(func), plan, func, args, kwargs, out)
         except Exception as e:
             note(f"{func}: a call not recorded ({type(e).__name__}: {e})")
         finally:

@@ -60,6 +60,7 @@ class Session:
             except BaseException:
                 remove_hooks()
                 raise
+            loc.mode = self._torch_mode if self.mode == "shadow" else None
             if self.model is not None and not isinstance(self.model, torch.nn.Module):
                 self.model = None
         loc.sessions.append(self)
@@ -91,6 +92,7 @@ class Session:
         if not loc.sessions:
             loc.modules.clear()
             loc.pending.clear()
+            loc.mode = None
             try:
                 self._torch_mode.__exit__(None, None, None)
             finally:
@@ -215,12 +217,12 @@ def _detached():
     """Validation's own runs of a model (replace mode's reference and float64 runs): the
     enclosing validating blocks of this thread neither record nor replace anything in them."""
     loc = local
-    saved = loc.sessions, loc.modules, loc.pending
-    loc.sessions, loc.modules, loc.pending = [], [], []
+    saved = loc.sessions, loc.modules, loc.pending, loc.mode
+    loc.sessions, loc.modules, loc.pending, loc.mode = [], [], [], None
     try:
         yield
     finally:
-        loc.sessions, loc.modules, loc.pending = saved
+        loc.sessions, loc.modules, loc.pending, loc.mode = saved
 
 
 def _float64_runs(model, args, kwargs, grad_outputs, backward, rtol, atol):

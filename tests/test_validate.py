@@ -52,6 +52,7 @@ def _no_validation_left():
     from myatt import _validate_modules as vm
     from torch.nn.modules import module as nn_module
     assert not vc.local.sessions and not vc.local.modules and not vc.local.busy
+    assert vc.local.mode is None
     assert vm._hook_users == 0 and not vm._hooks
     assert vm.pre_hook not in nn_module._global_forward_pre_hooks.values()
     assert vm.post_hook not in nn_module._global_forward_hooks.values()
