@@ -46,7 +46,7 @@ class Record:
         self.op, self.torch_op, self.module = op, torch_op, module
         self.shapes, self.dtype, self.skip = (), "", None
         self.torch_fn = self.myatt_fn = None
-        self.args, self.kwargs = (), {}
+        self.args, self.kwargs = (), {}   # its inputs (None once judged and released)
         self.select, self.names = (0,), ("output",)
         self.theirs = None            # torch's results as they flowed (shadow), or None
         self.grads = ()               # (name, key) of the inputs whose gradients compare

@@ -18,8 +18,9 @@ from torch.overrides import TorchFunctionMode
 
 from . import _interop, _myatt
 from . import torch as mt
-from ._validate_calls import (add_record, copies, describe, dtype_reason, local, note, Record,
-                              resolve_pending, snapshot, tensors_in, watch)
+from ._validate_calls import (add_record, describe, dtype_reason, local, note, Record,
+                              resolve_pending, tensors_in, watch)
+from ._validate_rerun import settle
 
 _hooks_lock = threading.Lock()
 _hooks: list = []
@@ -284,14 +285,12 @@ def record_mha(record, module, args, kwargs, output):
     else:
         record.torch_fn = _ModuleCall(module, module.training, on_myatt=False)
         record.myatt_fn = _ModuleCall(module, module.training, on_myatt=True)
-    record.args = ()
-    kw = {**arguments, "state": state}
-    _, record.kwargs = snapshot((), kw)
     grads = [(n, n) for n in ("query", "key", "value")
              if isinstance(arguments.get(n), torch.Tensor) and arguments[n].requires_grad]
     seen = set()
     record.grads = tuple((n, k) for n, k in grads
                          if not (id(arguments[n]) in seen or seen.add(id(arguments[n])))) + tuple(
         (n, ("state", n)) for n, v in state.items() if v.requires_grad)
-    record.theirs = copies(outs[i] for i in record.select)
-    watch(record, [outs[i] for i in record.select], later=False)
+    theirs = tuple(outs[i] for i in record.select)
+    watch(record, list(theirs), later=False)
+    settle(record, (), {**arguments, "state": state}, theirs)

@@ -14,7 +14,8 @@ from torch.overrides import TorchFunctionMode
 
 from . import torch as mt
 from ._validate_calls import (add_record, describe, dtype_reason, local, module_name, note,
-                              Record, resolve_pending, snapshot, tensors_in, watch)
+                              Record, resolve_pending, tensors_in, watch)
+from ._validate_rerun import settle
 
 
 def _softmax_call(input, dim=None, dtype=None, _stacklevel=3):
@@ -79,7 +80,7 @@ class ReplaceMode(TorchFunctionMode):
         op, twin, names, grads = entry
         loc.busy += 1
         try:
-            record = self._record(func, op, twin, names, grads, args, kwargs)
+            record, call = self._record(func, op, twin, names, grads, args, kwargs)
         except Exception as e:       # never break the model: torch runs the call instead
             note(f"{getattr(func, '__name__', func)}: a call not recorded, torch ran it "
                  f"({type(e).__name__}: {e})")
@@ -100,6 +101,7 @@ class ReplaceMode(TorchFunctionMode):
         loc.busy += 1
         try:
             watch(record, [outs[i] for i in record.select], later=False)
+            settle(record, (), call, None)
         finally:
             loc.busy -= 1
         return out
@@ -134,10 +136,9 @@ class ReplaceMode(TorchFunctionMode):
         if reason is not None:
             record.skip = reason
             add_record(record)
-            return record
+            return record, call
         record.torch_fn = _TORCH_FN[op]
         record.myatt_fn = _MYATT_FN[op]
-        record.args, record.kwargs = snapshot((), call)
         seen = set()
         record.grads = tuple(
             (n, k) for n, k in grads
@@ -145,4 +146,4 @@ class ReplaceMode(TorchFunctionMode):
             and call[k].is_floating_point()
             and not (id(call[k]) in seen or seen.add(id(call[k]))))
         add_record(record)
-        return record
+        return record, call

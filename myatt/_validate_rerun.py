@@ -6,12 +6,14 @@ long-reduction rule needs the two float64 reruns to agree). With ``backward=True
 sides' gradients are computed from the cotangent the call's output got in the model's
 backward pass (torch's autograd on the call, myatt's pullback through its twin).
 """
+import math
+
 import numpy as np
 import torch
 
 from . import _judge
 from ._validate import ResultReport
-from ._validate_calls import to64
+from ._validate_calls import copies, local, snapshot, to64
 
 
 def _get(args, kwargs, key):
@@ -74,11 +76,42 @@ def _np(t):
     return None if t is None else t.detach().cpu().numpy()
 
 
+def settle(record, args, kwargs, theirs):
+    """What a recorded call keeps until its validations end, given its live inputs and
+    torch's results as they flowed (`theirs`, or None in replace mode).
+
+    Where no active validation compares gradients, the call is judged at once, on the live
+    tensors, for each active validation: nothing is copied and the record keeps only the
+    numbers (a model's weights are not copied for each call of them, and what the model
+    does to its tensors afterwards cannot matter). The gradients need the cotangent the
+    backward pass brings later: then the record keeps copies of the inputs and results and
+    is judged when the block ends, as is a call whose judging raised here (judged again
+    then, where its error is raised)."""
+    sessions = [s for s in local.sessions if s.judges]
+    if not sessions:
+        return             # recorded for no report (replace mode's float64 run of a model)
+    if not any(s.backward for s in sessions):
+        record.args, record.kwargs, record.theirs = args, kwargs, theirs
+        try:
+            for s in sessions:
+                judge_record(record, s.rtol, s.atol, False)
+        except Exception:
+            record.judged.clear()
+        else:
+            record.args = record.kwargs = record.theirs = None     # nothing more is needed
+            return
+    record.args, record.kwargs = snapshot(args, kwargs)
+    record.theirs = None if theirs is None else copies(theirs)
+
+
 def judge_record(record, rtol, atol, backward):
     """The CallReport fields of a record (cached: nested validations judge a call once)."""
     key = (rtol, atol, backward)
     if key in record.judged:
         return record.judged[key]
+    if record.args is None:
+        raise RuntimeError(f"internal error: call {record.op} was judged as it was made, "
+                           f"and its tensors released, for other tolerances than {key}")
     fields = dict(op=record.op, module=record.module, shapes=record.shapes,
                   dtype=record.dtype, torch_op=record.torch_op)
     if record.skip is not None:
@@ -160,42 +193,63 @@ def judge_result(name, ours, theirs, rtol, atol, ours64, theirs64):
                         em, et, j.mismatched, j.size, reason)
 
 
+#: elements judged at a time: the float64 temporaries (three arrays of CHUNK elements, kept
+#: per thread) stay in the cache and are not allocated again for each result (fresh large
+#: arrays cost their page faults: measured up to ~10 ns an element on a loaded machine,
+#: several times the arithmetic)
+CHUNK = 1 << 15
+
+
+def _workspace():
+    ws = getattr(local, "workspace", None)
+    if ws is None or ws.shape[1] != CHUNK:
+        ws = local.workspace = np.empty((3, CHUNK))
+    return ws
+
+
 def _within_tolerance(a, b, rtol, atol, b64):
     """(max_abs, max_rel, myatt's error, torch's error) as ``_judge.judge(a, b, rtol, atol,
     theirs64=b64)`` gives them, where every element of `a` and `b` is finite and within the
     tolerance (the usual row); None otherwise, and then ``_judge.judge`` decides. The same
-    numbers in fewer passes over the arrays: |a - b| in float64 once, no masks of the
-    non-finite (none can be there), the errors' maxima without a copy of the finite ones.
+    numbers (the same float64 operations; maxima are exact in any order) in fewer passes,
+    chunk by chunk: |a - b| in float64 once, no masks of the non-finite (none can be there),
+    the errors' maxima without a copy of the finite differences.
     """
     if a.shape != b.shape or not a.size:
         return None
+    ref = b64.reshape(-1) if b64 is not None and b64.shape == a.shape else None
+    a, b = a.reshape(-1), b.reshape(-1)        # (a copy only where not contiguous)
+    diff, scale, work = _workspace()
+    max_abs = max_rel = 0.0
+    errors = [0.0, 0.0] if ref is not None else [None, None]
     with np.errstate(all="ignore"):
-        diff = np.subtract(a, b, dtype=np.float64)
-        np.abs(diff, out=diff)
-        max_abs = diff.max()
-        if not np.isfinite(max_abs):      # a NaN or an infinity, on either side
-            return None
-        scale = np.abs(b, dtype=np.float64)
-        bound = scale * rtol              # atol + rtol * |b|, as _judge rounds it
-        bound += atol
-        if not np.less_equal(diff, bound).all():
-            return None
-        # |a - b| / |b|; where both are 0 it is 0/0 = NaN, which fmax skips (_judge: 0)
-        np.divide(diff, scale, out=scale)
-        max_rel = np.fmax.reduce(scale, axis=None)
-    errors = (None, None)
-    if b64 is not None and b64.shape == a.shape:
-        errors = (_max_error(a, b64), _max_error(b, b64))
-    return (float(max_abs), 0.0 if np.isnan(max_rel) else float(max_rel)) + errors
-
-
-def _max_error(x, ref):
-    """``_judge._max_error(x, ref)`` (max |x - ref| where finite, in float64), in one
-    subtraction where every difference is finite."""
-    with np.errstate(all="ignore"):
-        e = np.subtract(x, ref, dtype=np.float64)
-        np.abs(e, out=e)
-        m = e.max()
-    if np.isfinite(m):
-        return float(m)
-    return _judge._max_error(np.asarray(x, dtype=np.float64), np.asarray(ref, dtype=np.float64))
+        for i in range(0, a.size, CHUNK):
+            n = min(CHUNK, a.size - i)
+            ac, bc, d, s, w = a[i:i + n], b[i:i + n], diff[:n], scale[:n], work[:n]
+            np.subtract(ac, bc, out=d, dtype=np.float64)
+            np.abs(d, out=d)
+            m = float(d.max())
+            if not math.isfinite(m):          # a NaN or an infinity, on either side
+                return None
+            np.abs(bc, out=s, dtype=np.float64)
+            np.multiply(s, rtol, out=w)       # atol + rtol * |b|, as _judge rounds it
+            w += atol
+            if not np.less_equal(d, w).all():
+                return None
+            # |a - b| / |b|; where both are 0 it is 0/0 = NaN, which fmax skips (_judge: 0)
+            np.divide(d, s, out=s)
+            r = float(np.fmax.reduce(s))
+            max_abs = max(max_abs, m)
+            max_rel = max(max_rel, r) if r == r else max_rel
+            if ref is not None:
+                for k, x in enumerate((ac, bc)):
+                    np.subtract(x, ref[i:i + n], out=w, dtype=np.float64)
+                    np.abs(w, out=w)
+                    e = float(w.max())
+                    errors[k] = max(errors[k], e) if math.isfinite(e) else math.inf
+    for k, x in enumerate((a, b)):
+        if errors[k] is not None and not math.isfinite(errors[k]):
+            # a NaN or an infinity in the float64 rerun: the maximum over the finite ones
+            errors[k] = _judge._max_error(np.asarray(x, dtype=np.float64),
+                                          np.asarray(ref, dtype=np.float64))
+    return (max_abs, max_rel, errors[0], errors[1])

@@ -15,10 +15,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import torch as mt
-from ._validate_calls import (add_record, copies, describe, dtype_name, dtype_reason, local,
-                              module_name, note, Record, resolve_pending, snapshot, tensors_in,
-                              watch)
+from ._validate_calls import (add_record, describe, dtype_name, dtype_reason, local,
+                              module_name, note, Record, resolve_pending, tensors_in, watch)
 from ._validate_modules import is_mha
+from ._validate_rerun import settle
 
 aten = torch.ops.aten
 
@@ -184,12 +184,12 @@ def _record_call(op_name, plan, fn, args, kwargs, outputs):
     record.shapes = tuple(shapes)
     record.dtype = dtype_name(tensors)
     record.torch_fn = fn
-    record.args, record.kwargs = snapshot(args, kwargs)
     record.grads = tuple((n, k) for n, k in inputs if args[k].requires_grad)
     outs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-    record.theirs = copies(outs[i] for i in record.select)
-    watch(record, [outs[i] for i in record.select], later=True)
+    theirs = tuple(outs[i] for i in record.select)
+    watch(record, list(theirs), later=True)
     add_record(record)
+    settle(record, args, kwargs, theirs)
     return record
 
 

@@ -427,6 +427,24 @@ def test_an_error_inside_propagates_and_the_mode_is_left_cleanly():
     assert report.calls[0].op == "aten._transformer_encoder_layer_fwd"
 
 
+def test_what_is_done_to_a_tensor_after_its_call_does_not_change_its_row():
+    # an optimizer step inside the block: each call is judged on what it saw (forward-only
+    # calls as they are made, those whose gradients are compared on copies)
+    lin = nn.Linear(8, 4)
+    x = torch.randn(3, 8, requires_grad=True)
+    for backward in (False, True):
+        with myatt.validating(backward=backward) as report:
+            y = lin(x)
+            if backward:
+                y.sum().backward()
+            with torch.no_grad():
+                lin.weight.mul_(2)
+                x.add_(1)
+        (row,) = report.calls
+        assert report.agree and len(row.results) == (4 if backward else 1), str(report)
+        assert row.reason == "" and row.max_abs < 1e-5, str(report)   # within the tolerance
+
+
 def test_nested_blocks_each_record_their_calls():
     lin = nn.Linear(8, 4)
     x = torch.randn(3, 8)
@@ -510,10 +528,15 @@ def _judged(a, b, b64, rtol, atol):
     return j.within_tolerance, (j.max_abs, j.max_rel, j.err64_myatt, j.err64_torch)
 
 
-def test_the_quick_judgement_gives_the_judges_numbers():
-    """validate's judgement of a row within the tolerance (fewer passes over the arrays):
-    the same numbers as myatt._judge.judge, bit for bit; anything else is left to it."""
+@pytest.mark.parametrize("chunk", [None, 8])
+def test_the_quick_judgement_gives_the_judges_numbers(chunk, monkeypatch):
+    """validate's judgement of a row within the tolerance (fewer passes over the arrays, a
+    chunk at a time): the same numbers as myatt._judge.judge, bit for bit; anything else is
+    left to it."""
+    from myatt import _validate_rerun
     from myatt._validate_rerun import _within_tolerance
+    if chunk:
+        monkeypatch.setattr(_validate_rerun, "CHUNK", chunk)
     rng = np.random.default_rng(0)
     cases = []
     for dtype, (rtol, atol) in ((np.float32, (1.3e-6, 1e-5)), (np.float64, (1e-7, 1e-7))):
@@ -524,6 +547,7 @@ def test_the_quick_judgement_gives_the_judges_numbers():
         a.flat[4], b.flat[4] = atol / 4, 0                 # |b| = 0: an infinite rel error
         cases += [(a, b, ref, rtol, atol), (a, b, None, rtol, atol), (b, b, ref, rtol, atol),
                   (a, b, np.where(ref > 3, np.inf, ref), rtol, atol),    # inf in float64
+                  (a, b, np.where(ref < -3, np.nan, ref), rtol, atol),
                   (a[:1, :1, :1], b[:1, :1, :1], ref[:1, :1, :1], rtol, atol)]
         nan = b.copy()
         nan.flat[9] = np.nan
@@ -542,7 +566,7 @@ def test_the_quick_judgement_gives_the_judges_numbers():
         quick += 1
         assert within and got == numbers, (got, numbers)
         assert all(type(x) is float or x is None for x in got)
-    assert quick == 10
+    assert quick == 12
     assert _within_tolerance(np.float32([1, 2]), np.float32([1, 2.1]), 1.3e-6, 1e-5, None) is None
 
 
@@ -590,11 +614,18 @@ def test_many_calls_show_a_progress_bar(monkeypatch):
     monkeypatch.setattr(vt, "PROGRESS_FROM", 3)
     monkeypatch.setattr(tqdm.auto, "tqdm", lambda it, **kw: seen.append(kw) or real(
         it, disable=True, **kw))
-    x = torch.randn(2, 3)
+    x = torch.randn(2, 3, requires_grad=True)
+    # calls are judged as they are made, but for their gradients, which come later: with
+    # backward=True the bar shows those left to judge when the block ends
     with myatt.validating() as report:
         for _ in range(3):
             torch.softmax(x, -1)
+    assert len(report.calls) == 3 and not seen
+    with myatt.validating(backward=True) as report:
+        for _ in range(3):
+            torch.softmax(x, -1).sum().backward()
     assert len(report.calls) == 3 and seen and seen[0]["desc"] == "myatt.validate"
+    assert [r.name for r in report.calls[0].results] == ["output", "grad input"]
 
 
 def test_arguments_are_checked():
