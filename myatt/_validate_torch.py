@@ -176,7 +176,9 @@ def _loss_and_grads(outputs, grad_outputs, params, backward):
 def validate(model, args, kwargs, mode, backward, grad_outputs, rtol, atol):
     title = type(model).__name__ if isinstance(model, torch.nn.Module) else getattr(
         model, "__name__", type(model).__name__)
-    params = list(model.named_parameters()) if isinstance(model, torch.nn.Module) else []
+    # the parameters whose gradients the backward pass computes (with backward=True)
+    params = list(model.named_parameters()) if backward and isinstance(
+        model, torch.nn.Module) else []
     session = Session(mode, backward, rtol, atol, model=model, title=title)
     grad_mode = torch.enable_grad() if backward else contextlib.nullcontext()
     reference = None
@@ -190,7 +192,9 @@ def validate(model, args, kwargs, mode, backward, grad_outputs, rtol, atol):
         with grad_mode:
             out = model(*args, **kwargs)
             resolve_pending()
-            ours = _loss_and_grads(out, grad_outputs, params, backward)
+            if mode == "replace" or backward or grad_outputs is not None:
+                # (shadow mode: the backward pass whose calls are judged; grad_outputs checked)
+                ours = _loss_and_grads(out, grad_outputs, params, backward)
     if mode == "replace":
         _end_to_end(report, model, args, kwargs, out, ours, reference, grad_outputs, backward,
                     rtol, atol)
