@@ -232,10 +232,11 @@ def _within_tolerance(a, b, rtol, atol, b64):
             if not math.isfinite(m):          # a NaN or an infinity, on either side
                 return None
             np.abs(bc, out=s, dtype=np.float64)
-            np.multiply(s, rtol, out=w)       # atol + rtol * |b|, as _judge rounds it
-            w += atol
-            if not np.less_equal(d, w).all():
-                return None
+            if m > atol:                      # (else within atol + rtol * |b| everywhere)
+                np.multiply(s, rtol, out=w)   # atol + rtol * |b|, as _judge rounds it
+                w += atol
+                if not np.less_equal(d, w).all():
+                    return None
             # |a - b| / |b|; where both are 0 it is 0/0 = NaN, which fmax skips (_judge: 0)
             np.divide(d, s, out=s)
             r = float(np.fmax.reduce(s))
