@@ -1,10 +1,13 @@
 """Judging a recorded call: myatt's rerun of it, torch's float64 rerun (each side's error),
 and the verdict of ``myatt._judge.judge``.
 
-Where a result is outside the tolerance myatt reruns the call in float64 too (the
-long-reduction rule needs the two float64 reruns to agree). With ``backward=True`` both
-sides' gradients are computed from the cotangent the call's output got in the model's
-backward pass (torch's autograd on the call, myatt's pullback through its twin).
+A call is judged as it is made, on its own tensors (``settle``), unless its gradients are
+compared: those are judged when the block ends, from copies, with the cotangent the call's
+output got in the model's backward pass (torch's autograd on the call, myatt's pullback
+through its twin). Where a result is outside the tolerance myatt reruns the call in float64
+too (the long-reduction rule needs the two float64 reruns to agree). A result within the
+tolerance is judged by ``_within_tolerance`` (the judge's numbers in fewer passes, a chunk
+at a time), any other by ``_judge.judge``.
 """
 import math
 
@@ -36,8 +39,8 @@ def _set(args, kwargs, key, value):
 
 def _run(fn, record, wide, grads, cotangents):
     """fn on the record's inputs (float64 when `wide`): (selected results, gradients of the
-    `grads` inputs given the cotangents, or None). Called with ``local.busy`` set (by
-    ``Session.judge``): nothing it runs is recorded or replaced."""
+    `grads` inputs given the cotangents, or None). Called with ``local.busy`` set (by the
+    recording code, or ``Session.judge``): nothing it runs is recorded or replaced."""
     memo = {}
     if not grads:
         args, kwargs = (to64(record.args, memo), to64(record.kwargs, memo)) if wide else (

@@ -3,7 +3,8 @@
 Imported only when a validation starts (it imports torch). A ``Session`` is one
 ``validating()`` block (``validate`` opens one around its run of the model): on entering the
 outermost block of a thread it installs the global module hooks and the mode that sees the
-calls; on leaving, it judges each recorded call. The parts:
+calls, each of which is judged as it is made; on leaving, it judges the calls whose gradients
+are compared (their cotangents came with the backward pass) and fills its report. The parts:
 
 - ``_validate_calls``: a recorded call (``Record``) and the per-thread state;
 - ``_validate_modules``: the global module hooks (the module of each call, the row of each
