@@ -259,13 +259,33 @@ def _signature(cls):
     return sig
 
 
+def _arguments(module, args, kwargs):
+    """(the call's arguments by name, as its forward binds them, or None; why not): a
+    forward's **kwargs are its arguments too; its *args have no names to rerun it with."""
+    sig = _signature(type(module))
+    bound = sig.bind(module, *args, **kwargs)
+    arguments = {}
+    for i, (name, value) in enumerate(bound.arguments.items()):
+        kind = sig.parameters[name].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            arguments.update(value)
+        elif kind is inspect.Parameter.VAR_POSITIONAL:
+            if value:
+                return None, (f"{type(module).__name__}.forward takes *{name}: its call is not "
+                              f"rerun")
+        elif i:                                   # (the first is the module itself)
+            arguments[name] = value
+    return arguments, None
+
+
 def record_mha(record, module, args, kwargs, output):
     if output is None:
         record.skip = "the call raised"
         return
-    bound = _signature(type(module)).bind(module, *args, **kwargs)
-    arguments = dict(bound.arguments)
-    arguments.pop("self", None)
+    arguments, reason = _arguments(module, args, kwargs)
+    if reason is not None:
+        record.skip = reason
+        return
     state = {k: v for k, v in module.state_dict(keep_vars=True).items()}
     tensors = tensors_in(arguments) + [v for v in state.values()]
     describe(record, tensors_in(arguments))

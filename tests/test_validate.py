@@ -141,6 +141,29 @@ def test_mha_slow_path_rows_with_gradients():
                for c in report.calls if c.op == "linear")
 
 
+class ScaledAttention(nn.MultiheadAttention):
+    """A MultiheadAttention with a forward of its own: its row reruns that forward."""
+
+    def forward(self, query, key, value, **kwargs):
+        out, weights = super().forward(query, key, value, **kwargs)
+        return 2 * out, weights
+
+
+def test_mha_rows_rerun_the_modules_forward():
+    # nn.MultiheadAttention's own forward is rerun as its slow path runs it (with and without
+    # gradients, batch_first or not, self-attention or not); a subclass's forward, whole
+    x, y, z = torch.randn(2, 5, 16), torch.randn(2, 7, 16), torch.randn(3, 5, 16)
+    for mha, args in ((nn.MultiheadAttention(16, 4, batch_first=True), (x, x, x)),
+                      (nn.MultiheadAttention(16, 4, batch_first=True), (x, y, y)),
+                      (nn.MultiheadAttention(16, 4, bias=False), (x, z, z)),
+                      (ScaledAttention(16, 4, batch_first=True), (x, x, x))):
+        for backward in (False, True):
+            report = myatt.validate(mha, *args, need_weights=False, backward=backward)
+            _agree(report)
+            (row,) = [c for c in report.calls if c.op == "mha"]
+            assert row.reason == "" and row.max_abs < 1e-5, str(report)
+
+
 def attention_by_hand(q, k, v):
     """Attention written with matmul: torch decomposes it into bmm calls (views first)."""
     w = torch.softmax(q @ k.transpose(-2, -1) / 8 ** 0.5, dim=-1)
