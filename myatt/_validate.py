@@ -3,8 +3,10 @@
 ``validate(model, *args)`` runs the model once; every call of scaled-dot-product attention,
 multi-head attention, linear, softmax and bmm it makes is recorded and rerun by myatt on the
 same values, and judged by the spec's rule (``myatt._judge``). This file holds the public
-functions and the report, and needs NumPy only; the recording (torch's dispatch and function
-modes, module hooks) lives in ``_validate_torch.py``, imported when a validation starts.
+functions and the report, and needs NumPy only; the torch side (the recording through torch's
+dispatch and function modes and module hooks, the reruns, the judging) lives in
+``_validate_torch.py`` and the ``_validate_*.py`` files it imports, imported when a
+validation starts.
 """
 import html as _html
 import re

@@ -109,8 +109,15 @@ def _pullback_backward(ctx, *grads):
 
 
 def _apply(run, n_results, *tensors):
-    outs = _Pullback.apply(run, n_results, *tensors)
-    return outs if isinstance(outs, tuple) else (outs,)
+    """run's results as tensors: through _Pullback where a gradient can reach a tensor
+    argument; else `run(*arrays, pullback=False)`, myatt's plain forward (no vjp, no
+    autograd node: what inference and validate's reruns cost)."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        outs = _Pullback.apply(run, n_results, *tensors)
+        return outs if isinstance(outs, tuple) else (outs,)
+    results, _ = run(*(_np(t) if t is not None else None for t in tensors), pullback=False)
+    like = next(t for t in tensors if isinstance(t, torch.Tensor))
+    return tuple(_tensor(r, like) if r is not None else like.new_empty(0) for r in results)
 
 
 def linear(input, weight, bias=None):
@@ -143,7 +150,9 @@ def linear(input, weight, bias=None):
     """
     _check_dtypes("linear", [("input", input), ("weight", weight), ("bias", bias)])
 
-    def run(x, w, b):
+    def run(x, w, b, pullback=True):
+        if not pullback:
+            return (_myatt.linear(x, w, b),), None
         y, pull = _myatt.vjp(_myatt.linear, x, w, b)
         return (y,), lambda g: pull(g)
 
@@ -166,7 +175,9 @@ def softmax(input, dim=None, dtype=None, *, _stacklevel=3):
         input = input.to(dtype)
     _check_dtypes("softmax", [("input", input)])
 
-    def run(x):
+    def run(x, pullback=True):
+        if not pullback:
+            return (_myatt.softmax(x, int(dim)),), None
         y, pull = _myatt.vjp(_myatt.softmax, x, int(dim))
         return (y,), lambda g: pull(g)
 
@@ -184,7 +195,9 @@ def bmm(input, mat2):
     """
     _check_dtypes("bmm", [("input", input), ("mat2", mat2)])
 
-    def run(a, b):
+    def run(a, b, pullback=True):
+        if not pullback:
+            return (_myatt.bmm(a, b),), None
         y, pull = _myatt.vjp(_myatt.bmm, a, b)
         return (y,), lambda g: pull(g)
 
@@ -214,10 +227,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if isinstance(mask, torch.Tensor) and mask.is_floating_point():
         mask = mask.detach()    # no gradient for a mask (as myatt's pullback gives none)
 
-    def run(q, k, v, m):
-        y, pull = _myatt.vjp(_myatt.scaled_dot_product_attention, q, k, v, attn_mask=m,
-                             dropout_p=float(dropout_p), is_causal=bool(is_causal),
-                             scale=scale, enable_gqa=bool(enable_gqa))
+    def run(q, k, v, m, pullback=True):
+        kwargs = dict(attn_mask=m, dropout_p=float(dropout_p), is_causal=bool(is_causal),
+                      scale=scale, enable_gqa=bool(enable_gqa))
+        if not pullback:
+            return (_myatt.scaled_dot_product_attention(q, k, v, **kwargs),), None
+        y, pull = _myatt.vjp(_myatt.scaled_dot_product_attention, q, k, v, **kwargs)
         return (y,), lambda g: pull(g)
 
     return _apply(run, 1, query, key, value, mask)[0]
@@ -263,12 +278,14 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
                   [(n, call[n]) for n in ("query", "key", "value", *names)])
     masks = {n: _np(call[n]) for n in ("key_padding_mask", "attn_mask") if call[n] is not None}
 
-    def run(q, k, v, *params):
+    def run(q, k, v, *params, pullback=True):
         arrays = dict(call, query=q, key=k, value=v, **dict(zip(names, params)))
         m, keys = _twins._mha_module(**dict(arrays, key_padding_mask=None, attn_mask=None))
-        result, pull = _myatt.vjp(m, q, k, v, need_weights=bool(need_weights),
-                                  average_attn_weights=bool(average_attn_weights),
-                                  is_causal=bool(is_causal), **masks)
+        flags = dict(need_weights=bool(need_weights),
+                     average_attn_weights=bool(average_attn_weights), is_causal=bool(is_causal))
+        if not pullback:
+            return m(q, k, v, **flags, **masks), None
+        result, pull = _myatt.vjp(m, q, k, v, **flags, **masks)
         out, w = result
         state_key = {arg: key for key, arg in keys.items()}
 

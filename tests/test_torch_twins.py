@@ -43,6 +43,16 @@ def check_twin(torch_fn, twin, *args, **kwargs):
         assert (g is None) == (h is None)
         if h is not None:
             torch.testing.assert_close(g, h)
+    # with no gradient to carry (under no_grad): myatt's plain forward, no autograd node,
+    # the bits of the forward through the pullback
+    with torch.no_grad():
+        plain = twin(*ours_in, **kwargs)
+    plain = plain if isinstance(plain, tuple) else (plain,)
+    for p, a in zip(plain, ours):
+        assert (p is None) == (a is None)
+        if a is not None:
+            assert p.grad_fn is None and not p.requires_grad and p.dtype == a.dtype
+            assert torch.equal(p, a.detach())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

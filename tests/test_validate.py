@@ -48,12 +48,14 @@ def _agree(report, ops=None):
 
 def _no_validation_left():
     """No dispatch or function mode of validate's is active, and its module hooks are gone."""
-    from myatt import _validate_torch as vt
+    from myatt import _validate_calls as vc
+    from myatt import _validate_modules as vm
     from torch.nn.modules import module as nn_module
-    assert not vt._local.sessions and not vt._local.modules and not vt._local.busy
-    assert vt._hook_users == 0 and not vt._hooks
-    assert vt._pre_hook not in nn_module._global_forward_pre_hooks.values()
-    assert vt._post_hook not in nn_module._global_forward_hooks.values()
+    assert not vc.local.sessions and not vc.local.modules and not vc.local.busy
+    assert vc.local.mode is None
+    assert vm._hook_users == 0 and not vm._hooks
+    assert vm.pre_hook not in nn_module._global_forward_pre_hooks.values()
+    assert vm.post_hook not in nn_module._global_forward_hooks.values()
     assert torch._C._len_torch_dispatch_stack() == 0
     assert not torch.overrides._is_torch_function_mode_enabled()
 
@@ -137,6 +139,29 @@ def test_mha_slow_path_rows_with_gradients():
     # every linear call's weight gradient was compared
     assert all("grad weight" in [r.name for r in c.results]
                for c in report.calls if c.op == "linear")
+
+
+class ScaledAttention(nn.MultiheadAttention):
+    """A MultiheadAttention with a forward of its own: its row reruns that forward."""
+
+    def forward(self, query, key, value, **kwargs):
+        out, weights = super().forward(query, key, value, **kwargs)
+        return 2 * out, weights
+
+
+def test_mha_rows_rerun_the_modules_forward():
+    # nn.MultiheadAttention's own forward is rerun as its slow path runs it (with and without
+    # gradients, batch_first or not, self-attention or not); a subclass's forward, whole
+    x, y, z = torch.randn(2, 5, 16), torch.randn(2, 7, 16), torch.randn(3, 5, 16)
+    for mha, args in ((nn.MultiheadAttention(16, 4, batch_first=True), (x, x, x)),
+                      (nn.MultiheadAttention(16, 4, batch_first=True), (x, y, y)),
+                      (nn.MultiheadAttention(16, 4, bias=False), (x, z, z)),
+                      (ScaledAttention(16, 4, batch_first=True), (x, x, x))):
+        for backward in (False, True):
+            report = myatt.validate(mha, *args, need_weights=False, backward=backward)
+            _agree(report)
+            (row,) = [c for c in report.calls if c.op == "mha"]
+            assert row.reason == "" and row.max_abs < 1e-5, str(report)
 
 
 def attention_by_hand(q, k, v):
@@ -425,6 +450,24 @@ def test_an_error_inside_propagates_and_the_mode_is_left_cleanly():
     assert report.calls[0].op == "aten._transformer_encoder_layer_fwd"
 
 
+def test_what_is_done_to_a_tensor_after_its_call_does_not_change_its_row():
+    # an optimizer step inside the block: each call is judged on what it saw (forward-only
+    # calls as they are made, those whose gradients are compared on copies)
+    lin = nn.Linear(8, 4)
+    x = torch.randn(3, 8, requires_grad=True)
+    for backward in (False, True):
+        with myatt.validating(backward=backward) as report:
+            y = lin(x)
+            if backward:
+                y.sum().backward()
+            with torch.no_grad():
+                lin.weight.mul_(2)
+                x.add_(1)
+        (row,) = report.calls
+        assert report.agree and len(row.results) == (4 if backward else 1), str(report)
+        assert row.reason == "" and row.max_abs < 1e-5, str(report)   # within the tolerance
+
+
 def test_nested_blocks_each_record_their_calls():
     lin = nn.Linear(8, 4)
     x = torch.randn(3, 8)
@@ -502,6 +545,54 @@ def test_other_threads_are_neither_recorded_nor_changed():
 # --------------------------------------------------------------------------------------- #
 # The report
 # --------------------------------------------------------------------------------------- #
+def _judged(a, b, b64, rtol, atol):
+    from myatt import _judge
+    j = _judge.judge(a, b, rtol, atol, theirs64=b64)
+    return j.within_tolerance, (j.max_abs, j.max_rel, j.err64_myatt, j.err64_torch)
+
+
+@pytest.mark.parametrize("chunk", [None, 8])
+def test_the_quick_judgement_gives_the_judges_numbers(chunk, monkeypatch):
+    """validate's judgement of a row within the tolerance (fewer passes over the arrays, a
+    chunk at a time): the same numbers as myatt._judge.judge, bit for bit; anything else is
+    left to it."""
+    from myatt import _validate_rerun
+    from myatt._validate_rerun import _within_tolerance
+    if chunk:
+        monkeypatch.setattr(_validate_rerun, "CHUNK", chunk)
+    rng = np.random.default_rng(0)
+    cases = []
+    for dtype, (rtol, atol) in ((np.float32, (1.3e-6, 1e-5)), (np.float64, (1e-7, 1e-7))):
+        ref = rng.standard_normal((3, 7, 5)) * 10.0 ** rng.integers(-8, 4, (3, 7, 5))
+        b = ref.astype(dtype)
+        a = (b * (1 + rng.uniform(-1, 1, b.shape) * rtol / 2)).astype(dtype)
+        a.flat[:4], b.flat[:4] = 0, 0                      # equal zeros: 0/0 is no rel error
+        a.flat[4], b.flat[4] = atol / 4, 0                 # |b| = 0: an infinite rel error
+        cases += [(a, b, ref, rtol, atol), (a, b, None, rtol, atol), (b, b, ref, rtol, atol),
+                  (a, b, np.where(ref > 3, np.inf, ref), rtol, atol),    # inf in float64
+                  (a, b, np.where(ref < -3, np.nan, ref), rtol, atol),
+                  (a[:1, :1, :1], b[:1, :1, :1], ref[:1, :1, :1], rtol, atol)]
+        nan = b.copy()
+        nan.flat[9] = np.nan
+        far = a.copy()
+        far.flat[9] += 1
+        cases += [(nan, nan, ref, rtol, atol), (far, b, ref, rtol, atol),
+                  (a, b[:2], ref[:2], rtol, atol), (a[:0], b[:0], ref[:0], rtol, atol)]
+    quick = 0
+    for a, b, ref, rtol, atol in cases:
+        within, numbers = _judged(a, b, ref, rtol, atol)
+        got = _within_tolerance(a, b, rtol, atol, ref)
+        if got is None:
+            # left to _judge: outside the tolerance, non-finite, other shapes, or empty
+            assert not within or not a.size or np.isnan(a).any()
+            continue
+        quick += 1
+        assert within and got == numbers, (got, numbers)
+        assert all(type(x) is float or x is None for x in got)
+    assert quick == 12
+    assert _within_tolerance(np.float32([1, 2]), np.float32([1, 2.1]), 1.3e-6, 1e-5, None) is None
+
+
 def test_report_table_html_dict_and_collapsed_layers():
     model = nn.TransformerEncoder(encoder_layer(), num_layers=6, enable_nested_tensor=False)
     report = myatt.validate(model, torch.randn(2, 4, 16))
@@ -546,11 +637,18 @@ def test_many_calls_show_a_progress_bar(monkeypatch):
     monkeypatch.setattr(vt, "PROGRESS_FROM", 3)
     monkeypatch.setattr(tqdm.auto, "tqdm", lambda it, **kw: seen.append(kw) or real(
         it, disable=True, **kw))
-    x = torch.randn(2, 3)
+    x = torch.randn(2, 3, requires_grad=True)
+    # calls are judged as they are made, but for their gradients, which come later: with
+    # backward=True the bar shows those left to judge when the block ends
     with myatt.validating() as report:
         for _ in range(3):
             torch.softmax(x, -1)
+    assert len(report.calls) == 3 and not seen
+    with myatt.validating(backward=True) as report:
+        for _ in range(3):
+            torch.softmax(x, -1).sum().backward()
     assert len(report.calls) == 3 and seen and seen[0]["desc"] == "myatt.validate"
+    assert [r.name for r in report.calls[0].results] == ["output", "grad input"]
 
 
 def test_arguments_are_checked():
