@@ -72,7 +72,8 @@ def _mha_module(**a):
                                   add_bias_kv=a["bias_k"] is not None,
                                   add_zero_attn=bool(a["add_zero_attn"]), kdim=kdim, vdim=vdim,
                                   dtype=dtype)
-    names = {k: v for k, v in _MHA_WEIGHTS.items() if k in m.state_dict()}
+    keys = m.state_dict().keys()
+    names = {k: v for k, v in _MHA_WEIGHTS.items() if k in keys}
     m.load_state_dict({k: a[v] for k, v in names.items()})
     return m.train(bool(a["training"])), names
 
