@@ -10,16 +10,14 @@
 static int parse_args(const entry *e, PyObject *const *args, Py_ssize_t nargs,
                       PyObject *kwnames, PyObject **obj)
 {
-    int n = 0;
-    while (e->params[n].name != NULL)
-        n++;
+    const int n = e->nparams;
     if (nargs > n) {
         PyErr_Format(PyExc_TypeError, "%s() takes at most %d argument%s (%zd given)",
                      e->name, n, n == 1 ? "" : "s", nargs);
         return -1;
     }
-    for (Py_ssize_t i = 0; i < nargs; i++)
-        obj[i] = args[i];
+    for (int i = 0; i < n; i++)
+        obj[i] = i < nargs ? args[i] : NULL;
     const Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     for (Py_ssize_t k = 0; k < nkw; k++) {
         PyObject *key = PyTuple_GET_ITEM(kwnames, k);
@@ -38,7 +36,7 @@ static int parse_args(const entry *e, PyObject *const *args, Py_ssize_t nargs,
         }
         obj[i] = args[nargs + k];
     }
-    for (int i = 0; i < n; i++)
+    for (int i = (int)nargs; i < n; i++)   /* (a keyword for a position given is refused) */
         if (obj[i] == NULL && e->params[i].dflt == NULL) {
             PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s' (pos %d)",
                          e->name, e->params[i].name, i + 1);
@@ -50,8 +48,13 @@ static int parse_args(const entry *e, PyObject *const *args, Py_ssize_t nargs,
 int entry_parse(const entry *e, PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                 PyObject *kwnames, entry_call *c)
 {
+    /* (only the parameters' slots are set: zeroing the whole struct, which gcc
+     * does with rep stos, was a third of a small call's glue) */
     c->module = module;
     c->e = e;
+    c->dt = NULL;
+    for (int i = 0; i < e->nparams; i++)
+        c->arr[i] = NULL;
     if (parse_args(e, args, nargs, kwnames, c->obj) < 0)
         return -1;
     return entry_convert(c);
@@ -62,7 +65,7 @@ int entry_convert(entry_call *c)
     const entry *e = c->e;
     PyArrayObject *promoting[ENTRY_MAX_ARGS];
     int np = 0;
-    for (int i = 0; e->params[i].name != NULL; i++) {
+    for (int i = 0; i < e->nparams; i++) {
         const entry_param *p = &e->params[i];
         if (p->kind == ARG_VALUE || c->obj[i] == NULL
                 || (c->obj[i] == Py_None && p->dflt != NULL))   /* None: defaults to None */
@@ -78,14 +81,14 @@ int entry_convert(entry_call *c)
 
 void entry_call_clear(entry_call *c)
 {
-    for (int i = 0; i < ENTRY_MAX_ARGS; i++)
+    for (int i = 0; i < c->e->nparams; i++)
         Py_CLEAR(c->arr[i]);
 }
 
 PyObject *entry_fastcall(const entry *e, PyObject *module, PyObject *const *args,
                          Py_ssize_t nargs, PyObject *kwnames)
 {
-    entry_call c = {0};
+    entry_call c;
     PyObject *result = NULL;
     if (entry_parse(e, module, args, nargs, kwnames, &c) == 0
             && (e->check == NULL || e->check(&c) == 0))
@@ -113,12 +116,14 @@ static char *signed_doc(const entry *e)
     return doc;
 }
 
-/* "linear(): weight" for each parameter, in PyMem_Raw buffers. */
+/* The parameters' count, and "linear(): weight" for each, in PyMem_Raw buffers. */
 static int make_whats(entry *e)
 {
+    e->nparams = 0;
     for (int i = 0; e->params[i].name != NULL; i++) {
         if (i >= ENTRY_MAX_ARGS)
             Py_FatalError("entry.h: raise ENTRY_MAX_ARGS");
+        e->nparams = i + 1;
         const size_t len = strlen(e->name) + strlen(e->params[i].name) + 8;
         char *what = PyMem_RawMalloc(len);
         if (what == NULL)

@@ -74,6 +74,7 @@ struct entry {
     const struct vjp_kind *vjp;   /* or vjp's own kind (scaled_dot_product_attention) */
     entry_fastcall_fn call;       /* its METH_FASTCALL | METH_KEYWORDS function */
     const char *what[ENTRY_MAX_ARGS];   /* "linear(): weight", made by entry_setup */
+    int nparams;                  /* the parameters' count, counted by entry_setup */
 };
 
 /* The declaration `var` (fields given by name) and its METH_FASTCALL function */
@@ -93,14 +94,15 @@ extern entry *const myatt_functions[];
 PyObject *entry_fastcall(const entry *e, PyObject *module, PyObject *const *args,
                          Py_ssize_t nargs, PyObject *kwnames);
 
-/* The call parsed and converted into *c (zero-filled by the caller, released
- * with entry_call_clear whatever this returns): 0, or -1 with an exception. */
+/* The call parsed and converted into *c (which it initialises: released with
+ * entry_call_clear whatever this returns): 0, or -1 with an exception. */
 int entry_parse(const entry *e, PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                 PyObject *kwnames, entry_call *c);
 void entry_call_clear(entry_call *c);
 
-/* c's arrays (arr) and result dtype from its arguments (obj), for a call made
- * in C (a pullback's of the backward): 0, or -1 with an exception. */
+/* c's arrays (arr, NULL on entry) and result dtype from its arguments (obj),
+ * for a call made in C (a pullback's of the backward): 0, or -1 with an
+ * exception. */
 int entry_convert(entry_call *c);
 
 /* The module's functions from myatt_functions (their text signatures and

@@ -486,7 +486,7 @@ static PyObject *sdpa_vjp_forward(PyObject *module, PyObject *fn, PyObject *cons
                                   Py_ssize_t nargs, PyObject *kwnames, void *kept_)
 {
     sdpa_kept *kept = kept_;
-    entry_call c = {0};
+    entry_call c;
     PyObject *result = NULL;
     if (entry_parse(&sdpa_entry, module, args, nargs, kwnames, &c) < 0
             || sdpa_prepare(&c, 1, kept) < 0)

@@ -58,7 +58,7 @@ static PyObject *function_forward(PyObject *module, PyObject *fn, PyObject *cons
 {
     function_kept *kept = kept_;
     const entry *e = kept->e = entry_of_function(module, fn);
-    entry_call c = {0};
+    entry_call c;
     PyObject *result = NULL;
     if (entry_parse(e, module, args, nargs, kwnames, &c) < 0
             || (e->check != NULL && e->check(&c) < 0))
