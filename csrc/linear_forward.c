@@ -249,60 +249,42 @@ fail:
 }
 
 
+/* forward's and __call__'s docstrings but for their first lines and examples */
+#define LINEAR_APPLY_DOC                                                        \
+"\n"                                                                            \
+"Parameters\n"                                                                  \
+"----------\n"                                                                  \
+"input : array_like, shape (..., in_features)\n"                                \
+"    Real numbers; converted to the layer's dtype.\n"                           \
+"\n"                                                                            \
+"Returns\n"                                                                     \
+"-------\n"                                                                     \
+"ndarray, shape (..., out_features)\n"                                          \
+"    In the layer's dtype; a new C-contiguous array.\n"                         \
+"\n"                                                                            \
+"Raises\n"                                                                      \
+"------\n"                                                                      \
+"TypeError\n"                                                                   \
+"    If `input` is not an array of real numbers.\n"                             \
+"ValueError\n"                                                                  \
+"    If the last axis of `input` is not `in_features` long.\n"                  \
+"MemoryError\n"                                                                 \
+"    If the result cannot be allocated.\n"                                      \
+"\n"                                                                            \
+"Examples\n"                                                                    \
+"--------\n"                                                                    \
+">>> m = myatt.Linear(3, 2, dtype='float64')\n"
+
 const char Linear_call_doc[] = PyDoc_STR(
 "__call__($self, input)\n--\n\n"
 "Apply the layer: the same as `forward`.\n"
-"\n"
-"Parameters\n"
-"----------\n"
-"input : array_like, shape (..., in_features)\n"
-"    Real numbers; converted to the layer's dtype.\n"
-"\n"
-"Returns\n"
-"-------\n"
-"ndarray, shape (..., out_features)\n"
-"    In the layer's dtype; a new C-contiguous array.\n"
-"\n"
-"Raises\n"
-"------\n"
-"TypeError\n"
-"    If `input` is not an array of real numbers.\n"
-"ValueError\n"
-"    If the last axis of `input` is not `in_features` long.\n"
-"MemoryError\n"
-"    If the result cannot be allocated.\n"
-"\n"
-"Examples\n"
-"--------\n"
-">>> m = myatt.Linear(3, 2, dtype='float64')\n"
+LINEAR_APPLY_DOC
 ">>> m(np.ones((5, 7, 3))).shape\n"
 "(5, 7, 2)");
 
 const char Linear_forward_doc[] = PyDoc_STR(
 "forward($self, input)\n--\n\n"
 "Apply the layer: ``input @ weight.T + bias``.\n"
-"\n"
-"Parameters\n"
-"----------\n"
-"input : array_like, shape (..., in_features)\n"
-"    Real numbers; converted to the layer's dtype.\n"
-"\n"
-"Returns\n"
-"-------\n"
-"ndarray, shape (..., out_features)\n"
-"    In the layer's dtype; a new C-contiguous array.\n"
-"\n"
-"Raises\n"
-"------\n"
-"TypeError\n"
-"    If `input` is not an array of real numbers.\n"
-"ValueError\n"
-"    If the last axis of `input` is not `in_features` long.\n"
-"MemoryError\n"
-"    If the result cannot be allocated.\n"
-"\n"
-"Examples\n"
-"--------\n"
-">>> m = myatt.Linear(3, 2, dtype='float64')\n"
+LINEAR_APPLY_DOC
 ">>> m.forward(np.ones((5, 7, 3))).shape\n"
 "(5, 7, 2)");

@@ -502,91 +502,62 @@ PyObject *MyAtt_backward(MyAttObject *self, PyObject *args, PyObject *kwds)
     return tutorial_backward_qkv(self, Q, K, V, GO, GA);
 }
 
+/* forward's and __call__'s docstrings but for their first lines and examples */
+#define MYATT_APPLY_DOC                                                         \
+"\n"                                                                            \
+"Only batch item 0 of `Q` and `K` is used, as in the original.\n"               \
+"\n"                                                                            \
+"Parameters\n"                                                                  \
+"----------\n"                                                                  \
+"Q : array_like, shape (Bq, S, query_size)\n"                                   \
+"K : array_like, shape (Bk, S, key_size)\n"                                     \
+"    As many rows S as `Q`.\n"                                                  \
+"V : array_like, shape (1, value_size1, value_size2)\n"                         \
+"\n"                                                                            \
+"Returns\n"                                                                     \
+"-------\n"                                                                     \
+"output : ndarray, shape (1, S, output_size)\n"                                 \
+"attn_weights : ndarray, shape (S, value_size1)\n"                              \
+"    Each row sums to 1. Both new arrays in the module's dtype.\n"              \
+"\n"                                                                            \
+"Raises\n"                                                                      \
+"------\n"                                                                      \
+"TypeError\n"                                                                   \
+"    If an operand is not an array of real numbers.\n"                          \
+"ValueError\n"                                                                  \
+"    If an operand is not 3-D, a batch is empty, or the shapes do not match\n"  \
+"    the sizes (the message gives them).\n"                                     \
+"MemoryError\n"                                                                 \
+"    If a result or a workspace cannot be allocated.\n"                         \
+"\n"                                                                            \
+"Examples\n"                                                                    \
+"--------\n"                                                                    \
+">>> m = myatt.MyAtt(3, 2, 4, 5, 6, dtype='float64')\n"                         \
+">>> sd = {k: np.zeros(v.shape) for k, v in m.state_dict().items()}\n"          \
+">>> sd['attn_combine.bias'] = np.arange(6.0)\n"                                \
+">>> m.load_state_dict(sd)\n"                                                   \
+"([], [])\n"                                                                    \
+">>> Q, K, V = np.ones((2, 7, 3)), np.ones((1, 7, 2)), np.ones((1, 4, 5))\n"
+
+#define MYATT_APPLY_DOC_END                                                     \
+">>> attn_weights[0]\n"                                                         \
+"array([0.25, 0.25, 0.25, 0.25])\n"                                             \
+">>> output[0, 0]\n"                                                            \
+"array([0., 1., 2., 3., 4., 5.])"
+
 const char MyAtt_forward_doc[] = PyDoc_STR(
 "forward($self, Q, K, V)\n--\n\n"
 "The attention: output and attention weights.\n"
-"\n"
-"Only batch item 0 of `Q` and `K` is used, as in the original.\n"
-"\n"
-"Parameters\n"
-"----------\n"
-"Q : array_like, shape (Bq, S, query_size)\n"
-"K : array_like, shape (Bk, S, key_size)\n"
-"    As many rows S as `Q`.\n"
-"V : array_like, shape (1, value_size1, value_size2)\n"
-"\n"
-"Returns\n"
-"-------\n"
-"output : ndarray, shape (1, S, output_size)\n"
-"attn_weights : ndarray, shape (S, value_size1)\n"
-"    Each row sums to 1. Both new arrays in the module's dtype.\n"
-"\n"
-"Raises\n"
-"------\n"
-"TypeError\n"
-"    If an operand is not an array of real numbers.\n"
-"ValueError\n"
-"    If an operand is not 3-D, a batch is empty, or the shapes do not match\n"
-"    the sizes (the message gives them).\n"
-"MemoryError\n"
-"    If a result or a workspace cannot be allocated.\n"
-"\n"
-"Examples\n"
-"--------\n"
-">>> m = myatt.MyAtt(3, 2, 4, 5, 6, dtype='float64')\n"
-">>> sd = {k: np.zeros(v.shape) for k, v in m.state_dict().items()}\n"
-">>> sd['attn_combine.bias'] = np.arange(6.0)\n"
-">>> m.load_state_dict(sd)\n"
-"([], [])\n"
-">>> Q, K, V = np.ones((2, 7, 3)), np.ones((1, 7, 2)), np.ones((1, 4, 5))\n"
+MYATT_APPLY_DOC
 ">>> output, attn_weights = m.forward(Q, K, V)\n"
-">>> attn_weights[0]\n"
-"array([0.25, 0.25, 0.25, 0.25])\n"
-">>> output[0, 0]\n"
-"array([0., 1., 2., 3., 4., 5.])");
+MYATT_APPLY_DOC_END);
 
 const char MyAtt_call_doc[] = PyDoc_STR(
 "__call__($self, Q, K, V)\n--\n\n"
 "The attention: the same as `forward`.\n"
-"\n"
-"Only batch item 0 of `Q` and `K` is used, as in the original.\n"
-"\n"
-"Parameters\n"
-"----------\n"
-"Q : array_like, shape (Bq, S, query_size)\n"
-"K : array_like, shape (Bk, S, key_size)\n"
-"    As many rows S as `Q`.\n"
-"V : array_like, shape (1, value_size1, value_size2)\n"
-"\n"
-"Returns\n"
-"-------\n"
-"output : ndarray, shape (1, S, output_size)\n"
-"attn_weights : ndarray, shape (S, value_size1)\n"
-"    Each row sums to 1. Both new arrays in the module's dtype.\n"
-"\n"
-"Raises\n"
-"------\n"
-"TypeError\n"
-"    If an operand is not an array of real numbers.\n"
-"ValueError\n"
-"    If an operand is not 3-D, a batch is empty, or the shapes do not match\n"
-"    the sizes (the message gives them).\n"
-"MemoryError\n"
-"    If a result or a workspace cannot be allocated.\n"
-"\n"
-"Examples\n"
-"--------\n"
-">>> m = myatt.MyAtt(3, 2, 4, 5, 6, dtype='float64')\n"
-">>> sd = {k: np.zeros(v.shape) for k, v in m.state_dict().items()}\n"
-">>> sd['attn_combine.bias'] = np.arange(6.0)\n"
-">>> m.load_state_dict(sd)\n"
-"([], [])\n"
-">>> Q, K, V = np.ones((2, 7, 3)), np.ones((1, 7, 2)), np.ones((1, 4, 5))\n"
+MYATT_APPLY_DOC
 ">>> output, attn_weights = m(Q, K, V)\n"
-">>> attn_weights[0]\n"
-"array([0.25, 0.25, 0.25, 0.25])\n"
-">>> output[0, 0]\n"
-"array([0., 1., 2., 3., 4., 5.])");
+MYATT_APPLY_DOC_END);
 
 /* ---- myatt.vjp (vjp.h) ------------------------------------------------------ */
 
