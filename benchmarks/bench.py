@@ -135,7 +135,8 @@ def numpy_blas():
 
 
 def measure_peak():
-    """{'avx512': GFLOP/s, 'avx2': GFLOP/s} of one core, float32 FMA; {} without a compiler."""
+    """{'avx512': GFLOP/s, 'avx2': GFLOP/s} of one core, float32 FMA, and 'avx512_bf16' (the
+    bfloat16 dot product's peak) where the CPU has it; {} without a compiler."""
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if cc is None or platform.machine() not in ("x86_64", "AMD64", "i686"):
         return {}
@@ -517,11 +518,15 @@ def run(args):
         print("  note: threadpoolctl missing: numpy's BLAS threads are not set per row")
 
     peak = measure_peak()
-    peak_core = max(peak.values()) if peak else None
-    if peak:
+    fma_peak = {isa: g for isa, g in peak.items() if isa != "avx512_bf16"}
+    peak_core = max(fma_peak.values()) if fma_peak else None
+    if peak_core:
         print("float32 FMA peak of one core (benchmarks/peak.c): "
-              + ", ".join(f"{isa} {g:.1f} GFLOP/s" for isa, g in peak.items())
+              + ", ".join(f"{isa} {g:.1f} GFLOP/s" for isa, g in fma_peak.items())
               + f"; %peak uses {peak_core:.1f} x threads (float64: half)")
+        if "avx512_bf16" in peak:
+            print(f"bfloat16 dot-product peak of one core (vdpbf16ps): "
+                  f"{peak['avx512_bf16']:.1f} GFLOP/s")
     else:
         print("float32 FMA peak: not measured (no C compiler or not x86-64)")
     print("times: median per call; /torch and /numpy = myatt time / their time (< 1: myatt "

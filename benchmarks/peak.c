@@ -5,10 +5,14 @@
  *
  *   avx512 <GFLOP/s>
  *   avx2 <GFLOP/s>
+ *   avx512_bf16 <GFLOP/s>
  *
- * (an FMA counts 2 flops per lane).  Built by bench.py with plain `cc -O2`;
- * each kernel carries its own target attribute and runs only when the CPU
- * has the ISA.  float64 peak = float32 peak / 2 on the same units. */
+ * (an FMA counts 2 flops per lane).  The last line is the bfloat16 peak, the
+ * same chains of AVX512_BF16's vdpbf16ps (per float32 lane, two bfloat16
+ * products added to the lane: 4 flops), the unit of the bfloat16 GEMM's share
+ * of peak.  Built by bench.py with plain `cc -O2`; each kernel carries its own
+ * target attribute and runs only when the CPU has the ISA.  float64 peak =
+ * float32 peak / 2 on the same units. */
 #define _POSIX_C_SOURCE 199309L
 #include <immintrin.h>
 #include <stdio.h>
@@ -94,6 +98,45 @@ static double run_avx2(long iters)
     return 2.0 * 8 * CHAINS_256 * (double)iters / dt / 1e9;
 }
 
+/* compilers that know AVX512_BF16 (GCC 10, clang 9); older ones print no bfloat16 line */
+#if (defined(__clang__) && __clang_major__ >= 9) || (!defined(__clang__) && __GNUC__ >= 10)
+#define PEAK_BF16 1
+__attribute__((target("avx512f,avx512bf16"), noinline))
+static double run_avx512_bf16(long iters)
+{
+    __m512 acc[CHAINS_512];
+    for (int c = 0; c < CHAINS_512; c++)
+        acc[c] = _mm512_set1_ps(1.0f + 0.001f * (float)c);
+    /* bfloat16 1 and 1e-7: each adds 2e-7 to a lane, finite for any iters */
+    const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x33d6);
+    const double t0 = now();
+    for (long i = 0; i < iters; i++) {   /* CHAINS_512 independent dot products, written out */
+        acc[0] = _mm512_dpbf16_ps(acc[0], a, b);
+        acc[1] = _mm512_dpbf16_ps(acc[1], a, b);
+        acc[2] = _mm512_dpbf16_ps(acc[2], a, b);
+        acc[3] = _mm512_dpbf16_ps(acc[3], a, b);
+        acc[4] = _mm512_dpbf16_ps(acc[4], a, b);
+        acc[5] = _mm512_dpbf16_ps(acc[5], a, b);
+        acc[6] = _mm512_dpbf16_ps(acc[6], a, b);
+        acc[7] = _mm512_dpbf16_ps(acc[7], a, b);
+        acc[8] = _mm512_dpbf16_ps(acc[8], a, b);
+        acc[9] = _mm512_dpbf16_ps(acc[9], a, b);
+        acc[10] = _mm512_dpbf16_ps(acc[10], a, b);
+        acc[11] = _mm512_dpbf16_ps(acc[11], a, b);
+        acc[12] = _mm512_dpbf16_ps(acc[12], a, b);
+        acc[13] = _mm512_dpbf16_ps(acc[13], a, b);
+        acc[14] = _mm512_dpbf16_ps(acc[14], a, b);
+        acc[15] = _mm512_dpbf16_ps(acc[15], a, b);
+    }
+    const double dt = now() - t0;
+    __m512 s = acc[0];
+    for (int c = 1; c < CHAINS_512; c++)
+        s = _mm512_add_ps(s, acc[c]);
+    sink = _mm512_reduce_add_ps(s);
+    return 4.0 * 16 * CHAINS_512 * (double)iters / dt / 1e9;
+}
+#endif
+
 static double best_of(double (*run)(long))
 {
     long iters = 1 << 16;
@@ -120,5 +163,9 @@ int main(void)
         printf("avx512 %.2f\n", best_of(run_avx512));
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         printf("avx2 %.2f\n", best_of(run_avx2));
+#ifdef PEAK_BF16
+    if (__builtin_cpu_supports("avx512bf16"))
+        printf("avx512_bf16 %.2f\n", best_of(run_avx512_bf16));
+#endif
     return 0;
 }
