@@ -69,6 +69,23 @@ extern const char module_train_doc[], module_eval_doc[], module_training_doc[];
     {"train", (PyCFunction)(void (*)(void))module_train, METH_VARARGS | METH_KEYWORDS,      \
      module_train_doc},                                                                      \
     {"eval", (PyCFunction)module_eval, METH_NOARGS, module_eval_doc}
+/* The methods every module type has, named from its prefix P (P##_forward_fast,
+ * P##_state_dict, ..., their P##_..._doc), its modes included: a type's method
+ * table is MODULE_METHODS(P) and what it adds (MyAtt's and Linear's backward). */
+#define MODULE_METHODS(P)                                                                    \
+    {"forward", (PyCFunction)(void (*)(void))P##_forward_fast, METH_FASTCALL | METH_KEYWORDS, \
+     P##_forward_doc},                                                                       \
+    {"state_dict", (PyCFunction)P##_state_dict, METH_NOARGS, P##_state_dict_doc},           \
+    {"load_state_dict", (PyCFunction)(void (*)(void))P##_load_state_dict,                   \
+     METH_VARARGS | METH_KEYWORDS, P##_load_state_dict_doc},                                 \
+    {"__call__", (PyCFunction)(void (*)(void))P##_call_fast,                                \
+     METH_FASTCALL | METH_KEYWORDS | METH_COEXIST, P##_call_doc},                            \
+    {"__reduce__", (PyCFunction)P##_reduce, METH_NOARGS, P##_reduce_doc},                   \
+    {"_from_state", (PyCFunction)from_state_method, METH_VARARGS | METH_CLASS,              \
+     P##_from_state_doc},                                                                    \
+    {"from_torch", (PyCFunction)P##_from_torch, METH_O | METH_CLASS, P##_from_torch_doc},   \
+    {"_repr_html_", (PyCFunction)repr_html_method, METH_NOARGS, P##_repr_html_doc},         \
+    MODULE_MODE_METHODS
 #define MODULE_MODE_GETSET \
     {"training", module_get_training, module_set_training, module_training_doc, NULL}
 

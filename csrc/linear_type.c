@@ -419,22 +419,9 @@ PyDoc_STRVAR(Linear_load_state_dict_doc,
 "array([3., 3.], dtype=float32)");
 
 static PyMethodDef Linear_methods[] = {
-    {"forward", (PyCFunction)(void (*)(void))Linear_forward_fast, METH_FASTCALL | METH_KEYWORDS,
-     Linear_forward_doc},
+    MODULE_METHODS(Linear),
     {"backward", (PyCFunction)(void (*)(void))Linear_backward, METH_VARARGS | METH_KEYWORDS,
      Linear_backward_doc},
-    {"state_dict", (PyCFunction)Linear_state_dict, METH_NOARGS, Linear_state_dict_doc},
-    {"load_state_dict", (PyCFunction)(void (*)(void))Linear_load_state_dict,
-     METH_VARARGS | METH_KEYWORDS, Linear_load_state_dict_doc},
-    {"__call__", (PyCFunction)(void (*)(void))Linear_call_fast,
-     METH_FASTCALL | METH_KEYWORDS | METH_COEXIST, Linear_call_doc},
-    {"__reduce__", (PyCFunction)Linear_reduce, METH_NOARGS, Linear_reduce_doc},
-    {"_from_state", (PyCFunction)from_state_method, METH_VARARGS | METH_CLASS,
-     Linear_from_state_doc},
-    {"from_torch", (PyCFunction)Linear_from_torch, METH_O | METH_CLASS,
-     Linear_from_torch_doc},
-    {"_repr_html_", (PyCFunction)repr_html_method, METH_NOARGS, Linear_repr_html_doc},
-    MODULE_MODE_METHODS,
     {NULL, NULL, 0, NULL},
 };
 

@@ -542,19 +542,7 @@ PyDoc_STRVAR(MHA_doc,
 "((3, 5, 8), True)");
 
 static PyMethodDef MHA_methods[] = {
-    {"forward", (PyCFunction)(void (*)(void))MHA_forward_fast, METH_FASTCALL | METH_KEYWORDS,
-     MHA_forward_doc},
-    {"state_dict", (PyCFunction)MHA_state_dict, METH_NOARGS, MHA_state_dict_doc},
-    {"load_state_dict", (PyCFunction)(void (*)(void))MHA_load_state_dict,
-     METH_VARARGS | METH_KEYWORDS, MHA_load_state_dict_doc},
-    {"__call__", (PyCFunction)(void (*)(void))MHA_call_fast,
-     METH_FASTCALL | METH_KEYWORDS | METH_COEXIST, MHA_call_doc},
-    {"__reduce__", (PyCFunction)MHA_reduce, METH_NOARGS, MHA_reduce_doc},
-    {"_from_state", (PyCFunction)from_state_method, METH_VARARGS | METH_CLASS,
-     MHA_from_state_doc},
-    {"from_torch", (PyCFunction)MHA_from_torch, METH_O | METH_CLASS, MHA_from_torch_doc},
-    {"_repr_html_", (PyCFunction)repr_html_method, METH_NOARGS, MHA_repr_html_doc},
-    MODULE_MODE_METHODS,
+    MODULE_METHODS(MHA),
     {NULL, NULL, 0, NULL},
 };
 

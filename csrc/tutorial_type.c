@@ -351,22 +351,9 @@ PyDoc_STRVAR(MyAtt_load_state_dict_doc,
 "(['attn.weight', 'attn_combine.weight', 'attn_combine.bias'], ['extra'])");
 
 static PyMethodDef MyAtt_methods[] = {
-    {"forward", (PyCFunction)(void (*)(void))MyAtt_forward_fast, METH_FASTCALL | METH_KEYWORDS,
-     MyAtt_forward_doc},
+    MODULE_METHODS(MyAtt),
     {"backward", (PyCFunction)(void (*)(void))MyAtt_backward, METH_VARARGS | METH_KEYWORDS,
      MyAtt_backward_doc},
-    {"state_dict", (PyCFunction)MyAtt_state_dict, METH_NOARGS, MyAtt_state_dict_doc},
-    {"load_state_dict", (PyCFunction)(void (*)(void))MyAtt_load_state_dict,
-     METH_VARARGS | METH_KEYWORDS, MyAtt_load_state_dict_doc},
-    {"__call__", (PyCFunction)(void (*)(void))MyAtt_call_fast,
-     METH_FASTCALL | METH_KEYWORDS | METH_COEXIST, MyAtt_call_doc},
-    {"__reduce__", (PyCFunction)MyAtt_reduce, METH_NOARGS, MyAtt_reduce_doc},
-    {"_from_state", (PyCFunction)from_state_method, METH_VARARGS | METH_CLASS,
-     MyAtt_from_state_doc},
-    {"from_torch", (PyCFunction)MyAtt_from_torch, METH_O | METH_CLASS,
-     MyAtt_from_torch_doc},
-    {"_repr_html_", (PyCFunction)repr_html_method, METH_NOARGS, MyAtt_repr_html_doc},
-    MODULE_MODE_METHODS,
     {NULL, NULL, 0, NULL},
 };
 
