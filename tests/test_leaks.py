@@ -262,7 +262,11 @@ def test_tracemalloc():
     """Memory traced by tracemalloc (Python objects, NumPy data, kernel workspaces) does
     not grow over N_TRACED calls of any case: a leaked result of these sizes (>= 100
     bytes) would add >= 100 KB. One tracing session for all cases (starting and
-    stopping tracemalloc is slow beside torch's heap)."""
+    stopping tracemalloc is slow beside torch's heap). A case that grew is measured over
+    a second N_TRACED calls, and counts only if it grows there too: a leak grows with every
+    call, a one-time allocation does not (CI, Python 3.10 with NumPy 1.23: one block of
+    2.5 MiB, kept, allocated during the 1000 calls of a MultiheadAttention pullback after
+    other tests ran, and nothing over the next 1000)."""
     I = Inputs()
     cases = _cases(I)
     for fn in cases.values():
@@ -275,13 +279,16 @@ def test_tracemalloc():
         for name, fn in cases.items():
             for _ in range(20):
                 fn()
-            gc.collect(0)
-            start, _ = tracemalloc.get_traced_memory()
-            for _ in range(N_TRACED):
-                fn()
-            gc.collect(0)
-            end, _ = tracemalloc.get_traced_memory()
-            if end - start >= 32 * 1024:
+            for window in range(2):
+                gc.collect(0)
+                start, _ = tracemalloc.get_traced_memory()
+                for _ in range(N_TRACED):
+                    fn()
+                gc.collect(0)
+                end, _ = tracemalloc.get_traced_memory()
+                if end - start < 32 * 1024:
+                    break
+            else:
                 grown[name] = end - start
     finally:
         tracemalloc.stop()
