@@ -67,6 +67,18 @@ def name_re(*names):
 TORCH_CAPABILITY = {"avx512": "AVX512", "avx2": "AVX2", "portable": "DEFAULT"}
 
 
+def cpu_flags():
+    """The CPU's feature flags (/proc/cpuinfo), or an empty set where there is none."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def torch_runs_our_softmax():
     """Whether torch's softmax here is the kernel myatt's path reproduces bit for bit.
     CI pairs every MYATT_KERNEL run with torch's matching capability and sets

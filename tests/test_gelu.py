@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from helpers import cpu_flags
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -51,20 +53,9 @@ print("ok")
 PATHS = {"avx512": "AVX512_CORE", "avx2": "AVX2", "portable": "AVX2"}
 
 
-def _cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 @pytest.mark.parametrize("path", list(PATHS))
 def test_gelu_is_torchs_bits(path):
-    flags = _cpu_flags()
+    flags = cpu_flags()
     # oneDNN's JIT code needs these; without them it runs other code (docs/numerics.md)
     needs = {"avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"},
              "avx2": {"avx2", "fma"}, "portable": {"avx2", "fma"}}[path]

@@ -12,6 +12,7 @@ import torch
 
 import myatt
 import reference
+from helpers import cpu_flags
 from oracle import assert_matches, to_torch
 
 # every softmax test depends on the kernel path
@@ -19,17 +20,6 @@ pytestmark = pytest.mark.kernel_path
 
 PATHS = ("portable", "avx2", "avx512")
 CPU_FLAG = {"avx2": "avx2", "avx512": "avx512f"}
-
-
-def cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def test_requested_path_in_use():
