@@ -290,11 +290,12 @@ int refuse_abstract(PyTypeObject *type)
     return -1;
 }
 
-PyObject *reduce_object(PyObject *self, PyObject *args, PyObject *kwargs)
+PyObject *reduce_object(PyObject *self, PyObject *args, const myatt_dtype *dt)
 {
-    PyObject *rebuild = NULL, *sd = NULL, *modes = NULL, *dict = NULL, *result = NULL;
-    rebuild = PyObject_GetAttrString((PyObject *)Py_TYPE(self), "_from_state");
-    if (rebuild == NULL)
+    PyObject *kwargs = NULL, *rebuild = NULL, *sd = NULL, *modes = NULL, *dict = NULL;
+    PyObject *result = NULL;
+    if (args == NULL || (kwargs = Py_BuildValue("{ss}", "dtype", dt->name)) == NULL
+            || (rebuild = PyObject_GetAttrString((PyObject *)Py_TYPE(self), "_from_state")) == NULL)
         goto done;
     sd = PyObject_CallMethod(self, "state_dict", NULL);
     if (sd == NULL || (modes = module_modes(self)) == NULL)
@@ -305,6 +306,8 @@ PyObject *reduce_object(PyObject *self, PyObject *args, PyObject *kwargs)
         goto done;
     result = Py_BuildValue("O(OOOO)O", rebuild, args, kwargs, sd, modes, dict);
 done:
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
     Py_XDECREF(rebuild);
     Py_XDECREF(sd);
     Py_XDECREF(modes);

@@ -113,10 +113,11 @@ int module_built(PyObject *self, const char *what);
  * gives: -1, else 0. */
 int refuse_abstract(PyTypeObject *type);
 
-/* __reduce__: (type(self)._from_state, (args, kwargs, self.state_dict(), modes),
- * myatt._interop.object_state(self): a subclass's __getstate__(), or its
- * __dict__ and __slots__, or None); modes: myatt._interop.modes(self). */
-PyObject *reduce_object(PyObject *self, PyObject *args, PyObject *kwargs);
+/* __reduce__: (type(self)._from_state, (args, {'dtype': dt's name}, self.state_dict(),
+ * modes), myatt._interop.object_state(self): a subclass's __getstate__(), or its
+ * __dict__ and __slots__, or None); modes: myatt._interop.modes(self).  args (the
+ * constructor's positional arguments) is stolen; NULL (an error set) gives NULL. */
+PyObject *reduce_object(PyObject *self, PyObject *args, const myatt_dtype *dt);
 
 /* The methods both types share: _from_state (unpickling), from_torch (with the
  * myatt._interop function that reads the torch module: "linear_spec" or

@@ -230,11 +230,7 @@ static PyObject *Linear_reduce(LinearObject *self, PyObject *Py_UNUSED(ignored))
 {
     PyObject *args = Py_BuildValue("(nnO)", self->in_features, self->out_features,
                                    self->bias ? Py_True : Py_False);
-    PyObject *kwargs = Py_BuildValue("{ss}", "dtype", self->dtype->name);
-    PyObject *r = args && kwargs ? reduce_object((PyObject *)self, args, kwargs) : NULL;
-    Py_XDECREF(args);
-    Py_XDECREF(kwargs);
-    return r;
+    return reduce_object((PyObject *)self, args, self->dtype);   /* args stolen */
 }
 
 static PyObject *Linear_from_torch(PyTypeObject *cls, PyObject *module)

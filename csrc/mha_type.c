@@ -326,11 +326,7 @@ static PyObject *MHA_reduce(MHAObject *self, PyObject *Py_UNUSED(ignored))
                                    self->param[P_BIAS_K] ? Py_True : Py_False,
                                    self->add_zero_attn ? Py_True : Py_False, self->kdim,
                                    self->vdim, self->batch_first ? Py_True : Py_False);
-    PyObject *kwargs = Py_BuildValue("{ss}", "dtype", self->dtype->name);
-    PyObject *r = args && kwargs ? reduce_object((PyObject *)self, args, kwargs) : NULL;
-    Py_XDECREF(args);
-    Py_XDECREF(kwargs);
-    return r;
+    return reduce_object((PyObject *)self, args, self->dtype);   /* args stolen */
 }
 
 static PyObject *MHA_from_torch(PyTypeObject *cls, PyObject *module)

@@ -148,11 +148,7 @@ static PyObject *MyAtt_reduce(MyAttObject *self, PyObject *Py_UNUSED(ignored))
 {
     PyObject *args = Py_BuildValue("(nnnnn)", self->query_size, self->key_size,
                                    self->value_size1, self->value_size2, self->output_size);
-    PyObject *kwargs = Py_BuildValue("{ss}", "dtype", self->dtype->name);
-    PyObject *r = args && kwargs ? reduce_object((PyObject *)self, args, kwargs) : NULL;
-    Py_XDECREF(args);
-    Py_XDECREF(kwargs);
-    return r;
+    return reduce_object((PyObject *)self, args, self->dtype);   /* args stolen */
 }
 
 static PyObject *MyAtt_from_torch(PyTypeObject *cls, PyObject *module)
