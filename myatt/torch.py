@@ -239,8 +239,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 
 # multi_head_attention_forward's weight arguments, in the order their gradients return
-_MHA_WEIGHTS = ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight",
-                "in_proj_bias", "bias_k", "bias_v", "out_proj_weight", "out_proj_bias")
+_MHA_WEIGHTS = tuple(_twins._MHA_WEIGHTS.values())
 
 
 def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_heads,
