@@ -18,14 +18,14 @@ PyDoc_STRVAR(gelu_doc,
 "Parameters\n"
 "----------\n"
 "input : array_like, any shape\n"
-"    Real numbers (bool, integer, float16, float32 or float64).\n"
+"    Real numbers (bool, integer, float16, bfloat16, float32 or float64).\n"
 "approximate : {'none', 'tanh'}, optional\n"
 "    The exact GELU (default) or torch's tanh approximation.\n"
 "\n"
 "Returns\n"
 "-------\n"
 "ndarray, shape of `input`\n"
-"    float64 if `input` is float64, else float32; always a new C-contiguous\n"
+"    `input`'s dtype if a float one, else float32; always a new C-contiguous\n"
 "    array. float32 with ``approximate='none'``: torch's bits on a CPU with\n"
 "    AVX-512 (torch calls oneDNN there; see the numerics page).\n"
 "\n"
@@ -82,7 +82,7 @@ static PyObject *gelu_run(const entry_call *c)
         const void *xd = PyArray_DATA(x);
         void *od = PyArray_DATA((PyArrayObject *)out);
         MYATT_BEGIN_COMPUTE(8.0 * (double)n)
-        gelu_forward_kernels[c->dt->index](od, xd, n, approximate);
+        gelu_forward_kernels[c->dt->kernel](od, xd, n, approximate);
         MYATT_END_COMPUTE
     }
     Py_DECREF(x);
@@ -110,7 +110,7 @@ PyDoc_STRVAR(gelu_backward_doc,
 "Returns\n"
 "-------\n"
 "ndarray, shape of `input`\n"
-"    float64 if either operand is float64, else float32. float32 with\n"
+"    The operands' promoted dtype (conventions: the widest float). float32 with\n"
 "    ``approximate='none'``: torch's bits on every CPU with AVX2 or AVX-512.\n"
 "\n"
 "Raises\n"
@@ -150,7 +150,7 @@ static PyObject *gelu_backward_run(const entry_call *c)
         const void *gd = PyArray_DATA(g), *xd = PyArray_DATA(x);
         void *od = PyArray_DATA((PyArrayObject *)out);
         MYATT_BEGIN_COMPUTE(12.0 * (double)n)
-        gelu_backward_kernels[c->dt->index](od, gd, xd, n, approximate);
+        gelu_backward_kernels[c->dt->kernel](od, gd, xd, n, approximate);
         MYATT_END_COMPUTE
     }
     Py_XDECREF(g);

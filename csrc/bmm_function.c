@@ -17,13 +17,13 @@ PyDoc_STRVAR(bmm_doc,
 "Parameters\n"
 "----------\n"
 "input : array_like, shape (b, n, m)\n"
-"    Real numbers (bool, integer, float16, float32 or float64).\n"
+"    Real numbers (bool, integer, float16, bfloat16, float32 or float64).\n"
 "mat2 : array_like, shape (b, m, p)\n"
 "\n"
 "Returns\n"
 "-------\n"
 "ndarray, shape (b, n, p)\n"
-"    float64 if either operand is float64, else float32; always a new\n"
+"    The operands' promoted dtype (conventions: the widest float); always a new\n"
 "    C-contiguous array.\n"
 "\n"
 "Raises\n"
@@ -72,7 +72,7 @@ static PyObject *bmm_run(const entry_call *c)
     const mk_cbatch av = cbatch_of(a), bv = cbatch_of(b);
     int rc;
     MYATT_BEGIN_COMPUTE((double)bt * (double)n * (double)m * (double)p)
-    rc = bmm_forward_kernels[c->dt->index](ov, av, bv);
+    rc = bmm_forward_kernels[c->dt->kernel](ov, av, bv);
     MYATT_END_COMPUTE
     if (rc < 0) {
         Py_CLEAR(out);
@@ -104,7 +104,7 @@ PyDoc_STRVAR(bmm_backward_doc,
 "-------\n"
 "grad_input : ndarray, shape (b, n, m)\n"
 "grad_mat2 : ndarray, shape (b, m, p)\n"
-"    Both float64 if any operand is float64, else float32; always new\n"
+"    Both in the operands' promoted dtype (conventions: the widest float); always new\n"
 "    C-contiguous arrays.\n"
 "\n"
 "Raises\n"
@@ -162,7 +162,7 @@ static PyObject *bmm_backward_run(const entry_call *c)
     const mk_cbatch gv = cbatch_of(g), av = cbatch_of(a), bv = cbatch_of(b);
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = bmm_backward_kernels[c->dt->index](gav, gbv, gv, av, bv);
+    rc = bmm_backward_kernels[c->dt->kernel](gav, gbv, gv, av, bv);
     Py_END_ALLOW_THREADS
     if (rc < 0)
         PyErr_NoMemory();

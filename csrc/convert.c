@@ -3,6 +3,7 @@
 #include "glue.h"
 
 #include "kernels/runtime/alloc.h"
+#include "kernels/runtime/half.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -18,13 +19,57 @@ static PyObject *asarray_detached(PyObject *obj)
     return arr;
 }
 
-/* What as_real_array passes: bool, the integers, float16 and the rows of the
- * dtype table. */
+/* What as_real_array passes: bool, the integers and the rows of the dtype
+ * table (bfloat16 once ml_dtypes, which registers it, is imported). */
 static int is_real_dtype(PyArray_Descr *d)
 {
     const int t = d->type_num;
-    return PyTypeNum_ISBOOL(t) || PyTypeNum_ISINTEGER(t) || t == NPY_HALF
-           || dtype_of_typenum(t) != NULL;
+    if (t >= NPY_USERDEF && dtype_bfloat16_resolve(0) < 0)
+        PyErr_Clear();
+    return PyTypeNum_ISBOOL(t) || PyTypeNum_ISINTEGER(t) || dtype_of_typenum(t) != NULL;
+}
+
+/* A torch.bfloat16 tensor (which NumPy cannot read: torch has no NumPy
+ * bfloat16) as an ndarray of ml_dtypes.bfloat16 sharing its memory, through
+ * its bits (t.detach().view(torch.int16)): a new reference; NULL with an
+ * exception; or NULL without one when obj is no such tensor. */
+static PyObject *torch_bfloat16_array(PyObject *obj, const char *what)
+{
+    PyObject *dt = PyObject_GetAttrString(obj, "dtype"), *str = NULL;
+    const char *s = NULL;
+    if (dt != NULL && (str = PyObject_Str(dt)) != NULL)
+        s = PyUnicode_AsUTF8(str);
+    const int is_bf16 = s != NULL && strcmp(s, "torch.bfloat16") == 0
+                        && strcmp(Py_TYPE(dt)->tp_name, "torch.dtype") == 0;
+    Py_XDECREF(dt);
+    Py_XDECREF(str);
+    PyErr_Clear();
+    if (!is_bf16)
+        return NULL;
+    if (dtype_bfloat16_resolve(1) < 0) {
+        if (PyErr_ExceptionMatches(PyExc_ImportError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s is a torch.bfloat16 tensor: myatt reads "
+                         "bfloat16 as ml_dtypes' NumPy dtype, and ml_dtypes is not installed "
+                         "(pip install ml_dtypes, or myatt[bf16])", what);
+        }
+        return NULL;
+    }
+    PyObject *torch = PyImport_ImportModule("torch");   /* loaded: obj is its tensor */
+    PyObject *int16 = torch == NULL ? NULL : PyObject_GetAttrString(torch, "int16");
+    Py_XDECREF(torch);
+    PyObject *det = int16 == NULL ? NULL : PyObject_CallMethod(obj, "detach", NULL);
+    PyObject *bits = det == NULL ? NULL : PyObject_CallMethod(det, "view", "O", int16);
+    Py_XDECREF(int16);
+    Py_XDECREF(det);
+    PyObject *a = bits == NULL ? NULL : PyArray_FromAny(bits, NULL, 0, 0, 0, NULL);
+    Py_XDECREF(bits);
+    if (a == NULL)
+        return NULL;
+    PyObject *view = PyArray_View((PyArrayObject *)a,
+                                  PyArray_DescrFromType(MYATT_DTYPE(bf16)->typenum), NULL);
+    Py_DECREF(a);
+    return view;
 }
 
 /* Add the note "<what>: converting <type> to an array" to the current
@@ -124,8 +169,17 @@ PyArrayObject *as_real_array(PyObject *obj, const char *what)
              * naming the argument. */
             PyObject *type, *value, *tb;
             PyErr_Fetch(&type, &value, &tb);   /* HasAttr would clear it */
-            if (PyObject_HasAttrString(obj, "detach"))
-                arr = asarray_detached(obj);
+            if (PyObject_HasAttrString(obj, "detach")) {
+                arr = torch_bfloat16_array(obj, what);
+                if (arr == NULL && PyErr_Occurred()) {   /* its own error: not the first */
+                    Py_XDECREF(type);
+                    Py_XDECREF(value);
+                    Py_XDECREF(tb);
+                    return NULL;
+                }
+                if (arr == NULL)
+                    arr = asarray_detached(obj);
+            }
             if (arr == NULL) {
                 PyErr_Clear();
                 PyErr_Restore(type, value, tb);
@@ -148,8 +202,8 @@ PyArrayObject *as_real_array(PyObject *obj, const char *what)
     }
     if (!is_real_dtype(d)) {
         PyErr_Format(PyExc_TypeError,
-                     "%s has dtype %S; myatt takes real numbers (bool, integer, float16, "
-                     "float32, float64) and computes in float32 or float64", what, (PyObject *)d);
+                     "%s has dtype %S; myatt takes real numbers (bool, integer, %s)", what,
+                     (PyObject *)d, dtype_names(1));
         Py_DECREF(arr);
         return NULL;
     }
@@ -354,13 +408,11 @@ PyArrayObject *squeeze_broadcast(PyArrayObject *a, int upto)
 
 const myatt_dtype *result_dtype(PyArrayObject *const *ops, int n)
 {
-    const myatt_dtype *best = MYATT_DTYPE_DEFAULT;
-    for (int i = 0; i < n; i++) {
-        const myatt_dtype *d = ops[i] != NULL ? dtype_of_typenum(PyArray_TYPE(ops[i])) : NULL;
-        if (d != NULL && d->index > best->index)
-            best = d;
-    }
-    return best;
+    const myatt_dtype *best = NULL;
+    for (int i = 0; i < n; i++)
+        if (ops[i] != NULL)
+            best = dtype_promote(best, dtype_of_typenum(PyArray_TYPE(ops[i])));
+    return best != NULL ? best : MYATT_DTYPE_DEFAULT;
 }
 
 int result_typenum(PyArrayObject *a, PyArrayObject *b, PyArrayObject *c)
@@ -401,37 +453,81 @@ static const myatt_dtype *torch_dtype(PyObject *obj)
 int dtype_arg(PyObject *obj, const char *owner, const myatt_dtype **dtype)
 {
     const myatt_dtype *d = torch_dtype(obj);
-    if (d != NULL) {
-        *dtype = d;
-        return 0;
-    }
     PyArray_Descr *descr = NULL;
-    if (obj != Py_None && PyArray_DescrConverter2(obj, &descr) && descr != NULL)
-        d = dtype_of_typenum(descr->type_num);
+    if (d == NULL && PyUnicode_Check(obj)) {   /* "bfloat16" before ml_dtypes registers it */
+        const char *s = PyUnicode_AsUTF8(obj);
+        d = s != NULL ? dtype_of_name(s) : NULL;
+    }
+    if (d == NULL && obj != Py_None) {
+        if (dtype_bfloat16_resolve(0) < 0)
+            PyErr_Clear();
+        if (PyArray_DescrConverter2(obj, &descr) && descr != NULL)
+            d = dtype_of_typenum(descr->type_num);
+    }
     if (PyErr_Occurred())
         PyErr_Clear();
     if (d == NULL) {
         if (descr != NULL)   /* a dtype numpy knows, not one myatt computes in */
             PyErr_Format(PyExc_TypeError, "%s(): dtype must be %s, got %S", owner,
-                         dtype_names(), (PyObject *)descr);
+                         dtype_names(0), (PyObject *)descr);
         else
             PyErr_Format(PyExc_TypeError, "%s(): dtype must be %s, got %R", owner,
-                         dtype_names(), obj);
+                         dtype_names(0), obj);
         Py_XDECREF(descr);
         return -1;
     }
-    Py_DECREF(descr);
+    Py_XDECREF(descr);
+    if (dtype_is_half(d)) {
+        PyErr_Format(PyExc_TypeError, "%s(): dtype %s: the modules keep their parameters in "
+                     "float32 or float64 for now (half-precision parameters are to come); "
+                     "myatt's functions take float16 and bfloat16 arrays", owner, d->name);
+        return -1;
+    }
     *dtype = d;
     return 0;
 }
 
-int dtype_converter(PyObject *obj, int *typenum)
+/* A float32 array's values rounded to the half row dt: a new array, or NULL. */
+static PyObject *half_array(PyArrayObject *a, const myatt_dtype *dt, const char *what)
 {
-    const myatt_dtype *d;
-    if (dtype_arg(obj, "myatt", &d) < 0)
-        return 0;
-    *typenum = d->typenum;
-    return 1;
+    PyArrayObject *c = cast_array(a, NPY_FLOAT, 1, what);
+    PyObject *h = c == NULL ? NULL : new_array(PyArray_NDIM(c), PyArray_DIMS(c), dt->typenum,
+                                               what);
+    if (h != NULL) {
+        const npy_intp n = PyArray_SIZE(c);
+        uint16_t *dst = PyArray_DATA((PyArrayObject *)h);
+        const float *src = PyArray_DATA(c);
+        MYATT_BEGIN_COMPUTE(n)
+        mk_f32_to_half(dst, src, n, dtype_half_kind(dt));
+        MYATT_END_COMPUTE
+    }
+    Py_XDECREF(c);
+    return h;
+}
+
+PyObject *round_results(PyObject *r, const myatt_dtype *dt, const char *what)
+{
+    if (r == NULL || !dtype_is_half(dt))
+        return r;
+    if (PyArray_Check(r)) {
+        PyObject *h = PyArray_TYPE((PyArrayObject *)r) == NPY_FLOAT
+                          ? half_array((PyArrayObject *)r, dt, what) : Py_NewRef(r);
+        Py_DECREF(r);
+        return h;
+    }
+    if (!PyTuple_Check(r))
+        return r;
+    const Py_ssize_t n = PyTuple_GET_SIZE(r);
+    PyObject *t = PyTuple_New(n);
+    for (Py_ssize_t i = 0; t != NULL && i < n; i++) {
+        PyObject *item = round_results(Py_NewRef(PyTuple_GET_ITEM(r, i)), dt, what);
+        if (item == NULL)
+            Py_CLEAR(t);
+        else
+            PyTuple_SET_ITEM(t, i, item);
+    }
+    Py_DECREF(r);
+    return t;
 }
 
 int size_arg(PyObject *obj, const char *what, Py_ssize_t min, Py_ssize_t *size)

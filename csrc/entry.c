@@ -52,7 +52,7 @@ int entry_parse(const entry *e, PyObject *module, PyObject *const *args, Py_ssiz
      * does with rep stos, was a third of a small call's glue) */
     c->module = module;
     c->e = e;
-    c->dt = NULL;
+    c->dt = c->result = NULL;
     for (int i = 0; i < e->nparams; i++)
         c->arr[i] = NULL;
     if (parse_args(e, args, nargs, kwnames, c->obj) < 0)
@@ -75,8 +75,35 @@ int entry_convert(entry_call *c)
         if (p->kind == ARG_ARRAY)
             promoting[np++] = c->arr[i];
     }
-    c->dt = result_dtype(promoting, np);
+    c->dt = c->result = result_dtype(promoting, np);
     return 0;
+}
+
+int entry_half_operands(entry_call *c)
+{
+    const myatt_dtype *half = c->result;
+    for (int i = 0; i < c->e->nparams; i++)
+        if (c->arr[i] != NULL && c->e->params[i].kind == ARG_ARRAY
+                && PyArray_TYPE(c->arr[i]) != half->typenum) {
+            PyArrayObject *h = cast_array(c->arr[i], half->typenum, 0, c->e->what[i]);
+            if (h == NULL)
+                return -1;
+            Py_SETREF(c->arr[i], h);
+        }
+    c->dt = &myatt_dtypes[half->kernel];
+    return 0;
+}
+
+PyObject *entry_run(entry_call *c)
+{
+    const myatt_dtype *half = c->result;
+    if (!dtype_is_half(half))
+        return c->e->run(c);
+    if (entry_half_operands(c) < 0)
+        return NULL;
+    PyObject *r = c->e->run(c);
+    c->dt = half;
+    return round_results(r, half, c->e->name);
 }
 
 void entry_call_clear(entry_call *c)
@@ -92,7 +119,7 @@ PyObject *entry_fastcall(const entry *e, PyObject *module, PyObject *const *args
     PyObject *result = NULL;
     if (entry_parse(e, module, args, nargs, kwnames, &c) == 0
             && (e->check == NULL || e->check(&c) == 0))
-        result = e->run(&c);
+        result = entry_run(&c);
     entry_call_clear(&c);
     return result;
 }

@@ -54,7 +54,11 @@ typedef struct {
     PyObject *obj[ENTRY_MAX_ARGS];        /* as given, NULL where omitted */
     PyArrayObject *arr[ENTRY_MAX_ARGS];   /* ARG_ARRAY and ARG_MASK: as_real_array's,
                                              NULL for None or omitted */
-    const myatt_dtype *dt;                /* the result dtype of the ARG_ARRAY ones */
+    const myatt_dtype *dt;                /* the dtype run() computes in: the result
+                                             dtype of the ARG_ARRAY ones, or for a
+                                             half one the row computing it (float32) */
+    const myatt_dtype *result;            /* the result dtype (dt, or a half row whose
+                                             results entry_run rounds) */
 } entry_call;
 
 typedef PyObject *(*entry_fastcall_fn)(PyObject *module, PyObject *const *args,
@@ -99,6 +103,18 @@ PyObject *entry_fastcall(const entry *e, PyObject *module, PyObject *const *args
 int entry_parse(const entry *e, PyObject *module, PyObject *const *args, Py_ssize_t nargs,
                 PyObject *kwnames, entry_call *c);
 void entry_call_clear(entry_call *c);
+
+/* c->e->run(c) on a parsed and checked call: for a half result dtype, in
+ * float32 (c->dt for the time of the call) with c->result the half row, the
+ * result rounded once to it; integer and bool operands become that dtype
+ * first, as torch converts them.  A new reference, or NULL. */
+PyObject *entry_run(entry_call *c);
+
+/* entry_run's first step, for a kind of vjp's own that runs a half-precision
+ * call (sdpa): c's integer and bool operands in the half result dtype, c->dt
+ * the row computing it (the caller then rounds the results: round_results).
+ * 0, or -1 with an exception. */
+int entry_half_operands(entry_call *c);
 
 /* c's arrays (arr, NULL on entry) and result dtype from its arguments (obj),
  * for a call made in C (a pullback's of the backward): 0, or -1 with an

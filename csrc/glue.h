@@ -18,6 +18,7 @@
 #include <numpy/arrayobject.h>
 
 #include "dtype.h"
+#include "kernels/runtime/half.h"
 #include "kernels/runtime/rng.h"
 #include "kernels/view.h"
 
@@ -37,7 +38,9 @@
 /* Any array-like as an ndarray (new reference), without copying what need not
  * be copied: ndarrays as they are, torch tensors through __array__ (detached
  * first if they require grad).  Only real numbers pass: bool, integers,
- * float16/32/64.  `what` names the argument in messages ("linear(): input"). */
+ * float16/32/64 and bfloat16 (ml_dtypes'; a torch.bfloat16 tensor through its
+ * bits, ml_dtypes imported then).  `what` names the argument in messages
+ * ("linear(): input"). */
 PyArrayObject *as_real_array(PyObject *obj, const char *what);
 
 /* `a` as `typenum` (a row of the dtype table), aligned, native byte order and,
@@ -82,22 +85,33 @@ void store_rows(PyArrayObject *w, const void *src);
 void *private_block_alloc(size_t bytes, const char *what);
 void private_block_free(void *p);
 
-/* The dtype a kernel function computes in for its operands ops[0:n] (NULL
- * entries skipped): the last row of the dtype table (dtype.h) among their
- * dtypes, the default row (float32) when none is in the table. */
+/* The result dtype of a kernel function's operands ops[0:n] (NULL entries
+ * skipped): their rows of the dtype table promoted (dtype_promote), the
+ * default row (float32) when none is in the table (bool, integers). */
 const myatt_dtype *result_dtype(PyArrayObject *const *ops, int n);
 
 /* result_dtype of up to three operands (NULL skipped), as its NumPy type number. */
 int result_typenum(PyArrayObject *a, PyArrayObject *b, PyArrayObject *c);
 
+/* The rounding of a half row's results (MK_HALF_NONE for the others). */
+static inline mk_half_kind dtype_half_kind(const myatt_dtype *d)
+{
+    return d->index == MYATT_DTYPE_f16 ? MK_HALF_F16
+           : d->index == MYATT_DTYPE_bf16 ? MK_HALF_BF16 : MK_HALF_NONE;
+}
+
+/* A result computed in float32 for the half row dt (an array, or a tuple of
+ * arrays and None; stolen): its float32 arrays rounded once to dt, as new
+ * arrays; r itself when dt is no half row.  NULL (r NULL, or MemoryError
+ * naming `what`). */
+PyObject *round_results(PyObject *r, const myatt_dtype *dt, const char *what);
+
 /* `dtype=` of the constructors: a row of the dtype table, spelt as anything
  * numpy.dtype() reads as one ("float32", numpy.float32, "f4", ...) or as a
  * torch dtype (torch.float32; torch is not imported).  0, or -1 with TypeError
- * "<owner>(): dtype must be float32 or float64, got 'float23'". */
+ * "<owner>(): dtype must be float32, float64, ..., got 'float23'" (a half row
+ * too, for now: the modules have no half-precision parameters yet). */
 int dtype_arg(PyObject *obj, const char *owner, const myatt_dtype **dtype);
-
-/* dtype_arg as a PyArg "O&" converter (owner "myatt"): 1, or 0 with the error set. */
-int dtype_converter(PyObject *obj, int *typenum);
 
 /* A size argument (in_features, query_size, ...): an integer >= `min`.
  * Returns 0, or -1 with TypeError / ValueError / MemoryError naming `what`. */

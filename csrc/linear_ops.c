@@ -43,7 +43,7 @@ PyObject *linear_apply(PyArrayObject *x, mk_cmat weight, const void *bias,
     const mk_mat ov = mk_mat_c(PyArray_DATA((PyArrayObject *)out), m, n);
     int rc;
     MYATT_BEGIN_COMPUTE((double)m * (double)k * (double)n)
-    rc = linear_forward_kernels[dtype->index](ov, xv, weight, bias);
+    rc = linear_forward_kernels[dtype->kernel](ov, xv, weight, bias);
     MYATT_END_COMPUTE
     Py_DECREF(rows);
     if (rc < 0) {
@@ -95,7 +95,7 @@ PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, mk_cmat w
     void *gbd = gb ? PyArray_DATA(gb) : NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = linear_backward_kernels[dtype->index](gxv, gwv, gbd, gv, xv, weight);
+    rc = linear_backward_kernels[dtype->kernel](gxv, gwv, gbd, gv, xv, weight);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         PyErr_NoMemory();

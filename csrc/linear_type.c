@@ -49,7 +49,7 @@ LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_f
         if (b != NULL)
             memset(b, 0, (size_t)PyArray_NBYTES(self->bias));
     } else if (!transposed) {
-        linear_init_kernels[dtype->index](&st->rng, PyArray_DATA(self->weight), b, out_features,
+        linear_init_kernels[dtype->kernel](&st->rng, PyArray_DATA(self->weight), b, out_features,
                               in_features);
     } else {   /* drawn in torch's order into a buffer, then stored */
         void *w = PyMem_Malloc((size_t)PyArray_NBYTES(self->weight) + 1);
@@ -57,7 +57,7 @@ LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_f
             PyErr_NoMemory();
             goto fail;
         }
-        linear_init_kernels[dtype->index](&st->rng, w, b, out_features, in_features);
+        linear_init_kernels[dtype->kernel](&st->rng, w, b, out_features, in_features);
         store_rows(self->weight, w);
         PyMem_Free(w);
     }

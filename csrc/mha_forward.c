@@ -433,9 +433,9 @@ static PyObject *mha_forward(MHAObject *self, PyObject *q_obj, PyObject *k_obj, 
     MYATT_BEGIN_COMPUTE(work)
     if (keep != NULL) {
         keep->p = p;
-        rc = mha_forward_kernels[self->dtype->index](od, wd, &keep->p, &keep->s);
+        rc = mha_forward_kernels[self->dtype->kernel](od, wd, &keep->p, &keep->s);
     } else {
-        rc = mha_forward_kernels[self->dtype->index](od, wd, &p, NULL);
+        rc = mha_forward_kernels[self->dtype->kernel](od, wd, &p, NULL);
     }
     MYATT_END_COMPUTE
     if (rc < 0) {
@@ -632,7 +632,7 @@ static PyObject *mha_grads_run(const mha_kept *kept, PyArrayObject *grad_output,
 #undef DATA_OR_NULL
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = mha_backward_kernels[dt->index](&grads, p, &kept->s);
+    rc = mha_backward_kernels[dt->kernel](&grads, p, &kept->s);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         PyErr_SetString(PyExc_MemoryError, "pullback(): could not allocate the kernel's "

@@ -68,7 +68,7 @@ static int xavier_uniform_param(mt19937 *rng, const myatt_dtype *dt, PyArrayObje
         PyErr_NoMemory();
         return -1;
     }
-    xavier_uniform_kernels[dt->index](rng, buf, PyArray_DIM(w, 0), PyArray_DIM(w, 1));
+    xavier_uniform_kernels[dt->kernel](rng, buf, PyArray_DIM(w, 0), PyArray_DIM(w, 1));
     store_rows(w, buf);
     PyMem_Free(buf);
     return 0;
@@ -169,7 +169,7 @@ static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                    (size_t)PyArray_NBYTES(self->out_proj->bias));
         for (int p = P_BIAS_K; p <= P_BIAS_V; p++)
             if (self->param[p] != NULL)
-                xavier_normal_kernels[dtype->index](&st->rng, PyArray_DATA(self->param[p]), 1, 1,
+                xavier_normal_kernels[dtype->kernel](&st->rng, PyArray_DATA(self->param[p]), 1, 1,
                                                     E);
     }
     self->init.state = rebuild ? INIT_DONE : INIT_PENDING;

@@ -48,7 +48,7 @@ static const char sdpa_doc[] =
 "Returns\n"
 "-------\n"
 "numpy.ndarray, shape (..., L, Ev)\n"
-"    float64 if any of query, key, value is float64, else float32. A query row\n"
+"    The promoted dtype of query, key, value (conventions: the widest float). A query row\n"
 "    with every key masked gives zeros; NaN and inf propagate.\n"
 "\n"
 "Raises\n"
@@ -162,7 +162,8 @@ static int broadcast_batch(npy_intp *dims, int nb, PyArrayObject *a, npy_intp he
 typedef struct {
     PyArrayObject *q, *k, *v, *mask;   /* converted (mask NULL without one), any strides */
     sdpa_problem *problem;             /* PyMem; its operands point into q, k, v, mask */
-    int typenum;                       /* the result's dtype */
+    int typenum;                       /* the dtype computed in */
+    const myatt_dtype *result;         /* the result's: typenum's row, or a half row */
     PyArrayObject *out, *lse;          /* vjp: the forward's output [batch..., L, Ev] and
                                           log-sum-exp [batch..., L] (C-contiguous;
                                           float64 for both dtypes, sdpa.h) */
@@ -343,6 +344,7 @@ static int sdpa_batch(const entry_call *c, sdpa_shape *sh)
 static int sdpa_operands_cast(const entry_call *c, int private, sdpa_kept *a)
 {
     const int typenum = a->typenum = c->dt->typenum;
+    a->result = c->result;
     PyArrayObject **const ops[3] = {&a->q, &a->k, &a->v};
     for (int i = 0; i < 3; i++)
         if ((*ops[i] = private ? private_cast(c->arr[i], typenum, c->e->what[i])
@@ -412,6 +414,7 @@ static int sdpa_prepare(const entry_call *c, int private, sdpa_kept *a)
     p->scale = scale != NULL && scale != Py_None ? sh.scale : 1.0 / sqrt((double)sh.E);
     p->prescale = !sh.flash;
     p->dropout_p = sh.dropout_p;
+    p->round_weights = p->prescale ? MK_HALF_NONE : dtype_half_kind(a->result);
     if (sh.dropout_p > 0.0) {   /* one draw of myatt's generator (GIL held) seeds the mask */
         myatt_state *st = myatt_state_of_module(c->module);
         p->dropout_seed = mt19937_random64(&st->rng);
@@ -450,7 +453,7 @@ static PyObject *sdpa_forward(const sdpa_kept *a, PyArrayObject *lse)
      * gradients are zeros): vjp's [L, S] scores of E = Ev = 0 ran for seconds. */
     if (PyArray_SIZE((PyArrayObject *)out) > 0) {
         MYATT_BEGIN_COMPUTE(sdpa_work(p))
-        rc = sdpa_forward_kernels[dtype_of_typenum(a->typenum)->index](od, ld, p);
+        rc = sdpa_forward_kernels[dtype_of_typenum(a->typenum)->kernel](od, ld, p);
         MYATT_END_COMPUTE
     }
     if (rc < 0) {
@@ -489,6 +492,7 @@ static PyObject *sdpa_vjp_forward(PyObject *module, PyObject *fn, PyObject *cons
     entry_call c;
     PyObject *result = NULL;
     if (entry_parse(&sdpa_entry, module, args, nargs, kwnames, &c) < 0
+            || (dtype_is_half(c.result) && entry_half_operands(&c) < 0)
             || sdpa_prepare(&c, 1, kept) < 0)
         goto done;
     const sdpa_problem *p = kept->problem;
@@ -502,7 +506,11 @@ static PyObject *sdpa_vjp_forward(PyObject *module, PyObject *fn, PyObject *cons
         goto done;
     if (PyArray_SIZE(kept->out) == 0)   /* not computed (sdpa_forward): zeros, never read */
         memset(PyArray_DATA(kept->lse), 0, (size_t)PyArray_NBYTES(kept->lse));
-    result = (PyObject *)copy_array(kept->out);   /* the caller's; ours stays unchanged */
+    if (dtype_is_half(kept->result))   /* the backward reads the output the caller got */
+        mk_half_round_inplace(PyArray_DATA(kept->out), PyArray_SIZE(kept->out),
+                              dtype_half_kind(kept->result));
+    /* the caller's; ours stays unchanged */
+    result = round_results((PyObject *)copy_array(kept->out), kept->result, WHAT "the result");
 done:
     entry_call_clear(&c);
     return result;
@@ -519,7 +527,12 @@ static PyObject *sdpa_vjp_pull(PyObject *module, const void *kept_, PyArrayObjec
     const int typenum = kept->typenum;
     PyArrayObject *g = NULL;
     PyObject *dq = NULL, *dk = NULL, *dv = NULL, *result = NULL;
-    if ((g = cast_array(grad_output, typenum, 1, "pullback(): grad_output")) == NULL
+    /* (half precision: grad_output in the forward's dtype, then computed in float32) */
+    PyArrayObject *go = cast_array(grad_output, kept->result->typenum, 0,
+                                   "pullback(): grad_output");
+    g = go == NULL ? NULL : cast_array(go, typenum, 1, "pullback(): grad_output");
+    Py_XDECREF(go);
+    if (g == NULL
             || (dq = new_array(PyArray_NDIM(kept->q), PyArray_DIMS(kept->q), typenum,
                                "pullback(): grad_query")) == NULL
             || (dk = new_array(PyArray_NDIM(kept->k), PyArray_DIMS(kept->k), typenum,
@@ -535,14 +548,15 @@ static PyObject *sdpa_vjp_pull(PyObject *module, const void *kept_, PyArrayObjec
     /* the backward's products: the scores and dP = dO V^T in both passes, dV, dK, dQ
      * (3.5x the forward's two) */
     MYATT_BEGIN_COMPUTE(3.5 * sdpa_work(p))
-    rc = sdpa_backward_kernels[dtype_of_typenum(typenum)->index](&grads, p);
+    rc = sdpa_backward_kernels[dtype_of_typenum(typenum)->kernel](&grads, p);
     MYATT_END_COMPUTE
     if (rc < 0) {
         PyErr_SetString(PyExc_MemoryError, "pullback(): could not allocate the kernel's "
                         "workspace");
         goto fail;
     }
-    result = PyTuple_Pack(4, dq, dk, dv, Py_None);   /* no gradient for attn_mask */
+    result = round_results(PyTuple_Pack(4, dq, dk, dv, Py_None),   /* none for attn_mask */
+                           kept->result, "pullback(): the gradients");
 fail:
     Py_XDECREF(g);
     Py_XDECREF(dq);

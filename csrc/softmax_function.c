@@ -17,15 +17,15 @@ PyDoc_STRVAR(softmax_doc,
 "Parameters\n"
 "----------\n"
 "input : array_like, any shape\n"
-"    Real numbers (bool, integer, float16, float32 or float64); a 0-d input\n"
-"    gives a 0-d array.\n"
+"    Real numbers (bool, integer, float16, bfloat16, float32 or float64); a\n"
+"    0-d input gives a 0-d array.\n"
 "dim : int, optional\n"
 "    The axis, negative counting from the end (default: the last).\n"
 "\n"
 "Returns\n"
 "-------\n"
 "ndarray, shape of `input`\n"
-"    float64 if `input` is float64, else float32; always a new C-contiguous\n"
+"    `input`'s dtype if a float one, else float32; always a new C-contiguous\n"
 "    array. A NaN in a slice makes the whole slice NaN.\n"
 "\n"
 "Raises\n"
@@ -70,7 +70,10 @@ static PyObject *softmax_run(const entry_call *c)
         const void *xd = PyArray_DATA(x);
         void *od = PyArray_DATA((PyArrayObject *)out);
         MYATT_BEGIN_COMPUTE(8.0 * (double)outer * (double)n * (double)inner)
-        softmax_forward_kernels[c->dt->index](od, xd, outer, n, inner);
+        if (dtype_is_half(c->result) && inner > 1)   /* torch's rule for half columns */
+            softmax_half_cols(od, xd, outer, n, inner, dtype_half_kind(c->result));
+        else
+            softmax_forward_kernels[c->dt->kernel](od, xd, outer, n, inner);
         MYATT_END_COMPUTE
     }
     Py_DECREF(x);
@@ -98,7 +101,7 @@ PyDoc_STRVAR(softmax_backward_doc,
 "Returns\n"
 "-------\n"
 "ndarray, shape of `output`\n"
-"    float64 if either operand is float64, else float32; always a new\n"
+"    The operands' promoted dtype (conventions: the widest float); always a new\n"
 "    C-contiguous array.\n"
 "\n"
 "Raises\n"
@@ -153,7 +156,7 @@ static PyObject *softmax_backward_run(const entry_call *c)
     const void *gd = PyArray_DATA(g), *yd = PyArray_DATA(y);
     void *od = PyArray_DATA((PyArrayObject *)out);
     Py_BEGIN_ALLOW_THREADS
-    softmax_backward_kernels[c->dt->index](od, gd, yd, outer, n, inner);
+    softmax_backward_kernels[c->dt->kernel](od, gd, yd, outer, n, inner);
     Py_END_ALLOW_THREADS
 done:
     Py_XDECREF(g);

@@ -235,8 +235,8 @@ static PyObject *tutorial_forward_impl(MyAttObject *self, PyObject *Q, PyObject 
                                      + (double)(dq + v2) * (double)os);
     int rc;
     MYATT_BEGIN_COMPUTE(work)
-    rc = kept != NULL ? tutorial_forward_kept_kernels[dt->index](od, kept->aw, kept->applied, &in)
-                      : tutorial_forward_kernels[dt->index](od, wd, &in);
+    rc = kept != NULL ? tutorial_forward_kept_kernels[dt->kernel](od, kept->aw, kept->applied, &in)
+                      : tutorial_forward_kernels[dt->kernel](od, wd, &in);
     MYATT_END_COMPUTE
     if (rc < 0) {
         PyErr_NoMemory();
@@ -372,8 +372,8 @@ PyObject *tutorial_grads_run(const myatt_dtype *dt, const npy_intp dims[3][3],
     int rc;
     MYATT_BEGIN_COMPUTE(work)
     rc = kept_aw != NULL
-             ? tutorial_backward_kept_kernels[dt->index](&grads, go, ga, in, kept_aw, kept_ap)
-             : tutorial_backward_kernels[dt->index](&grads, go, ga, in);
+             ? tutorial_backward_kept_kernels[dt->kernel](&grads, go, ga, in, kept_aw, kept_ap)
+             : tutorial_backward_kernels[dt->kernel](&grads, go, ga, in);
     MYATT_END_COMPUTE
     if (rc < 0) {
         PyErr_NoMemory();

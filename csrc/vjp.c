@@ -79,9 +79,9 @@ static PyObject *function_forward(PyObject *module, PyObject *fn, PyObject *cons
             kept->saved[i] = c.arr[i] != NULL ? Py_NewRef((PyObject *)c.arr[i])
                                               : Py_XNewRef(c.obj[i]);
         }
-        result = e->run(&c);
+        result = entry_run(&c);
     } else {   /* SAVES_RESULT: a copy of the result (the caller may change it) */
-        if ((result = e->run(&c)) == NULL)
+        if ((result = entry_run(&c)) == NULL)
             goto done;
         kept->saved[0] = (PyObject *)copy_array((PyArrayObject *)result);
         if (kept->saved[0] == NULL) {
@@ -114,7 +114,7 @@ static PyObject *function_pull(PyObject *module, const void *kept_, PyArrayObjec
         c.obj[i] = kept->saved[i - 1];
     PyObject *r = NULL;
     if (entry_convert(&c) == 0 && (b->check == NULL || b->check(&c) == 0))
-        r = b->run(&c);
+        r = entry_run(&c);
     entry_call_clear(&c);
     Py_DECREF(g);
     if (r != NULL && !PyTuple_Check(r))   /* one gradient per array argument */

@@ -41,6 +41,12 @@ class InputError(Exception):
 ALLOWED = (TypeError, ValueError, KeyError, MemoryError, AttributeError)
 REAL = [np.float32, np.float64, np.float16, np.int8, np.int16, np.int32, np.int64,
         np.uint8, np.uint16, np.uint32, np.uint64, np.bool_]
+try:                                   # NumPy's bfloat16, where ml_dtypes is installed
+    import ml_dtypes
+    REAL.append(ml_dtypes.bfloat16)
+except ImportError:
+    pass
+HALF_MAX = {"float16": 65504.0, "bfloat16": 3.3895e38}   # the largest finite values
 UNSUPPORTED = [np.complex64, np.complex128, object, "U3", "S3", "datetime64[s]",
                "timedelta64[ms]", np.longdouble, [("a", "f4")]]
 SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, 3e38, -3e38, 1e308, 5e-324, 65504.0]
@@ -190,7 +196,7 @@ def check_result(res, shape=None, dtype=None):
         raise Finding(f"result is {type(res)!r}, not an ndarray")
     if not res.flags.c_contiguous or not res.dtype.isnative or not res.flags.writeable:
         raise Finding("result is not a fresh C-contiguous native array")
-    if res.dtype not in (np.float32, np.float64):
+    if res.dtype.name not in ("float32", "float64", "float16", "bfloat16"):
         raise Finding(f"result dtype {res.dtype}")
     if shape is not None and res.shape != tuple(shape):
         raise Finding(f"result shape {res.shape}, expected {tuple(shape)}")
@@ -199,16 +205,26 @@ def check_result(res, shape=None, dtype=None):
 
 
 def result_dtype(*objs):
-    arrs = [as_np(o) for o in objs if o is not None]
-    f64 = any(a.dtype.kind == "f" and a.dtype.itemsize == 8 for a in arrs)   # any byte order
-    return np.dtype(np.float64 if f64 else np.float32)
+    """torch's promotion: the widest float; float16 with bfloat16 float32; no float: float32."""
+    names = {a.dtype.newbyteorder("=").name for a in (as_np(o) for o in objs if o is not None)
+             if a.dtype.kind == "f" or a.dtype.name == "bfloat16"}   # any byte order
+    if "float64" in names:
+        return np.dtype(np.float64)
+    if len(names) == 1:
+        return as_np([o for o in objs if o is not None and as_np(o).dtype.newbyteorder("=").name
+                      in names][0]).dtype.newbyteorder("=")
+    return np.dtype(np.float32)
 
 
 def close(res, ref, scale):
-    """res equals the float64 reference within float32 rounding of the terms' sizes."""
+    """res equals the float64 reference within its dtype's rounding of the terms' sizes."""
     if not np.all(np.isfinite(ref)) or not np.all(np.isfinite(scale)) or scale.max(initial=0) > 1e30:
         return
-    tol = (1e-4 if res.dtype == np.float32 else 1e-10) * (scale + 1)
+    half = res.dtype.itemsize == 2       # a rounding to 8 or 11 bits per op, overflow to inf
+    if half:
+        keep = np.abs(ref) < 0.99 * HALF_MAX[res.dtype.name]
+        res, ref, scale = res.astype(np.float64)[keep], ref[keep], scale[keep]
+    tol = (1e-2 if half else 1e-4 if res.dtype == np.float32 else 1e-10) * (scale + 1)
     if not np.all(np.abs(res - ref) <= tol):
         raise Finding(f"result differs from the float64 reference by "
                       f"{np.max(np.abs(res - ref) - tol):.3g} beyond tolerance")

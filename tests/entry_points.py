@@ -188,8 +188,17 @@ def _torch_linear(obj, x, w, b):
 
 
 def _torch_softmax(obj, x, dim):
+    """torch's softmax; in half precision on one thread, whose bits myatt's are (over other
+    axes than the last, torch's depend on its thread count: docs/numerics.md)."""
     import torch
-    return torch.softmax(x, dim)
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        return torch.softmax(x, dim)
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return torch.softmax(x, dim)
+    finally:
+        torch.set_num_threads(n)
 
 
 def _torch_bmm(obj, a, m2):
@@ -203,7 +212,8 @@ def _torch_linear_backward(obj, go, x, w, b):
 
 
 def _torch_softmax_backward(obj, go, y, dim):
-    return y * (go - (go * y).sum(dim, keepdim=True))
+    import torch
+    return torch._softmax_backward_data(go, y, dim, y.dtype)
 
 
 def _torch_bmm_backward(obj, go, a, m2):

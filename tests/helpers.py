@@ -3,11 +3,18 @@ import re
 
 import numpy as np
 
+try:   # NumPy's bfloat16 (an optional extra of myatt's)
+    from ml_dtypes import bfloat16 as BFLOAT16
+    HALF = [np.float16, BFLOAT16]
+except ImportError:
+    BFLOAT16 = None
+    HALF = [np.float16]
+
 # Every real dtype the kernels accept and convert (float32/float64 are native).
 ALL_REAL = [np.float16, np.float32, np.float64, np.bool_, np.int8, np.int16, np.int32, np.int64,
-            np.uint8, np.uint16, np.uint32, np.uint64]
+            np.uint8, np.uint16, np.uint32, np.uint64] + HALF[1:]
 # A smaller set for pairwise promotion tables.
-PROMO_DTYPES = [np.float32, np.float64, np.float16, np.int64, np.int32, np.uint8, np.bool_]
+PROMO_DTYPES = [np.float32, np.float64, np.float16, np.int64, np.int32, np.uint8, np.bool_] + HALF[1:]
 
 
 def dtype_id(d):
@@ -41,9 +48,16 @@ def scaled(rng, shape, dtype, fan_in):
 
 
 def result_dtype(*dtypes):
-    """The kernels' rule: float64 if any array operand is float64, else float32."""
-    if any(np.dtype(d) == np.float64 for d in dtypes if d is not None):
+    """The kernels' rule, torch's promotion: the widest float among the array
+    operands (float64 > float32 > float16, bfloat16), float16 with bfloat16
+    float32, and float32 when none is a float (bool, integers)."""
+    floats = {np.dtype(d) for d in dtypes
+              if d is not None and np.dtype(d).name in ("float16", "bfloat16", "float32",
+                                                        "float64")}
+    if np.dtype(np.float64) in floats:
         return np.dtype(np.float64)
+    if len(floats) == 1:
+        return floats.pop()
     return np.dtype(np.float32)
 
 

@@ -60,9 +60,31 @@ import numpy as np  # noqa: E402
 TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
 
 
+TORCH_DTYPES[np.dtype(np.float16)] = torch.float16
+
+
 def torch_dtype(dtype):
-    """The torch dtype of a float32/float64 NumPy dtype (or anything np.dtype() takes)."""
-    return TORCH_DTYPES[np.dtype(dtype)]
+    """The torch dtype of a float NumPy dtype (or anything np.dtype() takes), bfloat16
+    (ml_dtypes') included."""
+    dtype = np.dtype(dtype)
+    return torch.bfloat16 if dtype.name == "bfloat16" else TORCH_DTYPES[dtype]
+
+
+def tensor_of(a):
+    """The ndarray `a` as a torch tensor sharing its memory, a bfloat16 one through its bits
+    (torch.from_numpy takes no bfloat16)."""
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def array_of(t):
+    """A CPU tensor's values as an ndarray, a bfloat16 one through its bits."""
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+        return t.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
 
 
 def to_torch(a, dtype):
@@ -72,8 +94,12 @@ def to_torch(a, dtype):
     tensors); the conversion goes through NumPy, as myatt's does.
     """
     if isinstance(a, torch.Tensor):
-        a = a.detach().numpy()
-    return torch.from_numpy(np.array(a, dtype=np.dtype(dtype).newbyteorder("="), order="C", copy=True))
+        a = array_of(a)
+    dtype = np.dtype(dtype)
+    a = np.asarray(a)
+    if dtype.itemsize == 2 and a.dtype == np.float64:   # float64 to half through float32, as torch
+        a = a.astype(np.float32)
+    return tensor_of(np.array(a, dtype=dtype.newbyteorder("="), order="C", copy=True))
 
 
 def _quiet_init(make):
@@ -123,7 +149,7 @@ def assert_matches(ours, theirs, *, equal_nan=False):
     assert ours.dtype.isnative, "result is not native-endian"
     theirs = theirs.detach()
     assert ours.shape == tuple(theirs.shape), f"shape {ours.shape} != torch's {tuple(theirs.shape)}"
-    torch.testing.assert_close(torch.from_numpy(ours), theirs, equal_nan=equal_nan)
+    torch.testing.assert_close(tensor_of(ours), theirs, equal_nan=equal_nan)
 
 
 def torch_mha(m):

@@ -254,7 +254,8 @@ def test_softmax_promotion(rng, gd, yd):
     d = result_dtype(gd, yd)
     assert out.dtype == d
     tg, ty = to_torch(go, d), to_torch(y, d)
-    assert_matches(out, ty * (tg - (tg * ty).sum(0, keepdim=True)))
+    # torch's own kernel (in half precision it rounds once, not after each op)
+    assert_matches(out, torch._softmax_backward_data(tg, ty, 0, ty.dtype))
 
 
 @pytest.mark.kernel_path

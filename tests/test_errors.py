@@ -64,7 +64,6 @@ BAD_VALUES = {
     "structured": lambda s: np.zeros(s, dtype=[("a", "f4"), ("b", "f4")]),
     "longdouble": lambda s: np.ones(s, dtype=np.longdouble),
     "torch_complex": lambda s: torch.ones(s, dtype=torch.complex64),
-    "torch_bfloat16": lambda s: torch.ones(s, dtype=torch.bfloat16),
     "ragged_list": lambda s: [[1.0, 2.0], [3.0]],
     "None": lambda s: None,
     "dict": lambda s: {"a": 1},

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import myatt
 from entry_points import COMPUTING, flat, invoke, invoke_torch, sizes
 from helpers import ALL_REAL, result_dtype
-from oracle import assert_matches, run, to_torch, torch_linear, torch_myatt
+from oracle import array_of, assert_matches, run, tensor_of, to_torch, torch_linear, torch_myatt
 
 EXAMPLES = int(os.environ.get("MYATT_HYPOTHESIS_EXAMPLES", "40"))
 prop = settings(max_examples=EXAMPLES)
@@ -70,7 +70,7 @@ def in_layout(a, layout):
     if layout == "torch":
         if a.dtype.kind == "u" and a.dtype != np.uint8 or a.dtype.byteorder == ">":
             return a.copy()                             # torch lacks these dtypes
-        return torch.from_numpy(a.copy())
+        return tensor_of(a.copy())                       # (bfloat16 through its bits)
     if layout == "broadcast":
         # zero strides: the first item repeated along the first axis
         if a.shape[0] == 0:
@@ -90,7 +90,7 @@ def operand(draw, seed, shape, scale=1.0, dtype=None):
 
 
 def np_of(obj):
-    return obj.detach().numpy() if isinstance(obj, torch.Tensor) else np.asarray(obj)
+    return array_of(obj) if isinstance(obj, torch.Tensor) else np.asarray(obj)
 
 
 dims = st.integers(0, 9)
@@ -232,8 +232,12 @@ def test_entry_point(ep, data, seed):
     rd = np.dtype(obj.dtype) if ep.module_dtype else result_dtype(*seen)
     opt = data.draw(st.sampled_from(ep.options), label="options")
     ours = flat(invoke(ep, obj, objs, s, opt), ep.result)
-    theirs = flat(invoke_torch(ep, obj, [None if v is None else to_torch(v, rd) for v in vals],
-                               s, opt), ep.result)
+    # a mask reaches torch as myatt computes with it: in the result dtype, or beside
+    # half-precision operands in float32 unless it is of their dtype (torch takes both)
+    tdts = [np.dtype(np.float32) if arg.broadcasts and rd.itemsize == 2 and o is not None
+            and np_of(o).dtype != rd else rd for arg, o in zip(ep.args, objs)]
+    theirs = flat(invoke_torch(ep, obj, [None if v is None else to_torch(v, t)
+                                         for v, t in zip(vals, tdts)], s, opt), ep.result)
     assert len(ours) == len(theirs)
     if all(v is not None for v in vals):            # (no bias: no bias gradient)
         assert tuple(o.shape for o in ours) == ep.result_shapes(s)

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import myatt
-from helpers import assert_same_bits, torch_runs_our_softmax
+from helpers import assert_same_bits, result_dtype, torch_runs_our_softmax
 from oracle import assert_matches, opinfo_samples, to_torch, torch_dtype
 
 # every softmax test depends on the kernel path
@@ -108,7 +108,8 @@ def test_numpy_scalar_input(scalar_type):
                                       np.float64],
                          ids=lambda d: np.dtype(d).name)
 def test_dtype_promotion(rng, in_dtype):
-    """float64 stays float64; every other real dtype is converted to float32."""
+    """float64 stays float64, float16 float16 (test_half.py); bool and integers become
+    float32."""
     d = np.dtype(in_dtype)
     if d == np.bool_:
         x = rng.integers(0, 2, size=(5, 7)).astype(bool)
@@ -116,7 +117,7 @@ def test_dtype_promotion(rng, in_dtype):
         x = rng.integers(0 if d.kind == "u" else -5, 6, size=(5, 7)).astype(d)
     else:
         x = rng.standard_normal((5, 7)).astype(d)
-    rd = np.dtype(np.float64) if d == np.float64 else np.dtype(np.float32)
+    rd = result_dtype(d)
     for dim in (0, 1):
         out = myatt.softmax(x, dim)
         assert out.dtype == rd

@@ -90,6 +90,12 @@ typedef struct {
      * depends on the position only, never on the thread that computes it. */
     double dropout_p;
     uint64_t dropout_seed;
+    /* The float32 kernel of a half-precision call (mk_half_kind, runtime/half.h:
+     * 0 none, else float16 or bfloat16): the attention weights exp(s - max) are
+     * rounded to that dtype before they multiply v, their row sums are not
+     * (torch's flash kernel: its weights @ v is a half-precision GEMM).  The
+     * portable loops compute such a call. */
+    int round_weights;
 } sdpa_problem;
 
 /* A uniform number in [0, 1) for (seed, b, i, j): splitmix64's finaliser

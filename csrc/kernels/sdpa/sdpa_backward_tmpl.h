@@ -18,7 +18,15 @@
  * for dK and by value's for dV (the scores computed once more).  With enough
  * batch indices of k, one pass does all three (sdpa_backward_all).  Causal: a
  * block of query rows computes only the keys its last row sees
- * (sdpa_seen_keys). */
+ * (sdpa_seen_keys).
+ *
+ * A half-precision call (p->round_weights: the float32 kernel of float16 or
+ * bfloat16 operands) computes what torch's flash backward computes there:
+ * P and dS from the float32 scores, each rounded to the half dtype before its
+ * product (P for dV, dS for dK and dQ), and the gradients accumulated in the
+ * half dtype, g <- round(g + scale * product), once per block of
+ * SDPA_Q_SPLIT(L) query rows (dK, dV) or of SDPA_KV_SPLIT keys (dQ), in two
+ * passes (never sdpa_backward_all). */
 
 #ifndef T
 #error "sdpa_backward_tmpl.h needs T"
@@ -39,6 +47,7 @@ typedef struct {
                                  pass 2: dQ [q block, E] */
     T *q_scaled, *k_scaled;   /* prescale: [q block, E], [kv block, E] */
     T *tr;                    /* [kv block, q block]: P^T or dS^T (sdpa_transpose) */
+    T *tmp;                   /* round_weights: a block's product, as acc (else empty) */
     SUF(sdpa_vexp_fn) vexp;
 } SUF(sdpa_bwd_ws);
 
@@ -50,11 +59,12 @@ static size_t SUF(sdpa_bwd_carve)(SUF(sdpa_bwd_ws) *ws, T *buf, const sdpa_probl
 {
     const int64_t E = p->E, Ev = p->Ev;
     const int64_t n_acc = ks * (E + Ev) > qs * E ? ks * (E + Ev) : qs * E;
-    const int64_t size[7] = {qs * ks, qs * ks, qs, n_acc, qs * E, ks * E, ks * qs};
-    T **const region[7] = {&ws->qk, &ws->dp, &ws->d, &ws->acc, &ws->q_scaled, &ws->k_scaled,
-                           &ws->tr};
+    const int64_t size[8] = {qs * ks, qs * ks, qs, n_acc, qs * E, ks * E, ks * qs,
+                             p->round_weights ? n_acc : 0};
+    T **const region[8] = {&ws->qk, &ws->dp, &ws->d, &ws->acc, &ws->q_scaled, &ws->k_scaled,
+                           &ws->tr, &ws->tmp};
     size_t off = 0;
-    for (int r = 0; r < 7; r++) {
+    for (int r = 0; r < 8; r++) {
         if (buf != NULL)
             *region[r] = buf + off;
         off += (size_t)size[r];
@@ -116,6 +126,31 @@ static int SUF(sdpa_block_ds)(const sdpa_problem *p, const SUF(sdpa_bwd_ws) *ws,
             for (int64_t j = 0; j < kb; j++)
                 pr[j] = kept[j];
     }
+    if (p->round_weights)   /* half precision: the operands of the products, rounded */
+        for (int64_t i = 0; i < qb * kb; i++) {
+            P[i] = (T)mk_half_round((float)P[i], (mk_half_kind)p->round_weights);
+            dP[i] = (T)mk_half_round((float)dP[i], (mk_half_kind)p->round_weights);
+        }
+    return 0;
+}
+
+/* dst[rows, cols] (+)= scale * src @ b: the GEMM, or for a half-precision call
+ * (round_weights) torch's accumulation in the half dtype, dst <- round(scale *
+ * (src @ b) + dst) (zeros for dst without `accumulate`), with ws->tmp; a scale
+ * of 1 (dV) or, for dK and dQ, p->scale, which the float32 and float64 sums
+ * take only at the end. */
+static int SUF(sdpa_grad_add)(const sdpa_problem *p, const SUF(sdpa_bwd_ws) *ws, mk_mat dst,
+                              mk_cmat src, mk_cmat b, int scaled, int accumulate)
+{
+    if (!p->round_weights)
+        return SUF(gemm)(dst, src, b, NULL, accumulate);
+    T *d = dst.data, *t = ws->tmp;
+    if (SUF(gemm)(mk_mat_c(t, dst.rows, dst.cols), src, b, NULL, 0) != 0)
+        return -1;
+    const T scale = scaled ? (T)p->scale : (T)1;
+    for (int64_t i = 0; i < dst.rows * dst.cols; i++)   /* dst is contiguous */
+        d[i] = (T)mk_half_round((float)(scale * t[i] + (accumulate ? d[i] : (T)0)),
+                                (mk_half_kind)p->round_weights);
     return 0;
 }
 
@@ -143,15 +178,15 @@ static int SUF(sdpa_dkdv)(const sdpa_problem *p, const SUF(sdpa_bwd_ws) *ws, int
     const int64_t E = p->E, Ev = p->Ev;
     if (grads & SDPA_GRAD_V) {
         SUF(sdpa_transpose)(ws->tr, ws->qk, qb, kb);
-        if (SUF(gemm)(mk_mat_c(dv, kb, Ev), mk_cmat_c(ws->tr, kb, qb),
-                      mk_cmat_c(dout, qb, Ev), NULL, accumulate) != 0)
+        if (SUF(sdpa_grad_add)(p, ws, mk_mat_c(dv, kb, Ev), mk_cmat_c(ws->tr, kb, qb),
+                               mk_cmat_c(dout, qb, Ev), 0, accumulate) != 0)
             return -1;
     }
     if (!(grads & SDPA_GRAD_K))
         return 0;
     SUF(sdpa_transpose)(ws->tr, ws->dp, qb, kb);
-    return SUF(gemm)(mk_mat_c(dk, kb, E), mk_cmat_c(ws->tr, kb, qb),
-                     (mk_cmat){q, qb, E, p->q.rs, p->q.cs}, NULL, accumulate);
+    return SUF(sdpa_grad_add)(p, ws, mk_mat_c(dk, kb, E), mk_cmat_c(ws->tr, kb, qb),
+                              (mk_cmat){q, qb, E, p->q.rs, p->q.cs}, 1, accumulate);
 }
 
 /* D[r] = dO[m0 + r] . O[m0 + r] into dvec, or NULL where D is the block's own
@@ -237,8 +272,9 @@ static int SUF(sdpa_backward_q)(const sdpa_problem *p, const SUF(sdpa_bwd_ws) *w
                                n, kc) != 0)
             return -1;
         /* dq[qb, E] (+)= dS @ k[n:n+kc] */
-        if (SUF(gemm)(mk_mat_c(dq_acc, qb, E), mk_cmat_c(ws->dp, qb, kc),
-                      (mk_cmat){k + n * p->k.rs, kc, E, p->k.rs, p->k.cs}, NULL, !*first) != 0)
+        if (SUF(sdpa_grad_add)(p, ws, mk_mat_c(dq_acc, qb, E), mk_cmat_c(ws->dp, qb, kc),
+                               (mk_cmat){k + n * p->k.rs, kc, E, p->k.rs, p->k.cs}, 1,
+                               !*first) != 0)
             return -1;
         *first = 0;
     }
@@ -364,7 +400,7 @@ static void SUF(sdpa_bwd_task)(void *arg, int task)
                 rc = SUF(sdpa_backward_q)(p, &ws, q, k, v, mask, dout, out, lse, &first,
                                           b, m0, qb);
         }
-        const T scale = (T)p->scale;
+        const T scale = p->round_weights ? (T)1 : (T)p->scale;   /* (half: taken) */
         if (rc == 0 && kv_pass) {
             T *dk = (T *)g->dk + own * p->S * E, *dv = (T *)g->dv + own * p->S * Ev;
             const T *dk_acc = ws.acc, *dv_acc = ws.acc + kb * E;
@@ -414,7 +450,9 @@ static int SUF(sdpa_backward_impl)(const sdpa_grads *g, const sdpa_problem *p)
     int kv_same = p->k_group == p->v_group;
     for (int d = 0; d < p->nbatch; d++)
         kv_same &= p->k.bd[d] == p->v.bd[d];
-    const int64_t qs = L < SDPA_BWD_Q_SPLIT(p->is_causal) ? L : SDPA_BWD_Q_SPLIT(p->is_causal);
+    /* (half precision: torch's blocks, where its sums are rounded) */
+    const int64_t q_split = p->round_weights ? SDPA_Q_SPLIT(L) : SDPA_BWD_Q_SPLIT(p->is_causal);
+    const int64_t qs = L < q_split ? L : q_split;
     const int64_t ks = S < SDPA_KV_SPLIT ? S : SDPA_KV_SPLIT;
     /* One pass when k and v are read alike, every output batch index has its
      * own q (its dQ then has one writer) and there are batch indices of k
@@ -423,7 +461,7 @@ static int SUF(sdpa_backward_impl)(const sdpa_grads *g, const sdpa_problem *p)
     int q_own = 1;
     for (int d = 0; d < p->nbatch; d++)
         q_own = q_own && p->q.bd[d] == p->batch[d];
-    if (kv_same && q_own && nk >= 4 && L > 0 && S > 0) {
+    if (kv_same && q_own && nk >= 4 && L > 0 && S > 0 && !p->round_weights) {
         SUF(sdpa_bwd_job) j = {.p = p, .g = g, .grads = SDPA_GRAD_K | SDPA_GRAD_V | SDPA_GRAD_Q,
                                .op = &p->k, .group = p->k_group, .nb = nb, .q_split = qs,
                                .kv_split = ks, .blocks = 1, .items = nk};

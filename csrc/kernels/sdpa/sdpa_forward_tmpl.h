@@ -1,7 +1,9 @@
 /* Scaled dot-product attention, the forward (flash-style: an online softmax
  * over blocks of keys), written once for both dtypes: included by sdpa.c after
  * sdpa_block_tmpl.h with T (float or double), SUF(name) (name##_f32 or
- * name##_f64) and EXP (expf or exp) defined.  No include guard on purpose;
+ * name##_f64), EXP (expf or exp) and HALF_VEXP (the exp of a half-precision
+ * call's weights, over whole vectors of torch's lanes; NULL for double) defined.
+ * No include guard on purpose;
  * the parameters are undefined at the end.  Contract: sdpa.h.
  *
  * Per work item (sdpa_task: a query block of a batch index, or a chunk of its
@@ -24,14 +26,19 @@
 #ifndef EXP
 #error "sdpa_forward_tmpl.h needs EXP"
 #endif
+#ifndef HALF_VEXP
+#error "sdpa_forward_tmpl.h needs HALF_VEXP"
+#endif
 
 /* The path's SIMD forward when it takes the problem, else NULL (then the loops
  * below): not for E == 0 or Ev == 0, nor causal with a negative scale (torch
  * then scales the hidden keys' -inf to +inf, which the SIMD forward, skipping
- * them, would not see).  The choice depends on the shape only. */
+ * them, would not see), nor with round_weights (not written there yet).  The
+ * choice depends on the shape only. */
 static const SUF(sdpa_kernels) *SUF(sdpa_simd)(const sdpa_problem *p)
 {
-    if (p->E == 0 || p->Ev == 0 || (p->is_causal && !p->prescale && p->scale < 0))
+    if (p->E == 0 || p->Ev == 0 || (p->is_causal && !p->prescale && p->scale < 0)
+            || p->round_weights)
         return NULL;
     return SUF(sdpa_select)();
 }
@@ -68,32 +75,33 @@ static T SUF(sdpa_row_max)(const T *a, int64_t n)
 /* The exp and rescaling step of one row of a block (its own function, for a
  * vectorised exp later):
  *   a[j] <- exp(a[j] - max) for j < n, returns sum_j a[j]
- * summed in SDPA_LANES lanes, the lanes then added in a halving tree, then the
- * tail (torch's order). */
-static T SUF(sdpa_exp_sum)(T *a, int64_t n, T max, SUF(sdpa_vexp_fn) vexp)
+ * summed in nl lanes (SDPA_LANES, or for a half-precision call the lanes of
+ * torch's vectors on this path), the lanes then added in a halving tree, then
+ * the tail (torch's order). */
+static T SUF(sdpa_exp_sum)(T *a, int64_t n, T max, SUF(sdpa_vexp_fn) vexp, int nl)
 {
     T lanes[SDPA_LANES];
-    for (int l = 0; l < SDPA_LANES; l++)
+    for (int l = 0; l < nl; l++)
         lanes[l] = 0;
-    const int64_t body = n - n % SDPA_LANES;
+    const int64_t body = n - n % nl;
     if (vexp != NULL) {
         /* the vector path's exp over the body, then the same lane sums */
         for (int64_t j = 0; j < body; j++)
             a[j] -= max;
         vexp(a, a, body);
-        for (int64_t j = 0; j < body; j += SDPA_LANES)
-            for (int l = 0; l < SDPA_LANES; l++)
+        for (int64_t j = 0; j < body; j += nl)
+            for (int l = 0; l < nl; l++)
                 lanes[l] += a[j + l];
     }
     else {
-        for (int64_t j = 0; j < body; j += SDPA_LANES)
-            for (int l = 0; l < SDPA_LANES; l++) {
+        for (int64_t j = 0; j < body; j += nl)
+            for (int l = 0; l < nl; l++) {
                 const T e = EXP(a[j + l] - max);
                 a[j + l] = e;
                 lanes[l] += e;
             }
     }
-    for (int w = SDPA_LANES / 2; w >= 1; w /= 2)
+    for (int w = nl / 2; w >= 1; w /= 2)
         for (int l = 0; l < w; l++)
             lanes[l] += lanes[l + w];
     T sum = lanes[0];
@@ -113,6 +121,7 @@ typedef struct {
     /* each row's running max and sum [rows], its accumulator [rows, Ev] */
     T *row_max, *row_sum, *acc;
     SUF(sdpa_vexp_fn) vexp;
+    int lanes;                       /* of sdpa_exp_sum */
     /* SIMD path: its table and workspace, the item's rows (sdpa_rows) */
     const SUF(sdpa_kernels) *simd;
     T *simd_ws;
@@ -242,7 +251,7 @@ static int SUF(sdpa_block_loops)(const sdpa_problem *p, const SUF(sdpa_fwd_ws) *
                 continue;
             }
             /* 4. online softmax: s <- exp(s - max); rescale what came before */
-            const T sum = SUF(sdpa_exp_sum)(s, kb, mx, ws->vexp);
+            const T sum = SUF(sdpa_exp_sum)(s, kb, mx, ws->vexp, ws->lanes);
             const T rescale = EXP(row_max[r] - mx);
             row_sum[r] = sum + rescale * row_sum[r];
             row_max[r] = mx;
@@ -256,6 +265,9 @@ static int SUF(sdpa_block_loops)(const sdpa_problem *p, const SUF(sdpa_fwd_ws) *
                 for (int64_t j = 0; j < kb; j++)
                     if (sdpa_dropout_uniform(p->dropout_seed, b, m0 + r, n + j) < p->dropout_p)
                         qk[r * kb + j] = 0;
+        if (p->round_weights)   /* a half-precision call: the weights as torch's GEMM reads them */
+            for (int64_t i = 0; i < qb * kb; i++)
+                qk[i] = (T)mk_half_round((float)qk[i], (mk_half_kind)p->round_weights);
         /* 6. acc[qb, Ev] (+)= exp(s)[qb, kb] @ v[n:n+kb, :] */
         if (SUF(gemm)(mk_mat_c(acc, qb, Ev), mk_cmat_c(qk, qb, kb),
                       (mk_cmat){v + n * p->v.rs, kb, Ev, p->v.rs, p->v.cs}, NULL, n > k0) != 0)
@@ -357,7 +369,9 @@ static void SUF(sdpa_task)(void *arg, int task)
     SUF(sdpa_job) *j = arg;
     const sdpa_problem *p = j->p;
     const int64_t qs = j->q_split;
-    SUF(sdpa_fwd_ws) ws = {.vexp = SUF(sdpa_vexp)(), .simd = SUF(sdpa_simd)(p)};
+    SUF(sdpa_fwd_ws) ws = {.vexp = p->round_weights ? HALF_VEXP : SUF(sdpa_vexp)(),
+                           .lanes = p->round_weights ? sdpa_half_lanes() : SDPA_LANES,
+                           .simd = SUF(sdpa_simd)(p)};
     T *buf = mk_alloc(mk_bytes(SUF(sdpa_fwd_carve)(&ws, NULL, p, qs, qs * j->heads), sizeof(T)));
     if (buf == NULL) {
         atomic_store(&j->failed, 1);
@@ -455,7 +469,10 @@ static int SUF(sdpa_forward_impl)(void *out, void *lse, const sdpa_problem *p)
     const int64_t key_blocks = (p->S + SDPA_KV_SPLIT - 1) / SDPA_KV_SPLIT;
     j.chunks = 1;
     j.chunk = p->S;
-    if (!p->is_causal && nb * j.q_blocks < SDPA_KEY_CHUNKS && key_blocks >= 2) {
+    /* (not for a half-precision call: its weights are rounded relative to the
+     * running max, which a chunk of its own does not know) */
+    if (!p->is_causal && !p->round_weights && nb * j.q_blocks < SDPA_KEY_CHUNKS
+            && key_blocks >= 2) {
         j.chunks = key_blocks < SDPA_KEY_CHUNKS ? key_blocks : SDPA_KEY_CHUNKS;
         j.chunk = (key_blocks + j.chunks - 1) / j.chunks * SDPA_KV_SPLIT;
         j.chunks = (p->S + j.chunk - 1) / j.chunk;
@@ -490,3 +507,4 @@ static int SUF(sdpa_forward_impl)(void *out, void *lse, const sdpa_problem *p)
 #undef T
 #undef SUF
 #undef EXP
+#undef HALF_VEXP

@@ -17,6 +17,19 @@
 void softmax_forward_f32(void *out, const void *inp, int64_t outer, int64_t n, int64_t inner);
 void softmax_forward_f64(void *out, const void *inp, int64_t outer, int64_t n, int64_t inner);
 
+/* The float32 softmax of a half-precision input along a middle axis (inner >
+ * 1), whose result the caller rounds once more to the half dtype `half`
+ * (runtime/half.h), as torch 2.13 computes it on one thread: per plane
+ * [n, inner], each group of whole columns (from column 0 of the row; 32
+ * columns on the avx512 path, 16 on the others, torch's vector there)
+ * e = exp(x - max), its float32 sum down the column in order, out = e / sum;
+ * the columns left: out = round(e) / sum, the exp rounded to the
+ * half dtype first (torch's scalar path; with more threads torch sends the
+ * columns of a chunk that fill no group there too, so its bits depend on its
+ * thread count: docs/numerics.md).  One thread; any size may be 0. */
+void softmax_half_cols(float *out, const float *inp, int64_t outer, int64_t n, int64_t inner,
+                       int half);
+
 /* The gradient of the softmax's input, from the softmax's output and the
  * gradient of that output, along the middle axis of [outer, n, inner]:
  *

@@ -1,0 +1,91 @@
+/* float32 <-> float16 and bfloat16, as torch and NumPy convert: round to
+ * nearest even, overflow to inf (float16 from 65520 up), subnormals kept,
+ * NaN stays NaN (quiet; the payload is not kept).  Pure bit arithmetic: the
+ * same on every x86-64 path, and independent of the MXCSR's flush modes only
+ * if they are off (they are: no -ffast-math, docs/numerics.md). */
+#ifndef MYATT_KERNELS_HALF_H
+#define MYATT_KERNELS_HALF_H
+
+#include <stdint.h>
+#include <string.h>
+
+typedef enum {
+    MK_HALF_NONE = 0,   /* float32 itself */
+    MK_HALF_F16 = 1,
+    MK_HALF_BF16 = 2,
+} mk_half_kind;
+
+static inline uint32_t mk_f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float mk_f32_of_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint16_t mk_bf16_of_f32(float f)
+{
+    const uint32_t u = mk_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)   /* NaN: quiet, as torch's scalar path */
+        return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+static inline float mk_f32_of_bf16(uint16_t h)
+{
+    return mk_f32_of_bits((uint32_t)h << 16);
+}
+
+/* F. Giesen's float_to_half_fast3_rtne: the subnormal range by one float
+ * addition (round to nearest even), the normal range by integer rounding. */
+static inline uint16_t mk_f16_of_f32(float f)
+{
+    uint32_t u = mk_f32_bits(f);
+    const uint32_t sign = (u >> 16) & 0x8000u;
+    u &= 0x7fffffffu;
+    uint32_t o;
+    if (u >= 0x47800000u)                    /* 65536 and up, inf, NaN */
+        o = u > 0x7f800000u ? 0x7e00u : 0x7c00u;
+    else if (u < 0x38800000u) {              /* below 2^-14: subnormal or zero */
+        const float magic = mk_f32_of_bits(0x3f000000u);   /* 0.5: ulp 2^-24 */
+        o = mk_f32_bits(mk_f32_of_bits(u) + magic) - 0x3f000000u;
+    } else {
+        const uint32_t odd = (u >> 13) & 1;
+        u += 0xc8000fffu + odd;                  /* exponent -112, rounding bias */
+        o = u >> 13;                             /* (65520 and up carry into inf) */
+    }
+    return (uint16_t)(o | sign);
+}
+
+static inline float mk_f32_of_f16(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ffu;
+    if (e == 0x1f)
+        return mk_f32_of_bits(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0));
+    if (e == 0)   /* zero or subnormal: m * 2^-24, exact */
+        return mk_f32_of_bits(sign | mk_f32_bits((float)m * 5.9604644775390625e-8f));
+    return mk_f32_of_bits(sign | ((e + 112) << 23) | (m << 13));
+}
+
+/* x rounded to the nearest value of the half dtype `kind` (MK_HALF_NONE: x). */
+static inline float mk_half_round(float x, mk_half_kind kind)
+{
+    return kind == MK_HALF_BF16 ? mk_f32_of_bf16(mk_bf16_of_f32(x))
+           : kind == MK_HALF_F16 ? mk_f32_of_f16(mk_f16_of_f32(x)) : x;
+}
+
+/* dst[i] = src[i] rounded to `kind` (F16 or BF16), n elements, large arrays
+ * by all threads.  Cannot fail. */
+void mk_f32_to_half(uint16_t *dst, const float *src, int64_t n, mk_half_kind kind);
+
+/* x[i] = mk_half_round(x[i], kind), n elements.  Cannot fail. */
+void mk_half_round_inplace(float *x, int64_t n, mk_half_kind kind);
+
+#endif
