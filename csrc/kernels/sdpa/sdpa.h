@@ -44,7 +44,9 @@
 /* Decode-like shapes (fewer than SDPA_KEY_CHUNKS (batch index, query block)
  * items, not causal, S over one key block) split the keys into up to
  * SDPA_KEY_CHUNKS runs of whole key blocks, computed apart (on several
- * threads) and merged in order: the split depends on the shape only. */
+ * threads) and merged in order: the split depends on the shape only.  Not
+ * for a half-precision call (round_weights), whose weights are rounded
+ * relative to the running max over the keys before them. */
 #define SDPA_KEY_CHUNKS 8
 
 typedef enum {
