@@ -45,7 +45,7 @@ static inline __m256i gv_minimax_index(V pos)
     __m256i k = _mm256_add_epi32(_mm256_castps_si256(pos), _mm256_set1_epi32((int)GELU_MINIMAX_IDX_BIAS));
     k = _mm256_srai_epi32(k, 21);
     k = _mm256_min_epi32(_mm256_max_epi32(k, _mm256_set1_epi32(1)), _mm256_set1_epi32(24));
-    const __m256i above = _mm256_castps_si256(_mm256_cmp_ps(gv_set1(gelu_f(GELU_MINIMAX_RBOUND)), pos, _CMP_LT_OS));
+    const __m256i above = _mm256_castps_si256(_mm256_cmp_ps(gv_set1(mk_f32_of_bits(GELU_MINIMAX_RBOUND)), pos, _CMP_LT_OS));
     return _mm256_blendv_epi8(k, _mm256_set1_epi32(23), above);
 }
 static inline V gv_lookup(const uint32_t row[32], __m256i k)

@@ -52,7 +52,7 @@ static inline __m512i gv_minimax_index(V pos)
     __m512i k = _mm512_add_epi32(_mm512_castps_si512(pos), _mm512_set1_epi32((int)GELU_MINIMAX_IDX_BIAS));
     k = _mm512_srai_epi32(k, 21);
     k = _mm512_min_epi32(_mm512_max_epi32(k, _mm512_set1_epi32(1)), _mm512_set1_epi32(24));
-    const __mmask16 above = _mm512_cmp_ps_mask(gv_set1(gelu_f(GELU_MINIMAX_RBOUND)), pos, _CMP_LT_OS);
+    const __mmask16 above = _mm512_cmp_ps_mask(gv_set1(mk_f32_of_bits(GELU_MINIMAX_RBOUND)), pos, _CMP_LT_OS);
     return _mm512_mask_mov_epi32(k, above, _mm512_set1_epi32(23));
 }
 static inline V gv_lookup(const uint32_t row[32], __m512i k)

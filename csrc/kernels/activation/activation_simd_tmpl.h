@@ -8,7 +8,7 @@
  * include guard on purpose. */
 #include "gelu_onednn.h"
 
-#define GV_C(bits) GV(set1)(gelu_f(bits))
+#define GV_C(bits) GV(set1)(mk_f32_of_bits(bits))
 
 /* gelu_onednn_exp */
 static inline V GELU_SIMD(exp)(V x)

@@ -22,7 +22,8 @@
 
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
+
+#include "runtime/half.h"   /* mk_f32_bits, mk_f32_of_bits */
 
 /* The minimax polynomials' coefficients: [degree][interval], 25 intervals
  * padded to 32 (activation.c) */
@@ -45,20 +46,6 @@ static const uint32_t gelu_as_bits[5] = {0x3e827906u, 0xbe91a98eu, 0x3fb5f0e3u, 
 static const uint32_t gelu_exp_bits[5] = {0x3f7ffffbu, 0x3efffee3u, 0x3e2aad40u, 0x3d2b9d0du,
                                           0x3c07cfceu};
 
-static inline float gelu_f(uint32_t bits)
-{
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static inline uint32_t gelu_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
 /* vminps / vmaxps: the second operand where either is NaN */
 static inline float gelu_minps(float a, float b) { return a < b ? a : b; }
 static inline float gelu_maxps(float a, float b) { return a > b ? a : b; }
@@ -67,15 +54,15 @@ static inline float gelu_maxps(float a, float b) { return a > b ? a : b; }
  * 2 * 2^(n-1) * p(r) with n = floor(x log2(e) + 0.5), r = x - n ln 2 */
 static inline float gelu_onednn_exp(float x)
 {
-    const float lo = gelu_f(GELU_EXP_LN_FLT_MIN);
+    const float lo = mk_f32_of_bits(GELU_EXP_LN_FLT_MIN);
     const int below = x < lo;
-    x = gelu_maxps(gelu_minps(x, gelu_f(GELU_EXP_LN_FLT_MAX)), lo);
-    const float n = floorf(x * gelu_f(GELU_EXP_LOG2E) + 0.5f);
-    const float r = fmaf(-n, gelu_f(GELU_EXP_LN2), x);
-    const float scale = below ? 0.0f : gelu_f((uint32_t)((int32_t)(n - 1.0f) + 127) << 23);
-    float p = gelu_f(gelu_exp_bits[4]);
+    x = gelu_maxps(gelu_minps(x, mk_f32_of_bits(GELU_EXP_LN_FLT_MAX)), lo);
+    const float n = floorf(x * mk_f32_of_bits(GELU_EXP_LOG2E) + 0.5f);
+    const float r = fmaf(-n, mk_f32_of_bits(GELU_EXP_LN2), x);
+    const float scale = below ? 0.0f : mk_f32_of_bits((uint32_t)((int32_t)(n - 1.0f) + 127) << 23);
+    float p = mk_f32_of_bits(gelu_exp_bits[4]);
     for (int d = 3; d >= 0; d--)
-        p = fmaf(p, r, gelu_f(gelu_exp_bits[d]));
+        p = fmaf(p, r, mk_f32_of_bits(gelu_exp_bits[d]));
     p = fmaf(p, r, 1.0f);
     return p * scale * 2.0f;
 }
@@ -83,32 +70,32 @@ static inline float gelu_onednn_exp(float x)
 /* -(A&S's r(t) t exp(-R^2)) + 1 with R's sign: erf(R), t = 1 / (1 + p |R|); q = -exp(-R^2) */
 static inline float gelu_as_erf(float R, float q)
 {
-    const float t = 1.0f / fmaf(gelu_f(GELU_AS_P), fabsf(R), 1.0f);
-    float r = gelu_f(gelu_as_bits[4]);
+    const float t = 1.0f / fmaf(mk_f32_of_bits(GELU_AS_P), fabsf(R), 1.0f);
+    float r = mk_f32_of_bits(gelu_as_bits[4]);
     for (int d = 3; d >= 0; d--)
-        r = fmaf(r, t, gelu_f(gelu_as_bits[d]));
-    return gelu_f(gelu_bits(fmaf(q * t, r, 1.0f)) ^ (gelu_bits(R) & 0x80000000u));
+        r = fmaf(r, t, mk_f32_of_bits(gelu_as_bits[d]));
+    return mk_f32_of_bits(mk_f32_bits(fmaf(q * t, r, 1.0f)) ^ (mk_f32_bits(R) & 0x80000000u));
 }
 
 /* the forward, AVX-512 CPUs: the minimax polynomial */
 static inline float gelu_minimax_1(float x)
 {
     const float pos = fabsf(x);
-    int32_t i = (int32_t)(gelu_bits(pos) + GELU_MINIMAX_IDX_BIAS) >> 21;
+    int32_t i = (int32_t)(mk_f32_bits(pos) + GELU_MINIMAX_IDX_BIAS) >> 21;
     i = i < 1 ? 1 : i > 24 ? 24 : i;
-    if (gelu_f(GELU_MINIMAX_RBOUND) < pos)
+    if (mk_f32_of_bits(GELU_MINIMAX_RBOUND) < pos)
         i = 23;
-    float p = gelu_f(gelu_minimax_bits[5][i]);
+    float p = mk_f32_of_bits(gelu_minimax_bits[5][i]);
     for (int d = 4; d >= 0; d--)
-        p = fmaf(p, pos, gelu_f(gelu_minimax_bits[d][i]));
-    p = gelu_f(gelu_bits(p) ^ (gelu_bits(x) & 0x80000000u));
+        p = fmaf(p, pos, mk_f32_of_bits(gelu_minimax_bits[d][i]));
+    p = mk_f32_of_bits(mk_f32_bits(p) ^ (mk_f32_bits(x) & 0x80000000u));
     return x * (p + 1.0f) * 0.5f;
 }
 
 /* the forward, other CPUs: S + S * erf(R) */
 static inline float gelu_as_1(float x)
 {
-    const float R = x * gelu_f(GELU_ONE_OVER_SQRT2);
+    const float R = x * mk_f32_of_bits(GELU_ONE_OVER_SQRT2);
     const float erf = gelu_as_erf(R, -gelu_onednn_exp(-(R * R)));
     const float s = x * 0.5f;
     return fmaf(erf, s, s);
@@ -117,9 +104,9 @@ static inline float gelu_as_1(float x)
 /* the backward's derivative (times grad_output by the caller) */
 static inline float gelu_as_grad_1(float x)
 {
-    const float R = x * gelu_f(GELU_ONE_OVER_SQRT2);
+    const float R = x * mk_f32_of_bits(GELU_ONE_OVER_SQRT2);
     const float q = gelu_onednn_exp(-(R * R));
-    const float T = R * gelu_f(GELU_ONE_OVER_SQRTPI) * q;
+    const float T = R * mk_f32_of_bits(GELU_ONE_OVER_SQRTPI) * q;
     const float erf = gelu_as_erf(R, -q);
     return fmaf(erf, 0.5f, T + 0.5f);
 }

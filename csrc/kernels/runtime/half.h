@@ -1,4 +1,5 @@
-/* float32 <-> float16 and bfloat16, as torch and NumPy convert: round to
+/* A float's bits and back (mk_f32_bits, mk_f32_of_bits), and
+ * float32 <-> float16 and bfloat16, as torch and NumPy convert: round to
  * nearest even, overflow to inf (float16 from 65520 up), subnormals kept,
  * NaN stays NaN (quiet; the payload is not kept).  Pure bit arithmetic: the
  * same on every x86-64 path, and independent of the MXCSR's flush modes only
