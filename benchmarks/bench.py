@@ -7,7 +7,8 @@
 Measures the module forward, one training step (forward + backward through
 myatt.vjp, and once with the stateless MyAtt.backward: every gradient, against torch autograd and hand-written NumPy gradients) and each kernel
 alone (linear, softmax, gelu, bmm), float32 and float64, at the seed's shape, at mid and
-at large sizes, at 1 thread and at all cores, plus a float32 GEMM alone and the
+at large sizes, at 1 thread and at all cores, the float16 and bfloat16 rows (linear,
+softmax, the flash sdpa forward), plus a float32 GEMM alone and the
 overhead of myatt.validate in shadow mode on a transformer layer; prints
 one table with median times, the ratios
 myatt/torch and myatt/NumPy, GFLOP/s and the share of the machine's FMA peak,
@@ -50,6 +51,11 @@ from numpy_myatt import linear as np_linear  # noqa: E402
 from numpy_myatt import sdpa as np_sdpa  # noqa: E402
 from numpy_myatt import sdpa_train as np_sdpa_train  # noqa: E402
 from numpy_myatt import softmax as np_softmax  # noqa: E402
+
+try:   # NumPy's bfloat16 (myatt[bf16]): the bfloat16 rows
+    import ml_dtypes
+except ImportError:
+    ml_dtypes = None
 
 try:
     import torch
@@ -302,6 +308,37 @@ def level_ops(level, dtype, rng):
     ]
 
 
+def half_ops(dtype, rng, quick, gemm_n):
+    """[(case, flops, elements, myatt_fn, torch_fn, numpy_fn)] of the half-precision rows:
+    linear n^3, softmax [n, n], the flash sdpa forward.  myatt computes them in float32 (the
+    operands converted, the result rounded: docs/numerics.md); NumPy only where it has the
+    dtype and a kernel worth timing (float16 softmax; its float16 matmul is not BLAS)."""
+    tdtype = torch.bfloat16 if np.dtype(dtype).name == "bfloat16" else torch.float16
+
+    def both(shape, scale=1.0):
+        a = (rng.standard_normal(shape) * scale).astype(np.float32).astype(dtype)
+        return a, torch.from_numpy(a.view(np.int16)).view(tdtype)
+
+    n = gemm_n // 2 if quick else gemm_n
+    x, tx = both((n, n))
+    w, tw = both((n, n), n ** -0.5)
+    s, ts = both((n, n), 3.0)
+    L = 1024 if quick else 4096
+    q, tq = both((1, 8, L, 64))
+    k, tk = both((1, 8, L, 64))
+    v, tv = both((1, 8, L, 64))
+    sdpa = myatt.scaled_dot_product_attention
+    numpy_softmax = (lambda: np_softmax(s, -1)) if dtype == np.float16 else None
+    return [
+        (f"linear {n}^3", 2 * n ** 3, None, lambda: myatt.linear(x, w),
+         lambda: F.linear(tx, tw), None),
+        (f"softmax {n}x{n}", None, n * n, lambda: myatt.softmax(s, -1),
+         lambda: torch.softmax(ts, -1), numpy_softmax),
+        (f"sdpa forward 1x8x{L}x{L}x64", 4 * 8 * L * L * 64, None, lambda: sdpa(q, k, v),
+         lambda: F.scaled_dot_product_attention(tq, tk, tv), None),
+    ]
+
+
 # scaled_dot_product_attention: (name, q shape, kv heads (GQA) or None, S, is_causal, train)
 def sdpa_cases(quick):
     """The sdpa rows' shapes: [B, H, L, E] queries against S keys (E == Ev)."""
@@ -440,16 +477,26 @@ def first(result):
     return result[0] if isinstance(result, tuple) else result
 
 
+def np_of(t):
+    """A result as an ndarray: a torch tensor's values (a bfloat16 one through its bits)."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
 def max_diff(a, b):
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b.detach().numpy() if isinstance(b, torch.Tensor) else b, dtype=np.float64)
+    a = np.asarray(a).astype(np.float64)
+    b = np.asarray(np_of(b)).astype(np.float64)
     return float(np.max(np.abs(a - b))) if a.size else 0.0
 
 
 def same_bits(a, b):
     """Fraction of the elements of a and b (same shape and dtype) that are bit-identical."""
     a = np.ascontiguousarray(a)
-    b = np.ascontiguousarray(b.detach().numpy() if isinstance(b, torch.Tensor) else b)
+    b = np.ascontiguousarray(np_of(b))
     if a.dtype != b.dtype or a.size != b.size:
         return 0.0
     if not a.size:
@@ -582,6 +629,18 @@ def run(args):
                         add(f"{case} {np.dtype(dtype).name}", n, flops, None, dtype,
                             (fm, ft, fn), (fm(), ft()))
             del ops
+        # ---- float16 and bfloat16 ----
+        halves = [np.float16] + ([ml_dtypes.bfloat16] if ml_dtypes is not None else [])
+        for dtype in halves if args.only in (None, "half") else ():
+            print(f"[half] {np.dtype(dtype).name}: computed in float32, each result rounded "
+                  f"(%peak: of the float32 FMA peak)")
+            ops = half_ops(dtype, rng, quick, gemm_n)
+            for n in thread_counts:
+                with Threads(n):
+                    for op, flops, elems, fm, ft, fn in ops:
+                        add(f"{op} {np.dtype(dtype).name}", n, flops, elems, np.float32,
+                            (fm, ft, fn), (fm(), ft()))
+            del ops
         # ---- MultiheadAttention (torch's module in training mode, dropout 0) ----
         for dtype in (np.float32, np.float64) if args.only in (None, "mha") else ():
             print(f"[mha] MultiheadAttention {np.dtype(dtype).name}: self-attention, query = "
@@ -688,10 +747,11 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="a short run (a minute or two): seed and mid "
                    "sizes, small sdpa and mha shapes")
-    p.add_argument("--only", choices=["module", "sdpa", "mha", "validate"],
+    p.add_argument("--only", choices=["module", "sdpa", "half", "mha", "validate"],
                    help="only these rows (module: MyAtt's seed, mid and large rows; sdpa: the "
-                   "scaled_dot_product_attention rows; mha: the MultiheadAttention rows; "
-                   "validate: myatt.validate's overhead in shadow mode)")
+                   "scaled_dot_product_attention rows; half: float16 and bfloat16 rows; mha: "
+                   "the MultiheadAttention rows; validate: myatt.validate's overhead in shadow "
+                   "mode)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--plot", metavar="PATH", help="also draw the ratios (needs matplotlib)")
     args = p.parse_args(argv)
