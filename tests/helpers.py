@@ -3,18 +3,17 @@ import re
 
 import numpy as np
 
-try:   # NumPy's bfloat16 (an optional extra of myatt's)
-    from ml_dtypes import bfloat16 as BFLOAT16
-    HALF = [np.float16, BFLOAT16]
+try:   # NumPy's bfloat16 (ml_dtypes, an optional extra of myatt's)
+    from ml_dtypes import bfloat16
+    BFLOAT16 = [bfloat16]
 except ImportError:
-    BFLOAT16 = None
-    HALF = [np.float16]
+    BFLOAT16 = []
 
 # Every real dtype the kernels accept and convert (float32/float64 are native).
 ALL_REAL = [np.float16, np.float32, np.float64, np.bool_, np.int8, np.int16, np.int32, np.int64,
-            np.uint8, np.uint16, np.uint32, np.uint64] + HALF[1:]
+            np.uint8, np.uint16, np.uint32, np.uint64] + BFLOAT16
 # A smaller set for pairwise promotion tables.
-PROMO_DTYPES = [np.float32, np.float64, np.float16, np.int64, np.int32, np.uint8, np.bool_] + HALF[1:]
+PROMO_DTYPES = [np.float32, np.float64, np.float16, np.int64, np.int32, np.uint8, np.bool_] + BFLOAT16
 
 
 def dtype_id(d):

@@ -57,10 +57,8 @@ import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
-
-
-TORCH_DTYPES[np.dtype(np.float16)] = torch.float16
+TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64,
+                np.dtype(np.float16): torch.float16}
 
 
 def torch_dtype(dtype):

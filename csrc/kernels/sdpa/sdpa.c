@@ -123,10 +123,10 @@ static int sdpa_d_from_block(const sdpa_problem *p)
 enum { SDPA_GRAD_K = 1, SDPA_GRAD_V = 2, SDPA_GRAD_Q = 4 };
 
 /* torch's fexp_u20 (vec512_float.h), the exp of its flash kernel's weights in
- * bfloat16 and float16 over whole 16-lane vectors (the tail: expf): Malossi
- * et al.'s cubic in the fraction, the result's bits by a truncating
- * conversion, 0 below ln(FLT_MIN); exp(0) is 1 - 2^-14.2.  Scalar, with
- * torch's FMAs. */
+ * bfloat16 and float16 over whole vectors on AVX2 and AVX-512
+ * (sdpa_half_lanes; the rest of a row: expf): Malossi et al.'s cubic in the
+ * fraction, the result's bits by a truncating conversion, 0 below
+ * ln(FLT_MIN); exp(0) is 1 - 2^-14.2.  Scalar, with torch's FMAs. */
 static void sdpa_fexp_u20(float *out, const float *in, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {

@@ -400,7 +400,8 @@ static void SUF(sdpa_bwd_task)(void *arg, int task)
                 rc = SUF(sdpa_backward_q)(p, &ws, q, k, v, mask, dout, out, lse, &first,
                                           b, m0, qb);
         }
-        const T scale = p->round_weights ? (T)1 : (T)p->scale;   /* (half: taken) */
+        /* (a half-precision call's sums took the scale in sdpa_grad_add) */
+        const T scale = p->round_weights ? (T)1 : (T)p->scale;
         if (rc == 0 && kv_pass) {
             T *dk = (T *)g->dk + own * p->S * E, *dv = (T *)g->dv + own * p->S * Ev;
             const T *dk_acc = ws.acc, *dv_acc = ws.acc + kb * E;
