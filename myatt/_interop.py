@@ -8,6 +8,7 @@ through their attributes (``.dtype``, ``.detach()``, ``.cpu()``, ``.numpy()``),
 so only a caller that already has torch pays for it.
 """
 import copyreg
+import sys
 
 import numpy as np
 
@@ -31,8 +32,9 @@ def dtype_name(tensor, what):
         return _DTYPES[name]
     if isinstance(dt, np.dtype) and dt in (np.float32, np.float64):
         return dt.name
-    raise TypeError(f"{what} is {name}: myatt computes in float32 or float64 only; convert "
-                    f"the module first (module.float() or module.double())")
+    raise TypeError(f"{what} is {name}: myatt's modules hold float32 or float64 parameters "
+                    f"(half-precision modules come in a later release); convert the module "
+                    f"first (module.float() or module.double())")
 
 
 def object_state(obj):
@@ -50,13 +52,40 @@ def object_state(obj):
     return (state, slots) if slots else state
 
 
-def to_numpy(t):
-    """A torch tensor (any device, requires_grad or not) or array-like as a NumPy array."""
+def bfloat16(what):
+    """ml_dtypes' NumPy bfloat16 dtype, imported on first use; TypeError naming `what`
+    without ml_dtypes."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise TypeError(f"{what} is bfloat16: myatt reads bfloat16 as ml_dtypes' NumPy dtype, "
+                        f"and ml_dtypes is not installed (pip install ml_dtypes, or "
+                        f"myatt[bf16])") from None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def to_numpy(t, what="a tensor"):
+    """A torch tensor (any device, requires_grad or not) or array-like as a NumPy array; a
+    torch.bfloat16 tensor as ml_dtypes.bfloat16 through its bits (NumPy has no bfloat16 of
+    its own, torch no NumPy conversion of it), sharing its memory on the CPU."""
     if hasattr(t, "detach"):
         t = t.detach()
     if hasattr(t, "cpu"):
         t = t.cpu()
+    if str(getattr(t, "dtype", "")) == "torch.bfloat16":
+        dtype = bfloat16(what)
+        return t.view(sys.modules["torch"].int16).numpy().view(dtype)   # torch is loaded
     return np.asarray(t.numpy() if hasattr(t, "numpy") else t)
+
+
+def to_tensor(a, torch):
+    """A NumPy array as a CPU tensor of `torch` sharing its memory where it can (a copy
+    where the array is not C-contiguous): ml_dtypes.bfloat16 as torch.bfloat16, through
+    its bits."""
+    a = np.ascontiguousarray(a)
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def _state_dict(module, caller):

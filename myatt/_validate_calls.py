@@ -10,7 +10,7 @@ import threading
 
 import torch
 
-from . import torch as mt
+from . import _interop, torch as mt
 
 
 class Local(threading.local):
@@ -101,14 +101,23 @@ def copies(tensors):
         return tuple(t.clone() for t in tensors)
 
 
-def dtype_reason(tensors):
-    """Why myatt cannot rerun a call of these tensors (its dtype), or None: the one place
-    that says which dtypes myatt computes (myatt.torch.COMPUTED_DTYPES)."""
+def dtype_reason(tensors, op=None):
+    """Why myatt cannot rerun a call (of `op`) of these tensors (its dtype), or None: the
+    one place that says which dtypes myatt reruns (myatt.torch's COMPUTED_DTYPES, and
+    MODULE_DTYPES for "mha", which runs on a myatt module)."""
+    computed = mt.MODULE_DTYPES if op == "mha" else mt.COMPUTED_DTYPES
     for t in tensors:
-        if t.is_floating_point() and t.dtype not in mt.COMPUTED_DTYPES:
+        if t.is_floating_point() and t.dtype not in computed:
             name = str(t.dtype).replace("torch.", "")
-            return (f"{name}: myatt computes float32 and float64 (half precision comes in a "
-                    f"later release)")
+            if op == "mha":
+                return (f"{name}: myatt's MultiheadAttention holds float32 or float64 "
+                        f"parameters (half-precision modules come in a later release)")
+            return f"{name}: myatt computes float16, bfloat16, float32 and float64"
+        if t.dtype == torch.bfloat16:
+            try:
+                _interop.bfloat16("the call's input")
+            except TypeError as e:
+                return str(e)
     return None
 
 

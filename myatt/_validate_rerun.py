@@ -14,7 +14,7 @@ import math
 import numpy as np
 import torch
 
-from . import _judge
+from . import _interop, _judge
 from ._validate import ResultReport
 from ._validate_calls import copies, local, snapshot, to64
 
@@ -76,7 +76,7 @@ def _run(fn, record, wide, grads, cotangents):
 
 
 def _np(t):
-    return None if t is None else t.detach().cpu().numpy()
+    return None if t is None else _interop.to_numpy(t)
 
 
 def settle(record, args, kwargs, theirs):
@@ -122,7 +122,7 @@ def judge_record(record, rtol, atol, backward):
         record.judged[key] = fields
         return fields
     rt, at = (rtol, atol) if rtol is not None else _judge.tolerances(record.dtype)
-    wide = record.dtype == "float32"
+    wide = record.dtype != "float64"      # float32 and half calls are rerun in float64
     grads = record.grads if backward and record.cotangents is not None and any(
         c is not None for c in record.cotangents) else ()
     cot = record.cotangents

@@ -205,14 +205,14 @@ def validate(model, args, kwargs, mode, backward, grad_outputs, rtol, atol):
 def _end_to_end(report, model, args, kwargs, out, ours, reference, grad_outputs, backward,
                 rtol, atol):
     """report.outputs: the model on myatt against the model on torch (and float64 reruns of
-    both when the model is float32 and can be copied)."""
+    both when the model is float32 or half and can be copied)."""
     out_ref, ref_grads = reference
     pairs = list(zip(_flatten(out), _flatten(out_ref)))
     pairs.append((("loss", ours[0]), ("loss", ref_grads[0])))
     pairs += [(("grad " + n, g), ("grad " + n, h))
               for (n, g), (_, h) in zip(ours[1], ref_grads[1]) if g is not None]
     wide = {}
-    if any(t.dtype == torch.float32 for (_, t), _ in pairs):
+    if any(t.is_floating_point() and t.dtype != torch.float64 for (_, t), _ in pairs):
         try:
             wide = _float64_runs(model, args, kwargs, grad_outputs, backward, rtol, atol)
         except Exception as e:
@@ -220,7 +220,7 @@ def _end_to_end(report, model, args, kwargs, out, ours, reference, grad_outputs,
     for (name, a), (_, b) in pairs:
         dt = str(b.dtype).replace("torch.", "")
         rt, at = (rtol, atol) if rtol is not None else _judge.tolerances(dt)
-        a64, b64 = wide.get(name, (None, None)) if dt == "float32" else (None, None)
+        a64, b64 = wide.get(name, (None, None)) if dt != "float64" else (None, None)
         report.outputs.append(judge_result(name, a, b, rt, at, a64, b64))
 
 

@@ -18,7 +18,13 @@ from . import _interop, _judge, _twins
 __all__ = ["compare", "Comparison", "ResultComparison", "DEFAULT_TOLERANCES"]
 
 # torch.testing.assert_close defaults: dtype -> (rtol, atol)
-DEFAULT_TOLERANCES = {np.dtype(n): _judge.DEFAULT_TOLERANCES[n] for n in ("float32", "float64")}
+DEFAULT_TOLERANCES = {np.dtype(n): _judge.DEFAULT_TOLERANCES[n]
+                      for n in ("float32", "float64", "float16")}   # (bfloat16: _judge's)
+
+
+def _is_float(dtype):
+    """A floating dtype: NumPy's, or ml_dtypes' bfloat16 (whose kind is 'V')."""
+    return dtype.kind == "f" or dtype.name == "bfloat16"
 
 
 @dataclass
@@ -45,7 +51,8 @@ class ResultComparison:
     shape, torch_shape : tuple of int
         The shapes of myatt's and torch's results.
     dtype, torch_dtype : str
-        myatt's dtype (``"float32"`` or ``"float64"``) and torch's, as torch names it.
+        myatt's dtype (``"float32"``, ``"float64"``, ``"float16"`` or ``"bfloat16"``) and
+        torch's, as torch names it.
     rtol, atol : float
         The tolerances compared at.
     max_abs_err : float
@@ -69,8 +76,8 @@ class ResultComparison:
     agree : bool
         The verdict: within the tolerances, or the long-reduction rule above.
     err64_myatt, err64_torch : float or None
-        For float32 results: each side's ``max |result - torch in float64|`` (the fair judge
-        when two float32 results differ); None for float64.
+        For float32 and half-precision results: each side's ``max |result - torch in
+        float64|`` (the fair judge when two such results differ); None for float64.
     agree64 : bool or None
         Whether myatt's float64 rerun agrees with torch's (None without a myatt rerun: a
         myatt side that is not one of myatt's own modules or functions).
@@ -90,7 +97,7 @@ class ResultComparison:
     name: str
     shape: Tuple[int, ...]            #: myatt's shape
     torch_shape: Tuple[int, ...]      #: torch's shape
-    dtype: str                        #: myatt's dtype ("float32" or "float64")
+    dtype: str                        #: myatt's dtype ("float32", "float64", "float16", ...)
     torch_dtype: str                  #: torch's dtype, as torch names it
     rtol: float
     atol: float
@@ -106,8 +113,8 @@ class ResultComparison:
     nonfinite_same: int = 0           #: positions with NaN on both sides or the same inf
     nonfinite_differ: int = 0         #: positions with NaN/inf on one side only (or opposite infs)
     message: str = ""                 #: assert_close's message when it fails
-    err64_myatt: Optional[float] = None   #: max |myatt - torch in float64| (float32 only)
-    err64_torch: Optional[float] = None   #: max |torch - torch in float64| (float32 only)
+    err64_myatt: Optional[float] = None   #: max |myatt - torch in float64| (not for float64)
+    err64_torch: Optional[float] = None   #: max |torch - torch in float64| (not for float64)
     agree64: Optional[bool] = None    #: myatt's and torch's float64 reruns agree
     reason: str = ""                  #: why it differs, or agrees outside the tolerances
 
@@ -254,7 +261,7 @@ class Comparison:
 
     def _header(self):
         inputs = ", ".join(f"{n} {s}" for n, s in self.inputs)
-        rtol, atol = DEFAULT_TOLERANCES.get(np.dtype(self.dtype), (None, None))
+        rtol, atol = _judge.DEFAULT_TOLERANCES.get(self.dtype, (None, None))
         tol = {(r.rtol, r.atol) for r in self.results}
         tol_s = ", ".join(f"rtol={a:g}, atol={b:g}" for a, b in sorted(tol))
         default = tol == {(rtol, atol)}
@@ -354,7 +361,7 @@ class _Call:
             if isinstance(x, _SCALARS):
                 return x
             a = _interop.to_numpy(x)
-            if a.dtype.kind not in "biuf":   # as myatt refuses them
+            if a.dtype.kind not in "biu" and not _is_float(a.dtype):   # as myatt refuses them
                 raise TypeError(f"compare(): inputs[{i}] has dtype {a.dtype}; myatt takes "
                                 f"real numbers (bool, integer, float)")
             return a
@@ -393,7 +400,7 @@ class _Call:
 
     def differentiable(self):
         """The names of the array arguments with gradients: floating ones that are no mask."""
-        return [n for n, x in self.arrays() if x.dtype.kind == "f" and n not in _twins.MASKS]
+        return [n for n, x in self.arrays() if _is_float(x.dtype) and n not in _twins.MASKS]
 
 
 def _torch_drops(torch_fn, torch):
@@ -496,7 +503,8 @@ def _run_torch(torch_fn, call, dtype, device, cotangents, torch):
     def tensor(name, x):
         if not isinstance(x, np.ndarray):
             return x
-        t = torch.from_numpy(x.astype(np.bool_ if x.dtype == np.bool_ else dtype)).to(device)
+        t = _interop.to_tensor(x.astype(np.bool_ if x.dtype == np.bool_ else dtype),
+                               torch).to(device)
         if grads_wanted and name in call.differentiable():
             leaves[name] = t.requires_grad_(True)
         return t
@@ -508,7 +516,8 @@ def _run_torch(torch_fn, call, dtype, device, cotangents, torch):
         return outs, None
     if isinstance(torch_fn, torch.nn.Module):
         leaves.update((n, p) for n, p in torch_fn.named_parameters() if p.requires_grad)
-    pairs = [(o, torch.from_numpy(c.astype(dtype)).to(device)) for o, c in zip(outs, cotangents)
+    pairs = [(o, _interop.to_tensor(c.astype(dtype), torch).to(device))
+             for o, c in zip(outs, cotangents)
              if c is not None and o is not None and o.requires_grad]
     got = torch.autograd.grad([o for o, _ in pairs], list(leaves.values()),
                               [c for _, c in pairs], allow_unused=True) if pairs and leaves else []
@@ -565,7 +574,7 @@ def _row(name, ours, theirs, ours64, theirs64, rtol, atol, equal_nan, torch):
     theirs = theirs.detach().cpu()
     j = _judge.judge(ours, theirs.to(torch.float64).numpy(), rtol, atol, equal_nan,
                      ours64=ours64,
-                     theirs64=None if theirs64 is None else theirs64.detach().cpu().numpy())
+                     theirs64=None if theirs64 is None else _interop.to_numpy(theirs64))
     r = ResultComparison(name=name, shape=tuple(ours.shape), torch_shape=tuple(theirs.shape),
                          dtype=ours.dtype.name, torch_dtype=str(theirs.dtype).replace("torch.", ""),
                          rtol=rtol, atol=atol, equal_nan=equal_nan,
@@ -575,10 +584,10 @@ def _row(name, ours, theirs, ours64, theirs64, rtol, atol, equal_nan, torch):
                          nonfinite_differ=j.nonfinite_differ, err64_myatt=j.err64_myatt,
                          err64_torch=j.err64_torch, agree64=j.agree64, reason=j.reason)
     if j.worst_index is not None:
-        r.myatt_value, r.torch_value = j.myatt_value, theirs.numpy()[j.worst_index].item()
+        r.myatt_value, r.torch_value = j.myatt_value, theirs[j.worst_index].item()
     if not j.within_tolerance:
         try:
-            torch.testing.assert_close(torch.from_numpy(np.ascontiguousarray(ours)), theirs,
+            torch.testing.assert_close(_interop.to_tensor(ours, torch), theirs,
                                        rtol=rtol, atol=atol, equal_nan=equal_nan)
         except AssertionError as e:
             r.message = str(e)
@@ -590,8 +599,9 @@ def compare(torch_fn: Any, *args: Any, module: Any = None, grad_outputs: Any = N
             equal_nan: bool = True, float64_reference: bool = True, **kwargs: Any) -> Comparison:
     """Run `torch_fn` and its myatt twin on the same arguments and report how they differ.
 
-    Both sides get the same values, converted to the myatt side's dtype (bool arrays, such
-    as masks, stay bool); every result is compared as ``torch.testing.assert_close``
+    Both sides get the same values, converted to the myatt side's dtype (a module's, else
+    the floating arguments' as torch promotes them: float16 stays float16, bfloat16 with
+    float16 is float32; bool arrays, such as masks, stay bool); every result is compared as ``torch.testing.assert_close``
     compares it, and with ``backward=True`` (or `grad_outputs`) every gradient too: torch's
     autograd against myatt's pullback (:func:`myatt.vjp`) given the same cotangents.
     Where either side would drop (a torch module in training mode with a dropout of p > 0,
@@ -623,7 +633,8 @@ def compare(torch_fn: Any, *args: Any, module: Any = None, grad_outputs: Any = N
         Compare the gradients with cotangents of ones (when `grad_outputs` is not given).
     rtol, atol : float, optional
         Tolerances, both or neither. Default: ``assert_close``'s for the dtype
-        (float32: 1.3e-6 and 1e-5; float64: 1e-7 and 1e-7).
+        (float32: 1.3e-6 and 1e-5; float64: 1e-7 and 1e-7; float16: 1e-3 and 1e-5;
+        bfloat16: 1.6e-2 and 1e-5).
     equal_nan : bool, default True
         Whether a NaN on both sides at the same position agrees. True because a NaN in the
         inputs gives NaNs, and myatt giving torch's NaNs is agreement; False is
@@ -633,9 +644,9 @@ def compare(torch_fn: Any, *args: Any, module: Any = None, grad_outputs: Any = N
         (``nonfinite_differ``, always a mismatch), and the max errors are over the
         positions where both values are finite.
     float64_reference : bool, default True
-        For float32, also rerun both sides in float64 on the same weights and arguments
-        (torch's module copied to float64, myatt's rebuilt in float64), report each side's
-        error against torch's float64 result, and judge a float32 result outside the
+        For float32, float16 and bfloat16, also rerun both sides in float64 on the same
+        weights and arguments (torch's module copied to float64, myatt's rebuilt in
+        float64), report each side's error against torch's float64 result, and judge a result outside the
         tolerances by the spec's long-reduction rule (it agrees when the two float64 reruns
         agree and myatt's error is no larger than torch's). A plain torch callable is called
         with float64 inputs; when that fails (a function around a float32 module) the
@@ -718,11 +729,13 @@ def compare(torch_fn: Any, *args: Any, module: Any = None, grad_outputs: Any = N
     if hasattr(module, "dtype"):
         dtype = np.dtype(module.dtype)
     else:
-        dtype = np.dtype(np.float64 if any(x.dtype == np.float64 for _, x in call.arrays())
-                         else np.float32)
+        # the floating arrays' promotion, as torch's (ml_dtypes': bfloat16 with float16
+        # is float32); float32 where there are none
+        floats = [x.dtype for _, x in call.arrays() if _is_float(x.dtype)]
+        dtype = np.result_type(*floats) if floats else np.dtype(np.float32)
     call = call.cast(dtype)
     if rtol is None:
-        rtol, atol = DEFAULT_TOLERANCES[dtype]
+        rtol, atol = _judge.tolerances(dtype)
     params = list(torch_fn.parameters()) if hasattr(torch_fn, "parameters") else []
     device = params[0].device if params else torch.device("cpu")
     if params and params[0].is_floating_point() and str(params[0].dtype) != f"torch.{dtype.name}":
@@ -754,7 +767,7 @@ def _compare(torch_fn, module, call, dtype, device, rtol, atol, equal_nan, float
                                 for n, a in call.arrays()],
                         dtype=dtype.name, notes=notes)
     ours64 = theirs64 = (None, None)
-    if float64_reference and dtype == np.float32:
+    if float64_reference and dtype != np.float64:
         o64, t64 = _float64_reruns(torch_fn, module, call, device, cotangents, notes, torch)
         if t64 is not None and len(t64[0]) != len(ours):
             notes.append(f"no float64 columns: {report.torch_module} gave {len(t64[0])} "

@@ -21,15 +21,17 @@ calls them trains as it would on torch's kernels::
 ``AttentionInterface`` (``attn_implementation="myatt"``). This module imports torch; the
 package itself (``import myatt``) never does.
 
-What differs from torch: myatt computes float32 and float64 (other dtypes are a
-``TypeError``: call torch's function for them); dropout draws from myatt's generator
+What differs from torch: myatt computes float32, float64, float16 and bfloat16 (as torch
+computes the half ones on the CPU; bfloat16 needs ``ml_dtypes``), and
+``multi_head_attention_forward`` float32 and float64 (other dtypes are a ``TypeError``:
+call torch's function for them); dropout draws from myatt's generator
 (``myatt.manual_seed``), not torch's; a float ``attn_mask`` gets no gradient; the
 gradients are once-differentiable (no double backward).
 """
 import numpy as np
 import torch
 
-from . import _myatt, _twins
+from . import _interop, _myatt, _twins
 
 __all__ = [
     "bmm",
@@ -40,28 +42,34 @@ __all__ = [
     "softmax",
 ]
 
-#: torch dtypes myatt computes in; the one place to widen when half precision arrives
-COMPUTED_DTYPES = (torch.float32, torch.float64)
+#: torch dtypes myatt's modules hold (multi_head_attention_forward runs on one): the half
+#: dtypes join them with the modules' half-precision parameters
+MODULE_DTYPES = (torch.float32, torch.float64)
+#: torch dtypes myatt's functions compute in (the half ones as torch does on the CPU)
+COMPUTED_DTYPES = MODULE_DTYPES + (torch.float16, torch.bfloat16)
 
 
-def _check_dtypes(caller, tensors):
+def _check_dtypes(caller, tensors, computed=COMPUTED_DTYPES):
     for name, t in tensors:
-        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype not in COMPUTED_DTYPES:
-            raise TypeError(f"myatt.torch.{caller}(): {name} is {t.dtype}; myatt computes in "
-                            f"float32 and float64 (half precision comes later): call torch's "
-                            f"function for it, or convert the tensors")
+        if not (isinstance(t, torch.Tensor) and t.is_floating_point()):
+            continue
+        if t.dtype not in computed:
+            names = " and ".join(", ".join(str(d).replace("torch.", "") for d in computed)
+                                 .rsplit(", ", 1))
+            raise TypeError(f"myatt.torch.{caller}(): {name} is {t.dtype}; myatt computes it in "
+                            f"{names}: call torch's function for it, or convert the tensors")
+        if t.dtype == torch.bfloat16:
+            _interop.bfloat16(f"myatt.torch.{caller}(): {name}")   # ml_dtypes, or TypeError
 
 
 def _np(t):
     """A tensor (detached, on the CPU) or anything else as myatt takes it."""
-    if isinstance(t, torch.Tensor):
-        return t.detach().cpu().numpy()
-    return t
+    return _interop.to_numpy(t) if isinstance(t, torch.Tensor) else t
 
 
 def _tensor(a, like):
     """A myatt result as a tensor on the device of `like` (a tensor)."""
-    t = torch.from_numpy(np.ascontiguousarray(a))
+    t = _interop.to_tensor(a, torch)
     return t.to(like.device) if like.device.type != "cpu" else t
 
 
@@ -101,7 +109,7 @@ class _Pullback(torch.autograd.Function):
 def _pullback_backward(ctx, *grads):
     """_Pullback's backward: the forward's pullback (no double backward: its gradients are
     computed by myatt, outside torch's graph)."""
-    grads = tuple(None if g is None else g.detach().cpu().numpy() for g in grads)
+    grads = tuple(None if g is None else _np(g) for g in grads)
     if all(g is None for g in grads):
         return (None, None) + (None,) * len(ctx.tensors)
     out = ctx.pullback(*grads)
@@ -274,7 +282,8 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
                     v_proj_weight=None)
     names = [n for n in _MHA_WEIGHTS if call[n] is not None]
     _check_dtypes("multi_head_attention_forward",
-                  [(n, call[n]) for n in ("query", "key", "value", *names)])
+                  [(n, call[n]) for n in ("query", "key", "value", *names)],
+                  computed=MODULE_DTYPES)
     masks = {n: _np(call[n]) for n in ("key_padding_mask", "attn_mask") if call[n] is not None}
 
     def run(q, k, v, *params, pullback=True):

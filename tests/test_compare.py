@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+import helpers
 import myatt
 import oracle
 from oracle import torch_dtype
@@ -256,6 +257,30 @@ def _sdpa_inputs(rng, dtype, hq=4, hkv=2):
 def test_functions_need_no_module(rng, dtype):
     """Each torch function with a myatt twin: its twin by default, keyword arguments passed
     to both sides (they were a TypeError), forward and every gradient."""
+    _functions_agree(rng, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float16] + helpers.BFLOAT16, ids=helpers.dtype_id)
+def test_functions_in_half_precision(rng, dtype):
+    """The same in float16 and bfloat16 (NumPy arrays of ml_dtypes'), with the float64
+    columns: each side's error against torch's float64 rerun."""
+    _functions_agree(rng, dtype)
+    q = rng.standard_normal((2, 3, 9, 8)).astype(dtype)
+    report = myatt.compare(torch.nn.functional.scaled_dot_product_attention, q, q, q,
+                           backward=True)
+    assert report.dtype == np.dtype(dtype).name and report.agree, report
+    for r in report.results:
+        assert r.dtype == r.torch_dtype == np.dtype(dtype).name
+        assert r.err64_myatt is not None and r.err64_torch is not None
+    rtol = {"float16": "0.001", "bfloat16": "0.016"}[np.dtype(dtype).name]   # assert_close's
+    assert f"rtol={rtol}, atol=1e-05 (assert_close defaults)" in str(report)
+    # bfloat16 with float16: float32, as torch promotes them
+    x = rng.standard_normal((3, 4))
+    mixed = myatt.compare(torch.nn.functional.linear, x.astype(np.float16), x.astype(dtype))
+    assert mixed.dtype == ("float16" if dtype == np.float16 else "float32") and mixed.agree
+
+
+def _functions_agree(rng, dtype):
     F = torch.nn.functional
     q, k, v = _sdpa_inputs(rng, dtype)
     x, w, b = (rng.standard_normal(s).astype(dtype) for s in ((3, 6), (4, 6), (4,)))

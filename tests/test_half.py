@@ -265,10 +265,18 @@ def test_bfloat16_without_ml_dtypes():
             "    myatt.softmax(torch.ones(3, dtype=torch.bfloat16))\n"
             "except TypeError as e:\n"
             "    print('TypeError:', e)\n"
+            "import myatt.torch as mt\n"
+            "try:\n"
+            "    mt.linear(torch.ones(2, 3), torch.ones(4, 3, dtype=torch.bfloat16))\n"
+            "except TypeError as e:\n"
+            "    print('TypeError:', e)\n"
             "print(myatt.softmax(np.ones(2, np.float16)).dtype)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert r.returncode == 0, r.stderr
     assert "TypeError: softmax(): input is a torch.bfloat16 tensor" in r.stdout
+    assert "TypeError: myatt.torch.linear(): weight is bfloat16: myatt reads bfloat16 as " \
+        "ml_dtypes' NumPy dtype, and ml_dtypes is not installed (pip install ml_dtypes, " \
+        "or myatt[bf16])" in r.stdout
     assert "pip install ml_dtypes" in r.stdout
     assert r.stdout.strip().endswith("float16")

@@ -55,7 +55,10 @@ def check_twin(torch_fn, twin, *args, **kwargs):
             assert torch.equal(p, a.detach())
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_kernels(dtype):
     torch.manual_seed(0)
     r = lambda *s: torch.randn(*s, dtype=dtype)   # noqa: E731
@@ -69,15 +72,16 @@ def test_kernels(dtype):
 @pytest.mark.parametrize("kwargs", [{}, {"is_causal": True}, {"scale": 0.3},
                                     {"attn_mask": "bool"}, {"attn_mask": "float"},
                                     {"enable_gqa": True}])
-def test_scaled_dot_product_attention(kwargs):
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_scaled_dot_product_attention(kwargs, dtype):
     torch.manual_seed(0)
-    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 7, 8), torch.randn(2, 4, 7, 6)
+    q, k, v = (torch.randn(*s, dtype=dtype) for s in ((2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 7, 6)))
     if kwargs.get("enable_gqa"):
         k, v = k[:, :2], v[:, :2]
     if kwargs.get("attn_mask") == "bool":
         kwargs = {"attn_mask": torch.rand(5, 7) < 0.7}
     elif kwargs.get("attn_mask") == "float":
-        kwargs = {"attn_mask": torch.randn(2, 1, 5, 7)}
+        kwargs = {"attn_mask": torch.randn(2, 1, 5, 7, dtype=dtype)}
     check_twin(F.scaled_dot_product_attention, mt.scaled_dot_product_attention, q, k, v,
                **kwargs)
 
@@ -127,12 +131,18 @@ def test_self_attention_keeps_one_tensor_one_product():
     torch.testing.assert_close(g, h)
 
 
-def test_only_float32_and_float64():
-    x = torch.randn(3, 4, dtype=torch.bfloat16)
-    with pytest.raises(TypeError, match="bfloat16; myatt computes in float32 and float64"):
+def test_dtypes_myatt_does_not_compute_are_a_type_error():
+    x = torch.randn(3, 4).to(torch.float8_e4m3fn)
+    with pytest.raises(TypeError, match="input is torch.float8_e4m3fn; myatt computes it in "
+                                        "float32, float64, float16 and bfloat16"):
         mt.linear(x, x)
-    with pytest.raises(TypeError, match="float16"):
-        mt.softmax(x.half(), -1)
+    # multi_head_attention_forward runs on a myatt module: float32 and float64 for now
+    m = nn.MultiheadAttention(8, 2).to(torch.bfloat16)
+    q = torch.randn(3, 1, 8, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="query is torch.bfloat16; myatt computes it in float32 "
+                                        "and float64"):
+        mt.multi_head_attention_forward(q, q, q, 8, 2, m.in_proj_weight, m.in_proj_bias, None,
+                                        None, False, 0.0, m.out_proj.weight, m.out_proj.bias)
 
 
 def test_no_double_backward_and_the_mask_gets_no_gradient():

@@ -363,16 +363,18 @@ def test_a_broken_torch_kernel_is_caught_and_named(broken_softmax):
 # What myatt skips is listed
 # --------------------------------------------------------------------------------------- #
 def test_skipped_calls_are_listed_with_their_reason():
-    lin = nn.Linear(8, 4).to(torch.bfloat16)
+    mha = nn.MultiheadAttention(8, 2, batch_first=True).to(torch.bfloat16).eval()
+    x = torch.randn(1, 3, 8, dtype=torch.bfloat16)
     q = torch.randn(1, 2, 4, 8)
     with myatt.validating() as report:
-        lin(torch.randn(3, 8, dtype=torch.bfloat16))
+        with torch.no_grad():
+            mha(x, x, x)                      # the fast path: one mha row
         F.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
         torch.softmax(torch.randn(3, 4), -1)
     skipped = report.skipped
-    assert [c.dtype for c in skipped][:1] == ["bfloat16"], str(report)
-    assert "bfloat16: myatt computes float32 and float64" in skipped[0].reason
-    assert skipped[0].op == "linear"
+    assert [(c.op, c.dtype) for c in skipped][:1] == [("mha", "bfloat16")], str(report)
+    assert "bfloat16: myatt's MultiheadAttention holds float32 or float64 parameters" in \
+        skipped[0].reason
     # (sdpa with dropout on CPU takes torch's math path: its softmax and bmm run with
     # random masks in between; the softmax row is judged, the dropout is torch's own)
     assert report.calls[-1].op == "softmax" and report.calls[-1].verdict == "agree"
@@ -383,12 +385,14 @@ def test_skipped_calls_are_listed_with_their_reason():
 
 def test_replace_mode_leaves_what_it_cannot_run_to_torch():
     q = torch.randn(1, 2, 4, 8)
+    mha = nn.MultiheadAttention(8, 2).to(torch.bfloat16)
+    x = torch.randn(3, 1, 8, dtype=torch.bfloat16)
     with myatt.validating(mode="replace") as report:
         out = F.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
-        y = F.linear(torch.randn(3, 8, dtype=torch.bfloat16), torch.randn(4, 8, dtype=torch.bfloat16))
+        y, _ = mha(x, x, x)
     assert out.shape == (1, 2, 4, 8) and y.dtype == torch.bfloat16
     assert [(c.op, c.verdict) for c in report.calls] == [("sdpa", "skipped"),
-                                                         ("linear", "skipped")]
+                                                         ("mha", "skipped")]
     assert "dropout_p > 0" in report.calls[0].reason
 
 
@@ -751,3 +755,66 @@ def test_transformers_attention_interface_runs_generate_and_training_on_myatt():
     for n, p in model.named_parameters():
         torch.testing.assert_close(p.grad, grads[n], msg=lambda m: f"{n}: {m}")
     assert gen.shape == (2, 9)
+
+
+# --------------------------------------------------------------------------------------- #
+# Half precision: the bfloat16 and float16 models people run
+# --------------------------------------------------------------------------------------- #
+@needs_transformers
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_llama_shadow_with_gradients(dtype):
+    model = _llama().to(dtype)
+    ids = torch.randint(0, 64, (2, 7))
+    report = myatt.validate(model, ids, backward=True)
+    _agree(report, ["linear", "sdpa"])
+    assert {c.dtype for c in report.calls} == {str(dtype)[6:]}
+    sdpa = next(c for c in report.calls if c.op == "sdpa")
+    assert [r.name for r in sdpa.results] == ["output", "grad query", "grad key", "grad value"]
+    # each side's error against torch's float64 rerun of the call
+    assert all(c.myatt_error is not None and c.torch_error is not None for c in report.calls)
+
+
+@needs_transformers
+def test_bfloat16_llama_replace_mode_trains_as_torch():
+    model = _llama().to(torch.bfloat16)
+    ids = torch.randint(0, 64, (2, 7))
+    out = model(ids, labels=ids)
+    out.loss.backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    with myatt.validating(mode="replace", backward=True) as report:
+        ours = model(ids, labels=ids)
+        ours.loss.backward()
+    assert ours.logits.dtype == torch.bfloat16
+    torch.testing.assert_close(ours.logits, out.logits)
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, expected[n], msg=lambda m: f"{n}: {m}")
+    _agree(report, ["linear", "sdpa"])
+
+
+@needs_transformers
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_bert_with_padding_replace_mode(dtype):
+    config = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=64,
+                                     max_position_embeddings=64, attn_implementation="sdpa")
+    model = transformers.BertModel(config).to(dtype).eval()
+    ids = torch.randint(0, 64, (2, 7))
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, 5:] = 0
+    with torch.no_grad():
+        report = myatt.validate(model, ids, attention_mask=mask, mode="replace")
+    _agree(report, ["linear", "sdpa"])
+    assert [r.name for r in report.outputs][:1] == ["output.last_hidden_state"]
+    assert all(r.agree for r in report.outputs), str(report)
+
+
+def test_half_precision_encoder_layer_rows_and_its_mha_row_skipped():
+    layer = encoder_layer().to(torch.bfloat16)
+    x = torch.randn(2, 6, 16, dtype=torch.bfloat16)
+    expected = layer(x)
+    report = myatt.validate(layer, x, backward=True)
+    assert report.agree, str(report)
+    assert [c.op for c in report.skipped] == ["mha"]     # until modules hold bfloat16
+    assert sorted({c.op for c in report.calls if c.verdict == "agree"}) == ["linear", "sdpa"]
+    torch.testing.assert_close(layer(x), expected, rtol=0, atol=0)

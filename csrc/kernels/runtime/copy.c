@@ -1,18 +1,18 @@
-/* mk_copy_view (copy.h): bands of rows, one task each. */
+/* mk_copy_view (copy.h): bands of rows (mk_parallel_bands). */
 #include "copy.h"
 
 #include <string.h>
 
 #include "threads.h"
 
-/* Below this many bytes a copy runs on the calling thread (waking one costs
- * more than copying less than this). */
+/* The bytes of a copy's band (mk_parallel_bands: below twice this, one
+ * thread; waking one costs more than copying less than this). */
 #define MK_COPY_THREAD_BYTES ((int64_t)4 << 20)
 
 typedef struct {
     char *dst;
     mk_cmat m;
-    int64_t item, band;   /* rows per task */
+    int64_t item;
 } copy_job;
 
 static void copy_rows(char *dst, const mk_cmat *m, int64_t item, int64_t r0, int64_t r1)
@@ -35,11 +35,9 @@ static void copy_rows(char *dst, const mk_cmat *m, int64_t item, int64_t r0, int
     }
 }
 
-static void copy_task(void *arg, int task)
+static void copy_band(void *arg, int64_t r0, int64_t r1)
 {
     const copy_job *job = arg;
-    const int64_t r0 = task * job->band;
-    const int64_t r1 = r0 + job->band < job->m.rows ? r0 + job->band : job->m.rows;
     copy_rows(job->dst, &job->m, job->item, r0, r1);
 }
 
@@ -47,16 +45,6 @@ void mk_copy_view(void *dst, mk_cmat m, int64_t item)
 {
     if (m.rows <= 0 || m.cols <= 0)
         return;
-    const int64_t bytes = m.rows * m.cols * item;
-    int nthreads = bytes < 2 * MK_COPY_THREAD_BYTES ? 1 : mk_get_num_threads();
-    if (nthreads > 1 && bytes / nthreads < MK_COPY_THREAD_BYTES)
-        nthreads = (int)(bytes / MK_COPY_THREAD_BYTES);
-    if (nthreads > m.rows)
-        nthreads = (int)m.rows;
-    if (nthreads <= 1) {
-        copy_rows(dst, &m, item, 0, m.rows);
-        return;
-    }
-    copy_job job = {dst, m, item, (m.rows + nthreads - 1) / nthreads};
-    mk_parallel_run((int)((m.rows + job.band - 1) / job.band), copy_task, &job);
+    copy_job job = {dst, m, item};
+    mk_parallel_bands(m.rows, m.cols * item, MK_COPY_THREAD_BYTES, copy_band, &job);
 }

@@ -57,6 +57,11 @@ const char *mk_isa_name(mk_isa isa)
     return (unsigned)isa < 3 ? mk_isa_names[isa] : "portable";
 }
 
+int mk_torch_float_lanes(void)
+{
+    return mk_cpu_isa() == MK_ISA_AVX512 ? 16 : 8;
+}
+
 /* Decided once per process (pthread_once: concurrent first calls wait for the
  * one that decides; the glue already decides at import, under the GIL). */
 static pthread_once_t mk_once = PTHREAD_ONCE_INIT;

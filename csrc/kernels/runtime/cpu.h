@@ -56,4 +56,10 @@ const char *mk_isa_name(mk_isa isa);
 /* NULL, or a sentence on why MYATT_KERNEL was not followed. */
 const char *mk_cpu_note(void);
 
+/* The float32 lanes of torch's vectors (at::vec::Vectorized<float>) where
+ * torch runs on the ATEN_CPU_CAPABILITY matching the path mk_cpu_isa() chose:
+ * 16 on AVX-512, 8 on AVX2 and in its DEFAULT build.  The kernels that
+ * reproduce torch's vector-by-vector roundings (half precision) go by it. */
+int mk_torch_float_lanes(void);
+
 #endif

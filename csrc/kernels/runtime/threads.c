@@ -219,3 +219,35 @@ void mk_parallel_run(int ntasks, mk_task_fn fn, void *arg)
     p->busy = 0;
     pthread_mutex_unlock(&p->lock);
 }
+
+typedef struct {
+    mk_band_fn fn;
+    void *arg;
+    int64_t n, band;
+} mk_bands;
+
+static void mk_band_task(void *arg, int task)
+{
+    const mk_bands *b = arg;
+    const int64_t i0 = task * b->band;
+    b->fn(b->arg, i0, i0 + b->band < b->n ? i0 + b->band : b->n);
+}
+
+void mk_parallel_bands(int64_t n, int64_t item_bytes, int64_t min_bytes, mk_band_fn fn,
+                       void *arg)
+{
+    if (n <= 0)
+        return;
+    const int64_t bytes = n * item_bytes;
+    int64_t nthreads = bytes < 2 * min_bytes ? 1 : mk_get_num_threads();
+    if (nthreads > bytes / min_bytes)
+        nthreads = bytes / min_bytes;
+    if (nthreads > n)
+        nthreads = n;
+    if (nthreads <= 1) {
+        fn(arg, 0, n);
+        return;
+    }
+    mk_bands b = {fn, arg, n, (n + nthreads - 1) / nthreads};
+    mk_parallel_run((int)((n + b.band - 1) / b.band), mk_band_task, &b);
+}

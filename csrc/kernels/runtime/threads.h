@@ -4,6 +4,8 @@
 #ifndef MYATT_KERNELS_THREADS_H
 #define MYATT_KERNELS_THREADS_H
 
+#include <stdint.h>
+
 /* The cores this process may run on (sched_getaffinity), at least 1. */
 int mk_available_cores(void);
 
@@ -33,3 +35,14 @@ int mk_get_num_threads(void);
 typedef void (*mk_task_fn)(void *arg, int task);
 
 void mk_parallel_run(int ntasks, mk_task_fn fn, void *arg);
+
+/* mk_parallel_bands(n, item_bytes, min_bytes, fn, arg): fn(arg, i0, i1) over
+ * [0, n) in bands, one task each, for memory-bound loops (copies,
+ * conversions) of item_bytes bytes moved per index: on the calling thread
+ * below 2 * min_bytes in all (waking a thread costs more than moving less
+ * than min_bytes), else on up to mk_get_num_threads() threads with at least
+ * min_bytes each. */
+typedef void (*mk_band_fn)(void *arg, int64_t i0, int64_t i1);
+
+void mk_parallel_bands(int64_t n, int64_t item_bytes, int64_t min_bytes, mk_band_fn fn,
+                       void *arg);

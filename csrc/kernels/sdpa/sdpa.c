@@ -124,7 +124,7 @@ enum { SDPA_GRAD_K = 1, SDPA_GRAD_V = 2, SDPA_GRAD_Q = 4 };
 
 /* torch's fexp_u20 (vec512_float.h), the exp of its flash kernel's weights in
  * bfloat16 and float16 over whole vectors on AVX2 and AVX-512
- * (sdpa_half_lanes; the rest of a row: expf): Malossi et al.'s cubic in the
+ * (mk_torch_float_lanes; the rest of a row: expf): Malossi et al.'s cubic in the
  * fraction, the result's bits by a truncating conversion, 0 below
  * ln(FLT_MIN); exp(0) is 1 - 2^-14.2.  Scalar, with torch's FMAs. */
 static void sdpa_fexp_u20(float *out, const float *in, int64_t n)
@@ -144,15 +144,6 @@ static void sdpa_fexp_u20(float *out, const float *in, int64_t n)
         const int32_t bits = x < -87.33654f ? 0 : (int32_t)t;
         memcpy(&out[i], &bits, sizeof bits);
     }
-}
-
-/* The lanes of torch's float vectors on the path mk_cpu_isa() chose, where
- * torch's flash kernel runs on the matching ATEN_CPU_CAPABILITY: its exp and
- * sums of a half-precision call go by whole vectors (16 lanes on AVX-512, 8
- * on AVX2 and in its DEFAULT build). */
-static int sdpa_half_lanes(void)
-{
-    return mk_cpu_isa() == MK_ISA_AVX512 ? 16 : 8;
 }
 
 /* The exp of a half-precision call's weights where torch's flash kernel runs

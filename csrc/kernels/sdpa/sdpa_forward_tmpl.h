@@ -370,7 +370,7 @@ static void SUF(sdpa_task)(void *arg, int task)
     const sdpa_problem *p = j->p;
     const int64_t qs = j->q_split;
     SUF(sdpa_fwd_ws) ws = {.vexp = p->round_weights ? HALF_VEXP : SUF(sdpa_vexp)(),
-                           .lanes = p->round_weights ? sdpa_half_lanes() : SDPA_LANES,
+                           .lanes = p->round_weights ? mk_torch_float_lanes() : SDPA_LANES,
                            .simd = SUF(sdpa_simd)(p)};
     T *buf = mk_alloc(mk_bytes(SUF(sdpa_fwd_carve)(&ws, NULL, p, qs, qs * j->heads), sizeof(T)));
     if (buf == NULL) {

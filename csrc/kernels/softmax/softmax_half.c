@@ -6,14 +6,9 @@
 
 #include <math.h>
 
-/* The columns of one vector of torch's reduced-precision type on the path
- * mk_cpu_isa() chose (torch on the matching ATEN_CPU_CAPABILITY): 32 on
- * AVX-512, 16 on AVX2 and in its DEFAULT build. */
+/* The columns of one vector of torch's reduced-precision type: two of its
+ * float vectors (mk_torch_float_lanes), 32 on AVX-512, 16 otherwise. */
 #define SOFTMAX_HALF_GROUP 32
-static int64_t half_group_size(void)
-{
-    return mk_cpu_isa() == MK_ISA_AVX512 ? 32 : 16;
-}
 
 /* Columns [i0, i0 + ib) of the plane inp [n, inner] into out; with `scalar`,
  * torch's scalar path (the exp rounded to `half` before the division). */
@@ -45,7 +40,7 @@ static void half_group(float *out, const float *inp, int64_t n, int64_t inner, i
 void softmax_half_cols(float *out, const float *inp, int64_t outer, int64_t n, int64_t inner,
                        int half)
 {
-    const int64_t group = half_group_size();
+    const int64_t group = 2 * mk_torch_float_lanes();
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i0 = 0; i0 < inner; i0 += group) {
             const int64_t ib = inner - i0 < group ? inner - i0 : group;
