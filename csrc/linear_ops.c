@@ -2,7 +2,9 @@
  * and Linear share (linear_ops.h). */
 #include "linear_ops.h"
 
+#include "kernels/gemm/gemm_bf16.h"
 #include "kernels/linear/linear.h"
+#include "kernels/runtime/cpu.h"
 
 DTYPE_KERNELS(linear_forward);
 DTYPE_KERNELS(linear_backward);
@@ -50,6 +52,39 @@ PyObject *linear_apply(PyArrayObject *x, mk_cmat weight, const void *bias,
         Py_DECREF(out);
         return PyErr_NoMemory();
     }
+    return out;
+}
+
+PyObject *linear_bf16(PyArrayObject *x, PyArrayObject *weight, PyArrayObject *bias)
+{
+    const int ndim = PyArray_NDIM(x);
+    const npy_intp k = PyArray_DIM(x, ndim - 1), n = PyArray_DIM(weight, 0);
+    npy_intp dims[NPY_MAXDIMS], m = 1;
+    for (int i = 0; i < ndim - 1; i++)
+        m *= dims[i] = PyArray_DIM(x, i);
+    dims[ndim - 1] = n;
+    if (!mk_cpu_bf16_dot() || (double)m * (double)k * (double)n <= 4096.0)
+        return Py_NewRef(Py_NotImplemented);
+    PyArrayObject *xc = PyArray_GETCONTIGUOUS(x), *wc = PyArray_GETCONTIGUOUS(weight);
+    PyArrayObject *bc = bias != NULL ? PyArray_GETCONTIGUOUS(bias) : NULL;
+    PyObject *out = NULL;
+    if (xc != NULL && wc != NULL && (bias == NULL || bc != NULL))
+        out = new_array(ndim, dims, PyArray_TYPE(x), "linear: the result");
+    if (out != NULL) {
+        int rc;
+        MYATT_BEGIN_COMPUTE((double)m * (double)k * (double)n)
+        rc = gemm_bf16_linear(PyArray_DATA((PyArrayObject *)out), n, PyArray_DATA(xc), k,
+                              PyArray_DATA(wc), k, bc != NULL ? PyArray_DATA(bc) : NULL, m, n,
+                              k);
+        MYATT_END_COMPUTE
+        if (rc != 0)
+            Py_SETREF(out, PyErr_NoMemory());
+    } else if (!PyErr_Occurred()) {
+        PyErr_NoMemory();
+    }
+    Py_XDECREF(xc);
+    Py_XDECREF(wc);
+    Py_XDECREF(bc);
     return out;
 }
 

@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
+import helpers  # noqa: E402
 import myatt  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.testing import assert_close  # noqa: E402
@@ -35,23 +36,79 @@ def to_torch(a):
     return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(tdt)
 
 
-def check(got, want, bits=False):
+def check(got, want, bits=False, equal_nan=False):
     """got (myatt's half ndarray) against want (torch's half tensor): its dtype, then
-    assert_close at the dtype's defaults, or the same bits (NaN as NaN)."""
+    assert_close at the dtype's defaults, and with `bits` the same bits (NaN as NaN)."""
     assert isinstance(got, np.ndarray)
     want_np = want.detach().view(torch.int16).numpy().view(BF16 if want.dtype == torch.bfloat16
                                                            else F16)
     assert got.dtype == want_np.dtype
-    assert_close(to_torch(got), want.detach())
+    assert_close(to_torch(got), want.detach(), equal_nan=equal_nan)
     if bits:
         same = (got.view(np.uint16) == want_np.view(np.uint16)) | (np.isnan(got.astype(np.float32))
                                                                    & np.isnan(want_np.astype(np.float32)))
         assert same.all(), f"{(~same).sum()} of {same.size} elements differ in their bits"
 
 
+#: bfloat16 products on AVX512_BF16's vdpbf16ps (the default path of a CPU that has it:
+#: MYATT_KERNEL unset), where linear sums in the order of torch's oneDNN kernel
+BF16_DOT = (not os.environ.get("MYATT_KERNEL") and myatt.kernel_path() == "avx512"
+            and "avx512_bf16" in helpers.cpu_flags())
+
+
 @pytest.fixture(params=HALVES, ids=IDS)
 def dts(request):
     return request.param
+
+
+# (m, k, n): oneDNN's threshold (m k n > 4096), its k blocks (512 up to k = 1024, then
+# 1024), an odd k's last element, the 14 x 32 tiles' edges, one row, one output
+ONEDNN_SHAPES = [(16, 16, 17), (16, 16, 16), (1, 4097, 3), (64, 777, 96), (15, 33, 31),
+                 (14, 512, 32), (29, 513, 33), (3, 1023, 70), (5, 1024, 64), (7, 1025, 40),
+                 (37, 2500, 65), (4, 5001, 20), (200, 64, 1), (300, 2, 300), (3, 1, 2000)]
+
+
+@pytest.mark.parametrize("mkn", ONEDNN_SHAPES, ids=str)
+def test_bfloat16_linear_is_onednns_bits(rng, mkn):
+    """bfloat16 linear on vdpbf16ps: torch's bits (its oneDNN kernel above m k n = 4096;
+    cpublas's below, which myatt's float32 kernels approach, as on the paths without
+    vdpbf16ps), with a bias and without, from rows of any stride."""
+    m, k, n = mkn
+    x = half(rng, (m, 2 * k), BF16)[:, ::2]        # rows not contiguous: a copy first
+    w, b = half(rng, (n, k), BF16, k ** -0.5), half(rng, (n,), BF16)
+    for bias in (None, b):
+        y = myatt.linear(x, w, bias)
+        check(y, F.linear(to_torch(x), to_torch(w), None if bias is None else to_torch(b)),
+              bits=BF16_DOT and m * k * n > 4096)
+
+
+def test_bfloat16_linear_subnormals():
+    """On vdpbf16ps, subnormals read as 0 and subnormal sums flushed, as torch's oneDNN
+    kernel gives them (infinities, NaN and signed zeros as there); on the other paths,
+    float32 products rounded once: subnormals kept (the spec's rule)."""
+    x = np.ones((20, 30), BF16)
+    w = np.zeros((40, 30), BF16)
+    w[:, 0] = 1e-39                                  # a subnormal weight
+    x[:, 1], w[3, 1] = 1e-20, 1e-20                  # a product below float32's normals
+    w[4, 2], w[5, 3], w[6] = np.inf, np.nan, 3e38    # inf, NaN, overflow
+    b = np.zeros(40, BF16)
+    b[1], b[2] = 1e-39, -1e-39                       # subnormal biases
+    for bias in (None, b):
+        y = myatt.linear(x, w, bias)
+        if BF16_DOT:
+            check(y, F.linear(to_torch(x), to_torch(w),
+                              None if bias is None else to_torch(b)), bits=True, equal_nan=True)
+        else:    # (the sums here are exact in any order)
+            with np.errstate(over="ignore"):
+                want = x.astype(np.float32) @ w.astype(np.float32).T
+            want = (want + (0 if bias is None else b.astype(np.float32))).astype(BF16)
+            np.testing.assert_array_equal(y.view(np.uint16)[:, :5], want.view(np.uint16)[:, :5])
+            assert np.isnan(y[:, 5].astype(np.float32)).all()
+    assert y[0, 4] == np.inf
+    if BF16_DOT:     # 1e-39 (w) read as 0; 0 + -1e-39 (the bias) flushed to -0
+        assert y[0, 0] == 0 and np.signbit(y[0, 2])
+    else:
+        assert y[0, 0] == np.float32(1e-39).astype(BF16) != 0
 
 
 @pytest.mark.parametrize("shape", [(7, 24), (3, 5, 130), (24,)])
@@ -67,8 +124,7 @@ def test_linear(rng, dts, shape, bias):
     if bias:
         tb.requires_grad_()
     ty = F.linear(tx, tw, tb)
-    # bfloat16 above oneDNN's threshold: its order (docs/numerics.md) is not yet ours
-    check(y, ty)
+    check(y, ty, bits=dt == BF16 and BF16_DOT and y.size * k > 4096)
     g = half(rng, ty.shape, dt)
     ty.backward(to_torch(g))
     grads = pull(g)

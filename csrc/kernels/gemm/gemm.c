@@ -12,6 +12,7 @@
  * products) is ISA-specific: gemm_avx2.c, gemm_avx512.c, chosen in cpu.c.
  * Large products are split into bands of c over the thread pool (threads.h). */
 #include "gemm.h"
+#include "gemm_bf16.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -159,6 +160,19 @@ const gemm_microkernel_f64 *gemm_select_f64(void)
 #endif
     default: return &gemm_microkernel_f64_portable;
     }
+}
+
+int gemm_bf16_linear(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_t rs_x,
+                     const uint16_t *w, int64_t rs_w, const uint16_t *bias, int64_t m,
+                     int64_t n, int64_t k)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    if (mk_cpu_bf16_dot())
+        return gemm_bf16_linear_avx512(y, rs_y, x, rs_x, w, rs_w, bias, m, n, k);
+#endif
+    (void)y, (void)rs_y, (void)x, (void)rs_x, (void)w, (void)rs_w, (void)bias, (void)m,
+        (void)n, (void)k;
+    return 1;
 }
 
 /* ---------------------------------------------------------------------------

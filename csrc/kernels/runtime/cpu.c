@@ -24,6 +24,23 @@ static unsigned long long mk_xgetbv0(void)
 }
 #endif
 
+/* AVX512_BF16 (vdpbf16ps, vcvtneps2bf16) and AVX512BW (its masked 16-bit
+ * stores), beside AVX-512 F + VL: cpuid leaf 7, subleaf 1, EAX bit 5; leaf
+ * 7, subleaf 0, EBX bit 30. */
+static int mk_detect_bf16(void)
+{
+#ifdef MYATT_X86
+    unsigned int eax, ebx, ecx, edx;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !((ebx >> 30) & 1))
+        return 0;
+    if (eax < 1 || !__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx))
+        return 0;
+    return (eax >> 5) & 1;
+#else
+    return 0;
+#endif
+}
+
 static mk_isa mk_detect(void)
 {
 #ifdef MYATT_X86
@@ -66,6 +83,7 @@ int mk_torch_float_lanes(void)
  * one that decides; the glue already decides at import, under the GIL). */
 static pthread_once_t mk_once = PTHREAD_ONCE_INIT;
 static mk_isa mk_best, mk_chosen;
+static int mk_bf16;
 static const char *mk_note;
 static char mk_note_buf[160];
 
@@ -80,9 +98,12 @@ static void mk_decide(void)
 {
     mk_best = mk_detect();
     mk_chosen = mk_best;
+    const int bf16 = mk_best == MK_ISA_AVX512 && mk_detect_bf16();
     const char *want = getenv("MYATT_KERNEL");
-    if (want == NULL || want[0] == '\0')
+    if (want == NULL || want[0] == '\0') {
+        mk_bf16 = bf16;
         return;
+    }
     for (int isa = 0; isa < 3; isa++) {
         if (strcmp(want, mk_isa_names[isa]) != 0)
             continue;
@@ -93,6 +114,13 @@ static void mk_decide(void)
         return;
     }
     mk_set_note(want, "is not one of portable, avx2, avx512", mk_best);
+    mk_bf16 = bf16;
+}
+
+int mk_cpu_bf16_dot(void)
+{
+    pthread_once(&mk_once, mk_decide);
+    return mk_bf16;
 }
 
 mk_isa mk_cpu_best_isa(void)

@@ -5,6 +5,8 @@
  *   OS, for the AVX register state) does not support falls back to the best
  *   supported one; an unknown name falls back too.  Either way mk_cpu_note()
  *   then says what happened (the glue turns it into a RuntimeWarning).
+ *   Unset, the AVX-512 path also uses AVX512_BF16's dot product for bfloat16
+ *   where the CPU has it (mk_cpu_bf16_dot); a path named never does.
  *
  * The choice is made on first use and cached (pthread_once), so the
  * variable must be set before the first kernel call of the process. */
@@ -52,6 +54,12 @@ mk_isa mk_cpu_isa(void);
 
 /* "portable", "avx2" or "avx512". */
 const char *mk_isa_name(mk_isa isa);
+
+/* 1 when the bfloat16 products use AVX512_BF16's dot product (vdpbf16ps):
+ * the AVX-512 path on a CPU that has it, unless MYATT_KERNEL names a path
+ * (MYATT_KERNEL=avx512 is AVX-512 with the bfloat16 operands converted to
+ * float32, the path of CPUs without it). */
+int mk_cpu_bf16_dot(void);
 
 /* NULL, or a sentence on why MYATT_KERNEL was not followed. */
 const char *mk_cpu_note(void);

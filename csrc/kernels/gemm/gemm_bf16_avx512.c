@@ -1,0 +1,248 @@
+/* gemm_bf16_linear's AVX512_BF16 kernel (gemm_bf16.h: the order it sums in).
+ * Compiled for AVX-512 + BF16 by MYATT_TARGET_PUSH whatever the build's
+ * flags; only called when cpu.c found AVX512_BF16 usable (mk_cpu_bf16_dot).
+ *
+ * w is packed once per call into panels of 32 outputs: for each pair of k,
+ * the 32 dwords (w[j, 2p], w[j, 2p + 1]) (zero past n and past k); x is read
+ * in place, a dword of two bfloat16 per row and pair, broadcast.  The tile is
+ * 14 rows x 32 outputs: 28 zmm accumulators, each vdpbf16ps one pair of k for
+ * 16 outputs of a row.  Tiles sweep a group of 4 panels (512 KiB at k = 2048:
+ * it stays in L2) over a band of rows; threads take bands of rows (of panel
+ * groups when there are too few rows). */
+#include "runtime/cpu.h"
+
+#ifdef MYATT_X86
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "gemm_bf16.h"
+#include "runtime/alloc.h"
+#include "runtime/threads.h"
+
+MYATT_TARGET_PUSH(MYATT_TARGET_AVX512 ",avx512bw,avx512bf16")
+
+#define BF_MR 14
+#define BF_NR 32
+#define BF_GROUP 4          /* panels swept together */
+/* Below this many multiply-adds the product runs on one thread. */
+#define BF_THREAD_WORK ((int64_t)1 << 22)
+
+typedef struct {
+    uint16_t *y;
+    const uint16_t *x, *zero;
+    const uint32_t *wp;      /* [panels][pairs][32] */
+    const float *bias;       /* [panels * 32], or NULL */
+    int64_t rs_y, rs_x, m, n, k, pairs, panels, mblocks, groups;
+    int by_rows, ntasks;
+} bf_job;
+
+static inline __m512 bf_dot(__m512 acc, __m512i a, __m512i b)
+{
+    return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+}
+
+/* The tile of rows[0..13] (x rows, or a zero row past m) and panel wp: the
+ * float32 sums of gemm_bf16.h, plus the bias, rounded to bfloat16 into the
+ * first mr rows and nr columns of y. */
+static void bf_tile(const uint16_t *const *rows, const uint32_t *wp, const float *bias,
+                    uint16_t *y, int64_t rs_y, int mr, int nr, int64_t k)
+{
+    __m512 acc[BF_MR][2], tot[BF_MR][2];
+    const int64_t block = k <= 1024 ? 512 : 1024;
+    for (int64_t lo = 0; lo < k; lo += block) {
+        const int64_t hi = lo + block < k ? lo + block : k;
+#pragma GCC unroll 14
+        for (int r = 0; r < BF_MR; r++)
+            acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+        for (int64_t p = lo / 2; p < hi / 2; p++) {
+            const __m512i b0 = _mm512_load_si512(wp + p * BF_NR);
+            const __m512i b1 = _mm512_load_si512(wp + p * BF_NR + 16);
+#pragma GCC unroll 14
+            for (int r = 0; r < BF_MR; r++) {
+                int32_t pair;
+                memcpy(&pair, rows[r] + 2 * p, sizeof pair);
+                const __m512i a = _mm512_set1_epi32(pair);
+                acc[r][0] = bf_dot(acc[r][0], a, b0);
+                acc[r][1] = bf_dot(acc[r][1], a, b1);
+            }
+        }
+        if (hi & 1) {     /* an odd k's last element alone (w's packed pair ends in 0) */
+            const int64_t p = hi / 2;
+            const __m512i b0 = _mm512_load_si512(wp + p * BF_NR);
+            const __m512i b1 = _mm512_load_si512(wp + p * BF_NR + 16);
+#pragma GCC unroll 14
+            for (int r = 0; r < BF_MR; r++) {
+                const __m512i a = _mm512_set1_epi32(rows[r][hi - 1]);
+                acc[r][0] = bf_dot(acc[r][0], a, b0);
+                acc[r][1] = bf_dot(acc[r][1], a, b1);
+            }
+        }
+#pragma GCC unroll 14
+        for (int r = 0; r < BF_MR; r++)
+            for (int h = 0; h < 2; h++)
+                tot[r][h] = lo == 0 ? acc[r][h] : _mm512_add_ps(tot[r][h], acc[r][h]);
+    }
+    if (k == 0)
+        for (int r = 0; r < BF_MR; r++)
+            tot[r][0] = tot[r][1] = _mm512_setzero_ps();
+    const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+    const __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+    for (int r = 0; r < mr; r++) {
+        __m512 v0 = tot[r][0], v1 = tot[r][1];
+        if (bias != NULL) {
+            v0 = _mm512_add_ps(v0, _mm512_loadu_ps(bias));
+            v1 = _mm512_add_ps(v1, _mm512_loadu_ps(bias + 16));
+        }
+        _mm256_mask_storeu_epi16(y + r * rs_y, m0, (__m256i)_mm512_cvtneps_pbh(v0));
+        if (m1)
+            _mm256_mask_storeu_epi16(y + r * rs_y + 16, m1, (__m256i)_mm512_cvtneps_pbh(v1));
+    }
+}
+
+/* Rows [mb0, mb1) x panel groups [g0, g1) of the product. */
+static void bf_range(const bf_job *j, int64_t mb0, int64_t mb1, int64_t g0, int64_t g1)
+{
+    const uint16_t *rows[BF_MR];
+    for (int64_t g = g0; g < g1; g++) {
+        const int64_t p1 = (g + 1) * BF_GROUP < j->panels ? (g + 1) * BF_GROUP : j->panels;
+        for (int64_t mb = mb0; mb < mb1; mb++) {
+            const int64_t i0 = mb * BF_MR;
+            const int mr = j->m - i0 < BF_MR ? (int)(j->m - i0) : BF_MR;
+            for (int r = 0; r < BF_MR; r++)
+                rows[r] = r < mr ? j->x + (i0 + r) * j->rs_x : j->zero;
+            for (int64_t pn = g * BF_GROUP; pn < p1; pn++) {
+                const int64_t c0 = pn * BF_NR;
+                const int nr = j->n - c0 < BF_NR ? (int)(j->n - c0) : BF_NR;
+                bf_tile(rows, j->wp + pn * j->pairs * BF_NR,
+                        j->bias != NULL ? j->bias + c0 : NULL, j->y + i0 * j->rs_y + c0,
+                        j->rs_y, mr, nr, j->k);
+            }
+        }
+    }
+}
+
+static void bf_task(void *arg, int task)
+{
+    const bf_job *j = arg;
+    const int64_t total = j->by_rows ? j->mblocks : j->groups;
+    const int64_t a = total * task / j->ntasks, b = total * (task + 1) / j->ntasks;
+    if (j->by_rows)
+        bf_range(j, a, b, 0, j->groups);
+    else
+        bf_range(j, 0, j->mblocks, a, b);
+}
+
+typedef struct {
+    uint32_t *wp;
+    const uint16_t *w;
+    int64_t rs_w, n, k, pairs;
+} bf_pack_job;
+
+/* r[0..15] (16 dwords each) transposed in place: r[q][c] = old r[c][q]. */
+static inline void bf_transpose16(__m512i r[16])
+{
+    __m512i t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    /* r[4i + j], 128-bit lane L: element 4L + j of rows 4i .. 4i + 3 */
+    for (int j = 0; j < 4; j++) {
+        const __m512i a = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88);
+        const __m512i b = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xdd);
+        const __m512i c = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88);
+        const __m512i d = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xdd);
+        t[j] = _mm512_shuffle_i32x4(a, c, 0x88);
+        t[8 + j] = _mm512_shuffle_i32x4(a, c, 0xdd);
+        t[4 + j] = _mm512_shuffle_i32x4(b, d, 0x88);
+        t[12 + j] = _mm512_shuffle_i32x4(b, d, 0xdd);
+    }
+    for (int q = 0; q < 16; q++)
+        r[q] = t[q];
+}
+
+/* Panels [p0, p1) of w, packed (zero past n and past k): whole 16-pair blocks
+ * by 16 x 16 dword transposes, the rest one element at a time. */
+static void bf_pack(void *arg, int64_t p0, int64_t p1)
+{
+    const bf_pack_job *j = arg;
+    const int64_t whole = j->k / 32 * 16;         /* pairs in whole blocks of 16 */
+    for (int64_t pn = p0; pn < p1; pn++) {
+        uint32_t *dst = j->wp + pn * j->pairs * BF_NR;
+        for (int h = 0; h < BF_NR; h += 16) {
+            const uint16_t *src[16];
+            for (int c = 0; c < 16; c++) {
+                const int64_t col = pn * BF_NR + h + c;
+                src[c] = col < j->n ? j->w + col * j->rs_w : NULL;
+            }
+            for (int64_t p = 0; p < whole; p += 16) {
+                __m512i r[16];
+                for (int c = 0; c < 16; c++)
+                    r[c] = src[c] != NULL ? _mm512_loadu_si512(src[c] + 2 * p)
+                                          : _mm512_setzero_si512();
+                bf_transpose16(r);
+                for (int q = 0; q < 16; q++)
+                    _mm512_store_si512(dst + (p + q) * BF_NR + h, r[q]);
+            }
+            for (int c = 0; c < 16; c++)
+                for (int64_t p = whole; p < j->pairs; p++) {
+                    uint32_t v = 0;
+                    if (src[c] != NULL) {
+                        v = src[c][2 * p];
+                        if (2 * p + 1 < j->k)
+                            v |= (uint32_t)src[c][2 * p + 1] << 16;
+                    }
+                    dst[p * BF_NR + h + c] = v;
+                }
+        }
+    }
+}
+
+int gemm_bf16_linear_avx512(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_t rs_x,
+                            const uint16_t *w, int64_t rs_w, const uint16_t *bias, int64_t m,
+                            int64_t n, int64_t k)
+{
+    if (m <= 0 || n <= 0)
+        return 0;
+    const int64_t pairs = (k + 1) / 2, panels = (n + BF_NR - 1) / BF_NR;
+    uint32_t *wp = mk_alloc(mk_bytes((size_t)(panels * pairs * BF_NR), sizeof *wp));
+    float *b32 = bias != NULL ? mk_alloc(mk_bytes((size_t)(panels * BF_NR), sizeof *b32)) : NULL;
+    uint16_t *zero = mk_alloc(mk_bytes((size_t)(2 * pairs + 2), sizeof *zero));
+    if (wp == NULL || zero == NULL || (bias != NULL && b32 == NULL)) {
+        mk_free(wp);
+        mk_free(b32);
+        mk_free(zero);
+        return -1;
+    }
+    memset(zero, 0, (size_t)(2 * pairs + 2) * sizeof *zero);
+    if (b32 != NULL)
+        for (int64_t c = 0; c < panels * BF_NR; c++) {
+            const uint32_t bits = c < n ? (uint32_t)bias[c] << 16 : 0;
+            memcpy(&b32[c], &bits, sizeof bits);
+        }
+    bf_pack_job pj = {wp, w, rs_w, n, k, pairs};
+    mk_parallel_bands(panels, pairs * BF_NR * (int64_t)sizeof *wp, (int64_t)1 << 20, bf_pack,
+                      &pj);
+    bf_job j = {y, x, zero, wp, b32, rs_y, rs_x, m, n, k, pairs, panels,
+                (m + BF_MR - 1) / BF_MR, (panels + BF_GROUP - 1) / BF_GROUP, 1, 1};
+    int64_t nthreads = m * n * k < BF_THREAD_WORK ? 1 : mk_get_num_threads();
+    j.by_rows = j.mblocks >= 2 * nthreads || j.mblocks >= j.groups;
+    const int64_t units = j.by_rows ? j.mblocks : j.groups;
+    j.ntasks = (int)(nthreads < units ? nthreads : units);
+    mk_parallel_run(j.ntasks, bf_task, &j);
+    mk_free(wp);
+    mk_free(b32);
+    mk_free(zero);
+    return 0;
+}
+
+MYATT_TARGET_POP()
+
+#endif
