@@ -31,6 +31,10 @@ void mk_f32_to_half(uint16_t *dst, const float *src, int64_t n, mk_half_kind kin
 
 void mk_half_round_inplace(float *x, int64_t n, mk_half_kind kind)
 {
-    for (int64_t i = 0; i < n; i++)
-        x[i] = mk_half_round(x[i], kind);
+    if (kind == MK_HALF_BF16)   /* (one loop per kind: each vectorises) */
+        for (int64_t i = 0; i < n; i++)
+            x[i] = mk_half_round(x[i], MK_HALF_BF16);
+    else if (kind == MK_HALF_F16)
+        for (int64_t i = 0; i < n; i++)
+            x[i] = mk_half_round(x[i], MK_HALF_F16);
 }

@@ -75,11 +75,38 @@ static inline float mk_f32_of_f16(uint16_t h)
     return mk_f32_of_bits(sign | ((e + 112) << 23) | (m << 13));
 }
 
+/* The float32 bits u rounded to bfloat16 and float16 (mk_half_round), without
+ * branches, so that loops of them vectorise on any baseline: the same bits
+ * as the conversions above and back, on every float32 (checked once, all
+ * 2^32 of them). */
+static inline uint32_t mk_bf16_round_bits(uint32_t u)
+{
+    const uint32_t nan = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u;
+    return (rounded & ~nan) | ((u | 0x400000u) & 0xffff0000u & nan);
+}
+
+static inline uint32_t mk_f16_round_bits(uint32_t u)
+{
+    const uint32_t sign = u & 0x80000000u, a = u & 0x7fffffffu;
+    /* normal float16 range: 11 significant bits, to nearest even; 65520 and up
+     * (inf too) round past 65504: inf */
+    uint32_t normal = (a + 0xfffu + ((a >> 13) & 1)) & 0xffffe000u;
+    const uint32_t over = 0u - (uint32_t)(normal > 0x477fe000u);
+    normal = (normal & ~over) | (0x7f800000u & over);
+    /* below 2^-14: multiples of 2^-24, by one float addition (0.5's ulp) */
+    const uint32_t sub = mk_f32_bits((mk_f32_of_bits(a) + 0.5f) - 0.5f);
+    const uint32_t small = 0u - (uint32_t)(a < 0x38800000u);
+    const uint32_t nan = 0u - (uint32_t)(a > 0x7f800000u);
+    const uint32_t r = (sub & small) | (normal & ~small);
+    return sign | (r & ~nan) | (0x7fc00000u & nan);
+}
+
 /* x rounded to the nearest value of the half dtype `kind` (MK_HALF_NONE: x). */
 static inline float mk_half_round(float x, mk_half_kind kind)
 {
-    return kind == MK_HALF_BF16 ? mk_f32_of_bf16(mk_bf16_of_f32(x))
-           : kind == MK_HALF_F16 ? mk_f32_of_f16(mk_f16_of_f32(x)) : x;
+    return kind == MK_HALF_BF16 ? mk_f32_of_bits(mk_bf16_round_bits(mk_f32_bits(x)))
+           : kind == MK_HALF_F16 ? mk_f32_of_bits(mk_f16_round_bits(mk_f32_bits(x))) : x;
 }
 
 /* dst[i] = src[i] rounded to `kind` (F16 or BF16), n elements, large arrays

@@ -122,36 +122,14 @@ static int sdpa_d_from_block(const sdpa_problem *p)
 /* The gradients one backward pass writes (sdpa_backward_tmpl.h). */
 enum { SDPA_GRAD_K = 1, SDPA_GRAD_V = 2, SDPA_GRAD_Q = 4 };
 
-/* torch's fexp_u20 (vec512_float.h), the exp of its flash kernel's weights in
- * bfloat16 and float16 over whole vectors on AVX2 and AVX-512
- * (mk_torch_float_lanes; the rest of a row: expf): Malossi et al.'s cubic in the
- * fraction, the result's bits by a truncating conversion, 0 below
- * ln(FLT_MIN); exp(0) is 1 - 2^-14.2.  Scalar, with torch's FMAs. */
-static void sdpa_fexp_u20(float *out, const float *in, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++) {
-        const float x = in[i];
-        if (x != x) {
-            out[i] = x;
-            continue;
-        }
-        const float src = x * 1.44269504f;
-        const float fr = src - floorf(src);
-        float r = fmaf(fr, -0.079204240219773236f, -0.22433836478672356f);
-        r = fmaf(fr, r, 0.30354260500649682f);
-        r = fmaf(fr, r, 0.00010703434948458272f);
-        const float t = fmaf(8388608.0f, src - r, 8388608.0f * 127.0f);
-        const int32_t bits = x < -87.33654f ? 0 : (int32_t)t;
-        memcpy(&out[i], &bits, sizeof bits);
-    }
-}
-
 /* The exp of a half-precision call's weights where torch's flash kernel runs
- * on the matching ATEN_CPU_CAPABILITY: fexp_u20 on AVX2 and AVX-512, libm's
- * expf in its DEFAULT build (NULL: the template's EXP). */
+ * on the matching ATEN_CPU_CAPABILITY: fexp_u20 on AVX2 and AVX-512 (the
+ * path's, over whole vectors of mk_torch_float_lanes), libm's expf in its
+ * DEFAULT build (NULL: the template's EXP). */
 static void (*sdpa_half_vexp(void))(float *, const float *, int64_t)
 {
-    return mk_cpu_isa() == MK_ISA_PORTABLE ? NULL : sdpa_fexp_u20;
+    const sdpa_kernels_f32 *k = sdpa_select_f32();
+    return k != NULL ? k->fexp_u20 : NULL;
 }
 
 /* Per dtype three templates, each taking T and SUF (the forward and the

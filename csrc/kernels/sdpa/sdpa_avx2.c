@@ -81,8 +81,34 @@ static inline __attribute__((always_inline)) __m256i sdpa_avx2_keep4(const unsig
 #define SDPA_NAME sdpa_f64_avx2
 #include "sdpa_simd_tmpl.h"
 
+/* torch's fexp_u20 on AVX2 (sdpa_kernels_f32.fexp_u20), 8 lanes at a time,
+ * the last ones masked. */
+static void sdpa_avx2_fexp_u20(float *out, const float *in, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 8) {
+        const int left = n - i >= 8 ? 8 : (int)(n - i);
+        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(left),
+                                             _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256 x = _mm256_maskload_ps(in + i, m);
+        const __m256 src = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504f));
+        const __m256 fr = _mm256_sub_ps(src, _mm256_floor_ps(src));
+        __m256 r = _mm256_fmadd_ps(fr, _mm256_set1_ps(-0.079204240219773236f),
+                                   _mm256_set1_ps(-0.22433836478672356f));
+        r = _mm256_fmadd_ps(fr, r, _mm256_set1_ps(0.30354260500649682f));
+        r = _mm256_fmadd_ps(fr, r, _mm256_set1_ps(0.00010703434948458272f));
+        const __m256 t = _mm256_fmadd_ps(_mm256_set1_ps(8388608.0f), _mm256_sub_ps(src, r),
+                                         _mm256_set1_ps(8388608.0f * 127.0f));
+        __m256 y = _mm256_castsi256_ps(_mm256_cvttps_epi32(t));
+        y = _mm256_blendv_ps(y, _mm256_setzero_ps(),
+                             _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654f), _CMP_LT_OQ));
+        y = _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+        _mm256_maskstore_ps(out + i, m, y);
+    }
+}
+
 const sdpa_kernels_f32 sdpa_kernels_f32_avx2 = {
     "avx2", sdpa_f32_avx2_ws_elems, sdpa_f32_avx2_state, sdpa_f32_avx2_exp,
+    sdpa_avx2_fexp_u20,
 };
 
 const sdpa_kernels_f64 sdpa_kernels_f64_avx2 = {

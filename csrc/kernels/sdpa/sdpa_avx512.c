@@ -81,8 +81,33 @@ static inline __attribute__((always_inline)) __mmask8 sdpa_avx512_keep8(const un
 #define SDPA_NAME sdpa_f64_avx512
 #include "sdpa_simd_tmpl.h"
 
+/* torch's fexp_u20 on AVX-512 (sdpa_kernels_f32.fexp_u20), 16 lanes at a
+ * time, the last ones masked. */
+static void sdpa_avx512_fexp_u20(float *out, const float *in, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 x = _mm512_maskz_loadu_ps(m, in + i);
+        const __m512 src = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504f));
+        const __m512 fr = _mm512_sub_ps(
+            src, _mm512_roundscale_ps(src, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC));
+        __m512 r = _mm512_fmadd_ps(fr, _mm512_set1_ps(-0.079204240219773236f),
+                                   _mm512_set1_ps(-0.22433836478672356f));
+        r = _mm512_fmadd_ps(fr, r, _mm512_set1_ps(0.30354260500649682f));
+        r = _mm512_fmadd_ps(fr, r, _mm512_set1_ps(0.00010703434948458272f));
+        const __m512 t = _mm512_fmadd_ps(_mm512_set1_ps(8388608.0f), _mm512_sub_ps(src, r),
+                                         _mm512_set1_ps(8388608.0f * 127.0f));
+        __m512 y = _mm512_castsi512_ps(_mm512_cvttps_epi32(t));
+        y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_LT_OQ),
+                                 y, _mm512_setzero_ps());
+        y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
+        _mm512_mask_storeu_ps(out + i, m, y);
+    }
+}
+
 const sdpa_kernels_f32 sdpa_kernels_f32_avx512 = {
     "avx512", sdpa_f32_avx512_ws_elems, sdpa_f32_avx512_state, sdpa_f32_avx512_exp,
+    sdpa_avx512_fexp_u20,
 };
 
 const sdpa_kernels_f64 sdpa_kernels_f64_avx512 = {

@@ -126,11 +126,10 @@ static int SUF(sdpa_block_ds)(const sdpa_problem *p, const SUF(sdpa_bwd_ws) *ws,
             for (int64_t j = 0; j < kb; j++)
                 pr[j] = kept[j];
     }
-    if (p->round_weights)   /* half precision: the operands of the products, rounded */
-        for (int64_t i = 0; i < qb * kb; i++) {
-            P[i] = (T)mk_half_round((float)P[i], (mk_half_kind)p->round_weights);
-            dP[i] = (T)mk_half_round((float)dP[i], (mk_half_kind)p->round_weights);
-        }
+    if (p->round_weights) {   /* half precision: the operands of the products, rounded */
+        SUF(sdpa_round)(P, qb * kb, p->round_weights);
+        SUF(sdpa_round)(dP, qb * kb, p->round_weights);
+    }
     return 0;
 }
 
@@ -148,9 +147,10 @@ static int SUF(sdpa_grad_add)(const sdpa_problem *p, const SUF(sdpa_bwd_ws) *ws,
     if (SUF(gemm)(mk_mat_c(t, dst.rows, dst.cols), src, b, NULL, 0) != 0)
         return -1;
     const T scale = scaled ? (T)p->scale : (T)1;
-    for (int64_t i = 0; i < dst.rows * dst.cols; i++)   /* dst is contiguous */
-        d[i] = (T)mk_half_round((float)(scale * t[i] + (accumulate ? d[i] : (T)0)),
-                                (mk_half_kind)p->round_weights);
+    const int64_t n = dst.rows * dst.cols;                /* dst is contiguous */
+    for (int64_t i = 0; i < n; i++)
+        d[i] = scale * t[i] + (accumulate ? d[i] : (T)0);
+    SUF(sdpa_round)(d, n, p->round_weights);
     return 0;
 }
 

@@ -22,6 +22,18 @@ static SUF(sdpa_vexp_fn) SUF(sdpa_vexp)(void)
     return simd != NULL ? simd->exp : NULL;
 }
 
+/* x[0:n] rounded to the half dtype of a half-precision call (round_weights,
+ * mk_half_kind): the float32 kernels' only, by runtime/half.c's vectorised
+ * loop. */
+static void SUF(sdpa_round)(T *x, int64_t n, int kind)
+{
+    if (sizeof(T) == sizeof(float))
+        mk_half_round_inplace((float *)(void *)x, n, (mk_half_kind)kind);
+    else
+        for (int64_t i = 0; i < n; i++)
+            x[i] = (T)mk_half_round((float)x[i], (mk_half_kind)kind);
+}
+
 /* q, k, v and the mask of batch index b (row 0, key 0): the index unravelled
  * over the batch dimensions (the last first), key's and value's heads divided
  * by their GQA groups. */

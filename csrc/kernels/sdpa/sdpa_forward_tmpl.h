@@ -266,8 +266,7 @@ static int SUF(sdpa_block_loops)(const sdpa_problem *p, const SUF(sdpa_fwd_ws) *
                     if (sdpa_dropout_uniform(p->dropout_seed, b, m0 + r, n + j) < p->dropout_p)
                         qk[r * kb + j] = 0;
         if (p->round_weights)   /* a half-precision call: the weights as torch's GEMM reads them */
-            for (int64_t i = 0; i < qb * kb; i++)
-                qk[i] = (T)mk_half_round((float)qk[i], (mk_half_kind)p->round_weights);
+            SUF(sdpa_round)(qk, qb * kb, p->round_weights);
         /* 6. acc[qb, Ev] (+)= exp(s)[qb, kb] @ v[n:n+kb, :] */
         if (SUF(gemm)(mk_mat_c(acc, qb, Ev), mk_cmat_c(qk, qb, kb),
                       (mk_cmat){v + n * p->v.rs, kb, Ev, p->v.rs, p->v.cs}, NULL, n > k0) != 0)

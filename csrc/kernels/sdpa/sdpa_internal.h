@@ -42,6 +42,11 @@ typedef struct {
                  float *row_sum);
     /* out[i] = exp(inp[i]) with the exp of state (in place allowed) */
     void (*exp)(float *out, const float *inp, int64_t n);
+    /* the same with torch's fexp_u20 (vec512_float.h / vec256_float.h), the exp
+     * of its flash kernel's weights in bfloat16 and float16 on this path:
+     * Malossi et al.'s cubic in the fraction, the result's bits by a truncating
+     * conversion, 0 below ln(FLT_MIN) (exp(0) is 1 - 2^-14.2); NaN stays NaN */
+    void (*fexp_u20)(float *out, const float *inp, int64_t n);
 } sdpa_kernels_f32;
 
 typedef struct {
