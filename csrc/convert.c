@@ -217,6 +217,24 @@ PyArrayObject *cast_array(PyArrayObject *a, int typenum, int contiguous, const c
     if (PyArray_TYPE(a) == typenum && PyArray_ISALIGNED(a) && PyArray_ISNOTSWAPPED(a)
             && (!contiguous || PyArray_IS_C_CONTIGUOUS(a)))
         return (PyArrayObject *)Py_NewRef(a);
+    /* A C-contiguous half-precision array to float32 (how each half call reads
+     * its operands): the kernels' exact, vectorised conversion, not NumPy's
+     * cast (float16's was 4x slower than bfloat16's through ml_dtypes). */
+    const myatt_dtype *from = dtype_of_typenum(PyArray_TYPE(a));
+    if (typenum == NPY_FLOAT && from != NULL && dtype_is_half(from)
+            && PyArray_IS_C_CONTIGUOUS(a) && PyArray_ISALIGNED(a) && PyArray_ISNOTSWAPPED(a)) {
+        PyArrayObject *f = (PyArrayObject *)new_array(PyArray_NDIM(a), PyArray_DIMS(a),
+                                                      NPY_FLOAT, what);
+        if (f != NULL) {
+            const npy_intp n = PyArray_SIZE(a);
+            float *dst = PyArray_DATA(f);
+            const uint16_t *src = PyArray_DATA(a);
+            MYATT_BEGIN_COMPUTE(n)
+            mk_half_to_f32(dst, src, n, dtype_half_kind(from));
+            MYATT_END_COMPUTE
+        }
+        return f;
+    }
     int flags = NPY_ARRAY_ALIGNED | NPY_ARRAY_NOTSWAPPED | NPY_ARRAY_FORCECAST;
     if (contiguous)
         flags |= NPY_ARRAY_C_CONTIGUOUS;

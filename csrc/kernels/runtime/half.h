@@ -33,9 +33,9 @@ static inline float mk_f32_of_bits(uint32_t u)
 static inline uint16_t mk_bf16_of_f32(float f)
 {
     const uint32_t u = mk_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)   /* NaN: quiet, as torch's scalar path */
-        return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+    /* NaN: quiet, as torch's scalar path (without branches, so that loops vectorise) */
+    const uint32_t nan = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u);
+    return (uint16_t)((((u + 0x7fffu + ((u >> 16) & 1)) >> 16) & ~nan) | (((u >> 16) | 0x40) & nan));
 }
 
 static inline float mk_f32_of_bf16(uint16_t h)
@@ -44,48 +44,40 @@ static inline float mk_f32_of_bf16(uint16_t h)
 }
 
 /* F. Giesen's float_to_half_fast3_rtne: the subnormal range by one float
- * addition (round to nearest even), the normal range by integer rounding. */
+ * addition (round to nearest even), the normal range by integer rounding;
+ * without branches (each case computed, one kept), so that loops vectorise. */
 static inline uint16_t mk_f16_of_f32(float f)
 {
-    uint32_t u = mk_f32_bits(f);
+    const uint32_t u = mk_f32_bits(f), a = u & 0x7fffffffu;
     const uint32_t sign = (u >> 16) & 0x8000u;
-    u &= 0x7fffffffu;
-    uint32_t o;
-    if (u >= 0x47800000u)                    /* 65536 and up, inf, NaN */
-        o = u > 0x7f800000u ? 0x7e00u : 0x7c00u;
-    else if (u < 0x38800000u) {              /* below 2^-14: subnormal or zero */
-        const float magic = mk_f32_of_bits(0x3f000000u);   /* 0.5: ulp 2^-24 */
-        o = mk_f32_bits(mk_f32_of_bits(u) + magic) - 0x3f000000u;
-    } else {
-        const uint32_t odd = (u >> 13) & 1;
-        u += 0xc8000fffu + odd;                  /* exponent -112, rounding bias */
-        o = u >> 13;                             /* (65520 and up carry into inf) */
-    }
+    /* 65536 and up, inf, NaN */
+    const uint32_t nan = 0u - (uint32_t)(a > 0x7f800000u);
+    const uint32_t big_o = (0x7e00u & nan) | (0x7c00u & ~nan);
+    /* below 2^-14: subnormal or zero (0.5's ulp is 2^-24) */
+    const uint32_t small_o = mk_f32_bits(mk_f32_of_bits(a) + 0.5f) - 0x3f000000u;
+    /* normal: exponent -112, rounding bias (65520 and up carry into inf) */
+    const uint32_t normal_o = (a + 0xc8000fffu + ((a >> 13) & 1)) >> 13;
+    const uint32_t big = 0u - (uint32_t)(a >= 0x47800000u);
+    const uint32_t small = 0u - (uint32_t)(a < 0x38800000u);
+    const uint32_t o = (big_o & big) | (small_o & small & ~big) | (normal_o & ~small & ~big);
     return (uint16_t)(o | sign);
 }
 
+/* Exact; without branches, as mk_f16_of_f32. */
 static inline float mk_f32_of_f16(uint16_t h)
 {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     const uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ffu;
-    if (e == 0x1f)
-        return mk_f32_of_bits(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0));
-    if (e == 0)   /* zero or subnormal: m * 2^-24, exact */
-        return mk_f32_of_bits(sign | mk_f32_bits((float)m * 5.9604644775390625e-8f));
-    return mk_f32_of_bits(sign | ((e + 112) << 23) | (m << 13));
+    const uint32_t normal = ((e + 112) << 23) | (m << 13);
+    const uint32_t sub = mk_f32_bits((float)(int32_t)m * 5.9604644775390625e-8f);  /* m 2^-24 */
+    const uint32_t infnan = 0x7f800000u | (m << 13) | ((0u - (uint32_t)(m != 0)) & 0x400000u);
+    const uint32_t zero_e = 0u - (uint32_t)(e == 0), max_e = 0u - (uint32_t)(e == 0x1f);
+    return mk_f32_of_bits(sign | (sub & zero_e) | (infnan & max_e) | (normal & ~zero_e & ~max_e));
 }
 
-/* The float32 bits u rounded to bfloat16 and float16 (mk_half_round), without
- * branches, so that loops of them vectorise on any baseline: the same bits
- * as the conversions above and back, on every float32 (checked once, all
- * 2^32 of them). */
-static inline uint32_t mk_bf16_round_bits(uint32_t u)
-{
-    const uint32_t nan = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u);
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u;
-    return (rounded & ~nan) | ((u | 0x400000u) & 0xffff0000u & nan);
-}
-
+/* mk_f32_of_f16(mk_f16_of_f32(x))'s bits in a quarter of the operations
+ * (the same bits on every float32, checked once, all 2^32): the rounding of
+ * the flash kernel's float16 weights. */
 static inline uint32_t mk_f16_round_bits(uint32_t u)
 {
     const uint32_t sign = u & 0x80000000u, a = u & 0x7fffffffu;
@@ -105,13 +97,17 @@ static inline uint32_t mk_f16_round_bits(uint32_t u)
 /* x rounded to the nearest value of the half dtype `kind` (MK_HALF_NONE: x). */
 static inline float mk_half_round(float x, mk_half_kind kind)
 {
-    return kind == MK_HALF_BF16 ? mk_f32_of_bits(mk_bf16_round_bits(mk_f32_bits(x)))
+    return kind == MK_HALF_BF16 ? mk_f32_of_bf16(mk_bf16_of_f32(x))
            : kind == MK_HALF_F16 ? mk_f32_of_bits(mk_f16_round_bits(mk_f32_bits(x))) : x;
 }
 
 /* dst[i] = src[i] rounded to `kind` (F16 or BF16), n elements, large arrays
  * by all threads.  Cannot fail. */
 void mk_f32_to_half(uint16_t *dst, const float *src, int64_t n, mk_half_kind kind);
+
+/* dst[i] = src[i] (F16 or BF16) as float32, exact; n elements, large arrays
+ * by all threads.  Cannot fail. */
+void mk_half_to_f32(float *dst, const uint16_t *src, int64_t n, mk_half_kind kind);
 
 /* x[i] = mk_half_round(x[i], kind), n elements.  Cannot fail. */
 void mk_half_round_inplace(float *x, int64_t n, mk_half_kind kind);
