@@ -588,15 +588,16 @@ def run(args):
     rng = np.random.default_rng(0)
     myatt.manual_seed(0)
 
-    def add(case, threads, flops, elems, dtype, fns, results):
+    def add(case, threads, flops, elems, dtype, fns, results, unit=None):
         (tm_, best), (tt_, _), (tn_, _) = ((None, None) if f is None
                                            else timing(f, quiet_first=threads > 1) for f in fns)
         # the rate and its share of the peak from the best sample, as peak.c measures the
         # peak (its best of 20): the run least disturbed by the machine's other work
         share = None
         gflops = flops / best / 1e9 if flops else None
-        if gflops is not None and peak_core:
-            share = gflops / (peak_core * threads * (0.5 if dtype == np.float64 else 1.0))
+        if gflops is not None and (unit or peak_core):   # unit: a peak of its own (bfloat16's)
+            share = gflops / ((unit or peak_core) * threads
+                              * (0.5 if dtype == np.float64 else 1.0))
         r = dict(case=case, threads=threads, myatt=tm_, torch=tt_, numpy=tn_, gflops=gflops,
                  gelems=elems / best / 1e9 if elems else None, share=share, myatt_best=best,
                  diff=max_diff(first(results[0]), first(results[1])),
@@ -631,15 +632,33 @@ def run(args):
             del ops
         # ---- float16 and bfloat16 ----
         halves = [np.float16] + ([ml_dtypes.bfloat16] if ml_dtypes is not None else [])
+        # bfloat16 linear on vdpbf16ps where myatt uses it (docs/speed.md): its %peak is of
+        # that instruction's peak
+        bf16_dot = (myatt.kernel_path() == "avx512" and not os.environ.get("MYATT_KERNEL")
+                    and "avx512_bf16" in peak)
+        if args.only in (None, "half"):   # the float32 linear the half rows are held against
+            n32 = gemm_n // 2 if quick else gemm_n
+            x32 = rng.standard_normal((n32, n32)).astype(np.float32)
+            w32 = (rng.standard_normal((n32, n32)) * n32 ** -0.5).astype(np.float32)
+            tx32, tw32 = torch.from_numpy(x32), torch.from_numpy(w32)
+            print("[half] float32, the reference of the half rows")
+            for n in thread_counts:
+                with Threads(n):
+                    fns = (lambda: myatt.linear(x32, w32), lambda: F.linear(tx32, tw32), None)
+                    add(f"linear {n32}^3 float32", n, 2 * n32 ** 3, None, np.float32, fns,
+                        (fns[0](), fns[1]()))
         for dtype in halves if args.only in (None, "half") else ():
-            print(f"[half] {np.dtype(dtype).name}: computed in float32, each result rounded "
-                  f"(%peak: of the float32 FMA peak)")
+            name = np.dtype(dtype).name
+            dot = bf16_dot and name == "bfloat16"
+            print(f"[half] {name}: computed in float32, each result rounded (%peak: of the "
+                  f"float32 FMA peak{'; linear on vdpbf16ps: of its peak' if dot else ''})")
             ops = half_ops(dtype, rng, quick, gemm_n)
             for n in thread_counts:
                 with Threads(n):
                     for op, flops, elems, fm, ft, fn in ops:
-                        add(f"{op} {np.dtype(dtype).name}", n, flops, elems, np.float32,
-                            (fm, ft, fn), (fm(), ft()))
+                        unit = peak["avx512_bf16"] if dot and op.startswith("linear") else None
+                        add(f"{op} {name}", n, flops, elems, np.float32, (fm, ft, fn),
+                            (fm(), ft()), unit)
             del ops
         # ---- MultiheadAttention (torch's module in training mode, dropout 0) ----
         for dtype in (np.float32, np.float64) if args.only in (None, "mha") else ():

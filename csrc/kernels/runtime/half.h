@@ -75,9 +75,17 @@ static inline float mk_f32_of_f16(uint16_t h)
     return mk_f32_of_bits(sign | (sub & zero_e) | (infnan & max_e) | (normal & ~zero_e & ~max_e));
 }
 
-/* mk_f32_of_f16(mk_f16_of_f32(x))'s bits in a quarter of the operations
- * (the same bits on every float32, checked once, all 2^32): the rounding of
- * the flash kernel's float16 weights. */
+/* mk_f32_of_bf16(mk_bf16_of_f32(x)) and mk_f32_of_f16(mk_f16_of_f32(x)) on
+ * the bits, without the 16-bit values between (the same bits on every
+ * float32, checked once, all 2^32): the roundings of the flash kernel's
+ * weights, in loops that vectorise at full width. */
+static inline uint32_t mk_bf16_round_bits(uint32_t u)
+{
+    const uint32_t nan = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u;
+    return (rounded & ~nan) | ((u | 0x400000u) & 0xffff0000u & nan);
+}
+
 static inline uint32_t mk_f16_round_bits(uint32_t u)
 {
     const uint32_t sign = u & 0x80000000u, a = u & 0x7fffffffu;
@@ -97,7 +105,7 @@ static inline uint32_t mk_f16_round_bits(uint32_t u)
 /* x rounded to the nearest value of the half dtype `kind` (MK_HALF_NONE: x). */
 static inline float mk_half_round(float x, mk_half_kind kind)
 {
-    return kind == MK_HALF_BF16 ? mk_f32_of_bf16(mk_bf16_of_f32(x))
+    return kind == MK_HALF_BF16 ? mk_f32_of_bits(mk_bf16_round_bits(mk_f32_bits(x)))
            : kind == MK_HALF_F16 ? mk_f32_of_bits(mk_f16_round_bits(mk_f32_bits(x))) : x;
 }
 
