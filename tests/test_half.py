@@ -312,6 +312,18 @@ def test_modules_refuse_half_dtypes():
                 make(d)
 
 
+@pytest.mark.parametrize("dt", [F16, BF16], ids=IDS)
+def test_every_half_value_is_read_and_written_exactly(dt):
+    """All 65,536 values of the dtype through a product by 1 (bmm: its float32 kernels):
+    read into float32 exactly and rounded back to themselves (subnormals, infinities, the
+    largest values; NaN as NaN; -0 becomes 0, as 0 + -0 in any float32 sum)."""
+    x = np.arange(65536, dtype=np.uint16).view(dt).reshape(1, -1, 1)
+    for a in (x, x[:, ::-1]):                  # C-contiguous, and a strided view
+        y = myatt.bmm(a, np.ones((1, 1, 1), dt))
+        assert y.dtype == dt
+        np.testing.assert_array_equal(y.astype(np.float32), a.astype(np.float32))
+
+
 def test_bfloat16_without_ml_dtypes():
     """A torch.bfloat16 tensor where ml_dtypes cannot be imported: TypeError naming the
     argument and what to install; float16 still works."""
