@@ -62,7 +62,7 @@ static int linear_check(const entry_call *c)
 static PyObject *linear_run(const entry_call *c)
 {
     if (c->result == MYATT_DTYPE(bf16)) {
-        PyObject *y = linear_bf16(c->arr[0], c->arr[1], c->arr[2]);
+        PyObject *y = linear_bf16(c->arr[0], c->arr[1], c->arr[2], c->e->what);
         if (y != Py_NotImplemented)
             return y;
         Py_DECREF(y);

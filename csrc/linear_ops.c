@@ -55,7 +55,8 @@ PyObject *linear_apply(PyArrayObject *x, mk_cmat weight, const void *bias,
     return out;
 }
 
-PyObject *linear_bf16(PyArrayObject *x, PyArrayObject *weight, PyArrayObject *bias)
+PyObject *linear_bf16(PyArrayObject *x, PyArrayObject *weight, PyArrayObject *bias,
+                      const char *const *what)
 {
     const int ndim = PyArray_NDIM(x);
     const npy_intp k = PyArray_DIM(x, ndim - 1), n = PyArray_DIM(weight, 0);
@@ -65,12 +66,12 @@ PyObject *linear_bf16(PyArrayObject *x, PyArrayObject *weight, PyArrayObject *bi
     dims[ndim - 1] = n;
     if (!mk_cpu_bf16_dot() || (double)m * (double)k * (double)n <= 4096.0)
         return Py_NewRef(Py_NotImplemented);
-    PyArrayObject *xc = PyArray_GETCONTIGUOUS(x), *wc = PyArray_GETCONTIGUOUS(weight);
-    PyArrayObject *bc = bias != NULL ? PyArray_GETCONTIGUOUS(bias) : NULL;
+    const int t = PyArray_TYPE(x);   /* (aligned and C-contiguous: a copy where not) */
+    PyArrayObject *xc = cast_array(x, t, 1, what[0]), *wc = NULL, *bc = NULL;
     PyObject *out = NULL;
-    if (xc != NULL && wc != NULL && (bias == NULL || bc != NULL))
-        out = new_array(ndim, dims, PyArray_TYPE(x), "linear: the result");
-    if (out != NULL) {
+    if (xc != NULL && (wc = cast_array(weight, t, 1, what[1])) != NULL
+            && (bias == NULL || (bc = cast_array(bias, t, 1, what[2])) != NULL)
+            && (out = new_array(ndim, dims, t, "linear: the result")) != NULL) {
         int rc;
         MYATT_BEGIN_COMPUTE((double)m * (double)k * (double)n)
         rc = gemm_bf16_linear(PyArray_DATA((PyArrayObject *)out), n, PyArray_DATA(xc), k,
@@ -79,8 +80,6 @@ PyObject *linear_bf16(PyArrayObject *x, PyArrayObject *weight, PyArrayObject *bi
         MYATT_END_COMPUTE
         if (rc != 0)
             Py_SETREF(out, PyErr_NoMemory());
-    } else if (!PyErr_Occurred()) {
-        PyErr_NoMemory();
     }
     Py_XDECREF(xc);
     Py_XDECREF(wc);

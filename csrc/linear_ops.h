@@ -13,11 +13,13 @@ PyObject *linear_apply(PyArrayObject *x, mk_cmat weight, const void *bias,
                        const myatt_dtype *dtype);
 
 /* linear of bfloat16 x [..., k], weight [n, k], bias [n] or NULL (checked by
- * the caller) on the CPU's bfloat16 dot product, in the order of torch's
- * oneDNN path (kernels/gemm/gemm_bf16.h); Py_NotImplemented (new reference)
- * where that is not what torch runs or this CPU path cannot: m * k * n <= 4096
- * (torch's cpublas kernels), no AVX512_BF16.  A new array, or NULL. */
-PyObject *linear_bf16(PyArrayObject *x, PyArrayObject *weight, PyArrayObject *bias);
+ * the caller; what[0..2] name them in messages) on the CPU's bfloat16 dot
+ * product, in the order of torch's oneDNN path (kernels/gemm/gemm_bf16.h);
+ * Py_NotImplemented (new reference) where that is not what torch runs or this
+ * CPU path cannot: m * k * n <= 4096 (torch's cpublas kernels), no
+ * AVX512_BF16.  A new array, or NULL. */
+PyObject *linear_bf16(PyArrayObject *x, PyArrayObject *weight, PyArrayObject *bias,
+                      const char *const *what);
 
 /* The gradients of linear: x [..., k] and grad_out [..., n] already of
  * `dtype`, aligned, native, their shapes checked by the caller; weight a view

@@ -232,7 +232,8 @@ int gemm_bf16_linear_avx512(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_
                       &pj);
     bf_job j = {y, x, zero, wp, b32, rs_y, rs_x, m, n, k, pairs, panels,
                 (m + BF_MR - 1) / BF_MR, (panels + BF_GROUP - 1) / BF_GROUP, 1, 1};
-    int64_t nthreads = m * n * k < BF_THREAD_WORK ? 1 : mk_get_num_threads();
+    int64_t nthreads = (double)m * (double)n * (double)k < (double)BF_THREAD_WORK
+                           ? 1 : mk_get_num_threads();
     j.by_rows = j.mblocks >= 2 * nthreads || j.mblocks >= j.groups;
     const int64_t units = j.by_rows ? j.mblocks : j.groups;
     j.ntasks = (int)(nthreads < units ? nthreads : units);
