@@ -64,7 +64,7 @@ def bfloat16(what):
     return np.dtype(ml_dtypes.bfloat16)
 
 
-def to_numpy(t, what="a tensor"):
+def to_numpy(t):
     """A torch tensor (any device, requires_grad or not) or array-like as a NumPy array; a
     torch.bfloat16 tensor as ml_dtypes.bfloat16 through its bits (NumPy has no bfloat16 of
     its own, torch no NumPy conversion of it), sharing its memory on the CPU."""
@@ -73,7 +73,7 @@ def to_numpy(t, what="a tensor"):
     if hasattr(t, "cpu"):
         t = t.cpu()
     if str(getattr(t, "dtype", "")) == "torch.bfloat16":
-        dtype = bfloat16(what)
+        dtype = bfloat16("a tensor")
         return t.view(sys.modules["torch"].int16).numpy().view(dtype)   # torch is loaded
     return np.asarray(t.numpy() if hasattr(t, "numpy") else t)
 
