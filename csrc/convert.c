@@ -468,7 +468,7 @@ static const myatt_dtype *torch_dtype(PyObject *obj)
     return d;
 }
 
-int dtype_arg(PyObject *obj, const char *owner, const myatt_dtype **dtype)
+int dtype_arg(PyObject *obj, const char *owner, int with_half, const myatt_dtype **dtype)
 {
     const myatt_dtype *d = torch_dtype(obj);
     PyArray_Descr *descr = NULL;
@@ -487,18 +487,27 @@ int dtype_arg(PyObject *obj, const char *owner, const myatt_dtype **dtype)
     if (d == NULL) {
         if (descr != NULL)   /* a dtype numpy knows, not one myatt computes in */
             PyErr_Format(PyExc_TypeError, "%s(): dtype must be %s, got %S", owner,
-                         dtype_names(0), (PyObject *)descr);
+                         dtype_names(with_half), (PyObject *)descr);
         else
             PyErr_Format(PyExc_TypeError, "%s(): dtype must be %s, got %R", owner,
-                         dtype_names(0), obj);
+                         dtype_names(with_half), obj);
         Py_XDECREF(descr);
         return -1;
     }
     Py_XDECREF(descr);
-    if (dtype_is_half(d)) {
-        PyErr_Format(PyExc_TypeError, "%s(): dtype %s: the modules keep their parameters in "
-                     "float32 or float64 for now (half-precision parameters are to come); "
-                     "myatt's functions take float16 and bfloat16 arrays", owner, d->name);
+    if (dtype_is_half(d) && !with_half) {
+        PyErr_Format(PyExc_TypeError, "%s(): dtype %s: %s keeps its parameters in float32 or "
+                     "float64 for now (half-precision parameters are to come); Linear and "
+                     "myatt's functions take float16 and bfloat16", owner, d->name, owner);
+        return -1;
+    }
+    if (d->typenum == NPY_NOTYPE && dtype_bfloat16_resolve(1) < 0) {   /* its arrays' type */
+        if (PyErr_ExceptionMatches(PyExc_ImportError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "%s(): dtype bfloat16: myatt keeps bfloat16 as "
+                         "ml_dtypes' NumPy dtype, and ml_dtypes is not installed (pip install "
+                         "ml_dtypes, or myatt[bf16])", owner);
+        }
         return -1;
     }
     *dtype = d;

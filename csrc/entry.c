@@ -106,6 +106,18 @@ PyObject *entry_run(entry_call *c)
     return round_results(r, half, c->e->name);
 }
 
+PyObject *entry_call_objects(const entry *e, PyObject *module, PyObject *const *objs, int n)
+{
+    entry_call c = {.module = module, .e = e};
+    for (int i = 0; i < n; i++)
+        c.obj[i] = objs[i];
+    PyObject *r = NULL;
+    if (entry_convert(&c) == 0 && (e->check == NULL || e->check(&c) == 0))
+        r = entry_run(&c);
+    entry_call_clear(&c);
+    return r;
+}
+
 void entry_call_clear(entry_call *c)
 {
     for (int i = 0; i < c->e->nparams; i++)

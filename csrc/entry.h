@@ -116,6 +116,11 @@ PyObject *entry_run(entry_call *c);
  * 0, or -1 with an exception. */
 int entry_half_operands(entry_call *c);
 
+/* e(objs[0], ..., objs[n - 1]) called from C (a pullback's backward, a
+ * half-precision module's products): converted, checked and run.  A new
+ * reference, or NULL with an exception. */
+PyObject *entry_call_objects(const entry *e, PyObject *module, PyObject *const *objs, int n);
+
 /* c's arrays (arr, NULL on entry) and result dtype from its arguments (obj),
  * for a call made in C (a pullback's of the backward): 0, or -1 with an
  * exception. */

@@ -108,10 +108,11 @@ PyObject *round_results(PyObject *r, const myatt_dtype *dt, const char *what);
 
 /* `dtype=` of the constructors: a row of the dtype table, spelt as anything
  * numpy.dtype() reads as one ("float32", numpy.float32, "f4", ...) or as a
- * torch dtype (torch.float32; torch is not imported).  0, or -1 with TypeError
- * "<owner>(): dtype must be float32, float64, ..., got 'float23'" (a half row
- * too, for now: the modules have no half-precision parameters yet). */
-int dtype_arg(PyObject *obj, const char *owner, const myatt_dtype **dtype);
+ * torch dtype (torch.float32; torch is not imported); a half row (float16,
+ * bfloat16) only `with_half` (Linear; MyAtt and MultiheadAttention hold float32
+ * or float64 for now).  0, or -1 with TypeError "<owner>(): dtype must be
+ * float32, float64, ..., got 'float23'". */
+int dtype_arg(PyObject *obj, const char *owner, int with_half, const myatt_dtype **dtype);
 
 /* A size argument (in_features, query_size, ...): an integer >= `min`.
  * Returns 0, or -1 with TypeError / ValueError / MemoryError naming `what`. */

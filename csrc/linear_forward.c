@@ -6,6 +6,31 @@
 #include "linear_ops.h"
 #include "vjp.h"
 
+/* A layer's products in its dtype on arrays of it: linear_apply's and
+ * linear_grad_apply's; for a half row, myatt.linear's and linear_backward's own
+ * calls (module: myatt's), as torch's nn.Linear calls F.linear (float32
+ * arithmetic, each result rounded once; bfloat16 on vdpbf16ps where the CPU
+ * has it).  bias: its array or None. */
+static PyObject *layer_output(PyObject *module, PyArrayObject *x, PyArrayObject *w,
+                              PyObject *bias, const myatt_dtype *dt)
+{
+    if (!dtype_is_half(dt))
+        return linear_apply(x, cmat_of(w), bias != Py_None ? PyArray_DATA((PyArrayObject *)bias)
+                                                           : NULL, dt);
+    PyObject *objs[3] = {(PyObject *)x, (PyObject *)w, bias};
+    return module == NULL ? NULL : entry_call_objects(&linear_entry, module, objs, 3);
+}
+
+/* (input, weight, bias or None): the gradients, as layer_output's */
+static PyObject *layer_grads(PyObject *module, PyArrayObject *x, PyArrayObject *g,
+                             PyArrayObject *w, PyObject *bias, const myatt_dtype *dt)
+{
+    if (!dtype_is_half(dt))
+        return linear_grad_apply(x, g, cmat_of(w), bias != Py_None, dt);
+    PyObject *objs[4] = {(PyObject *)g, (PyObject *)x, (PyObject *)w, bias};
+    return module == NULL ? NULL : entry_call_objects(&linear_backward_entry, module, objs, 4);
+}
+
 /* layer(input).  With `saved` (myatt.vjp) the same result, computed from private
  * copies of the parameters and the input (in the layer's dtype), which
  * saved[0..2] get (input, weight, bias or None; the caller releases them, also
@@ -21,8 +46,8 @@ static PyObject *linear_forward_impl(LinearObject *self, PyObject *input, PyObje
         Py_DECREF(raw);
         return NULL;
     }
-    const void *bias = self->bias ? PyArray_DATA(self->bias) : NULL;
     PyArrayObject *weight = self->weight;
+    PyObject *bias = self->bias ? (PyObject *)self->bias : Py_None;
     if (saved != NULL) {   /* the parameters once the input is checked (its __array__ ran) */
         if ((saved[1] = (PyObject *)copy_array(self->weight)) == NULL
             || (saved[2] = self->bias ? (PyObject *)copy_array(self->bias)
@@ -32,14 +57,15 @@ static PyObject *linear_forward_impl(LinearObject *self, PyObject *input, PyObje
             return NULL;
         }
         weight = (PyArrayObject *)saved[1];
-        bias = self->bias ? PyArray_DATA((PyArrayObject *)saved[2]) : NULL;
+        bias = saved[2];
     }
     PyArrayObject *x = saved != NULL ? private_cast(raw, self->dtype->typenum, "Linear: input")
                                      : cast_array(raw, self->dtype->typenum, 0, "Linear: input");
     Py_DECREF(raw);
     if (x == NULL)
         return NULL;
-    PyObject *out = linear_apply(x, cmat_of(weight), bias, self->dtype);
+    PyObject *out = layer_output(myatt_module_of_type(Py_TYPE(self)), x, weight, bias,
+                                 self->dtype);
     if (saved != NULL)
         saved[0] = (PyObject *)x;
     else
@@ -136,9 +162,8 @@ static PyObject *linear_vjp_pull(PyObject *module, const void *kept_, PyArrayObj
     PyArrayObject *g = cast_array(raw, kept->dtype->typenum, 0, "pullback(): grad_output");
     if (g == NULL)
         return NULL;
-    PyArrayObject *x = (PyArrayObject *)kept->saved[0], *w = (PyArrayObject *)kept->saved[1];
-    PyObject *grads = linear_grad_apply(x, g, cmat_of(w), kept->saved[2] != Py_None,
-                                        kept->dtype);
+    PyObject *grads = layer_grads(module, (PyArrayObject *)kept->saved[0], g,
+                                  (PyArrayObject *)kept->saved[1], kept->saved[2], kept->dtype);
     Py_DECREF(g);
     if (grads == NULL)
         return NULL;
@@ -233,8 +258,9 @@ PyObject *Linear_backward(LinearObject *self, PyObject *args, PyObject *kwds)
     if ((x = cast_array(rx, self->dtype->typenum, 0, "Linear.backward(): input")) == NULL
             || (g = cast_array(rg, self->dtype->typenum, 0, "Linear.backward(): grad_output"))
                    == NULL
-            || (grads = linear_grad_apply(x, g, cmat_of(self->weight), self->bias != NULL,
-                                          self->dtype)) == NULL)
+            || (grads = layer_grads(myatt_module_of_type(Py_TYPE(self)), x, g, self->weight,
+                                    self->bias ? (PyObject *)self->bias : Py_None,
+                                    self->dtype)) == NULL)
         goto fail;
     const myatt_state *st = myatt_state_of_type(Py_TYPE(self));
     if (st != NULL)

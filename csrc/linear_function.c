@@ -3,8 +3,6 @@
 #include "entry.h"
 #include "linear_ops.h"
 
-extern entry linear_backward_entry;
-
 PyDoc_STRVAR(linear_doc,
 "Apply a linear map, as torch.nn.functional.linear.\n"
 "\n"

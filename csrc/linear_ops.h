@@ -3,7 +3,12 @@
 #ifndef MYATT_LINEAR_OPS_H
 #define MYATT_LINEAR_OPS_H
 
+#include "entry.h"
 #include "glue.h"
+
+/* myatt.linear and myatt.linear_backward (linear_function.c): a half-precision
+ * Linear's products are their calls */
+extern entry linear_entry, linear_backward_entry;
 
 /* out[..., n] = x[..., k] @ weight[n, k]^T + bias, for x already of `dtype`,
  * aligned and in native byte order, x.shape[-1] == k checked by the caller.

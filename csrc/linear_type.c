@@ -17,6 +17,17 @@ DTYPE_KERNELS(linear_init);
 
 /* ---- construction ---------------------------------------------------------- */
 
+/* nn.Linear's initial weight [out, in] (C-ordered) and bias [out] (or NULL) in
+ * `dt`, drawn from the module's generator as torch draws them */
+static void draw(myatt_state *st, const myatt_dtype *dt, void *w, void *b, Py_ssize_t out,
+                 Py_ssize_t in)
+{
+    if (dtype_is_half(dt))
+        linear_init_half(&st->rng, w, b, out, in, dtype_half_kind(dt));
+    else
+        linear_init_kernels[dt->kernel](&st->rng, w, b, out, in);
+}
+
 LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_features,
                             Py_ssize_t out_features, int bias, const myatt_dtype *dtype,
                             linear_init init, int transposed, const char *name)
@@ -49,15 +60,14 @@ LinearObject *linear_create(myatt_state *st, PyTypeObject *type, Py_ssize_t in_f
         if (b != NULL)
             memset(b, 0, (size_t)PyArray_NBYTES(self->bias));
     } else if (!transposed) {
-        linear_init_kernels[dtype->kernel](&st->rng, PyArray_DATA(self->weight), b, out_features,
-                              in_features);
+        draw(st, dtype, PyArray_DATA(self->weight), b, out_features, in_features);
     } else {   /* drawn in torch's order into a buffer, then stored */
         void *w = PyMem_Malloc((size_t)PyArray_NBYTES(self->weight) + 1);
         if (w == NULL) {
             PyErr_NoMemory();
             goto fail;
         }
-        linear_init_kernels[dtype->kernel](&st->rng, w, b, out_features, in_features);
+        draw(st, dtype, w, b, out_features, in_features);
         store_rows(self->weight, w);
         PyMem_Free(w);
     }
@@ -91,7 +101,7 @@ static PyObject *Linear_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (size_arg(in_obj, "Linear(): in_features", 0, &in_features) < 0
             || size_arg(out_obj, "Linear(): out_features", 0, &out_features) < 0)
         return NULL;
-    if (dtype_obj != NULL && dtype_arg(dtype_obj, "Linear", &dtype) < 0)
+    if (dtype_obj != NULL && dtype_arg(dtype_obj, "Linear", 1, &dtype) < 0)
         return NULL;
     int bias = PyObject_IsTrue(bias_obj);
     if (bias < 0)
@@ -305,9 +315,12 @@ PyDoc_STRVAR(Linear_doc,
 "bias : bool, optional\n"
 "    Whether the layer has a bias (default True).\n"
 "dtype : str, numpy.dtype, type or torch.dtype, optional\n"
-"    float32 (the default) or float64: anything ``numpy.dtype()`` reads as one\n"
-"    of them, or ``torch.float32`` / ``torch.float64``. The parameters and every\n"
-"    result are of this dtype.\n"
+"    float32 (the default), float64, float16 or bfloat16 (ml_dtypes'; the name\n"
+"    'bfloat16' imports it): anything ``numpy.dtype()`` reads as one of them, or\n"
+"    a torch dtype (``torch.bfloat16``). The parameters and every result are of\n"
+"    this dtype. A half-precision layer computes as torch's does: its products\n"
+"    are `linear`'s (float32 sums, each result rounded once), its initial\n"
+"    weights torch's for that dtype.\n"
 "\n"
 "Attributes\n"
 "----------\n"
@@ -322,7 +335,8 @@ PyDoc_STRVAR(Linear_doc,
 "Raises\n"
 "------\n"
 "TypeError\n"
-"    If a size is not an integer, or `dtype` is not float32 or float64.\n"
+"    If a size is not an integer, or `dtype` is none of those (bfloat16:\n"
+"    also without ml_dtypes installed).\n"
 "ValueError\n"
 "    If a size is negative.\n"
 "MemoryError\n"
@@ -432,7 +446,8 @@ static PyGetSetDef Linear_getset[] = {
     {"out_features", (getter)Linear_get_out_features, NULL,
      "Size of each output row (int): the last axis of the result.", NULL},
     {"dtype", (getter)Linear_get_dtype, NULL,
-     "The dtype of the parameters and the results: float32 or float64.", NULL},
+     "The dtype of the parameters and the results: float32, float64, float16 or bfloat16.",
+     NULL},
     MODULE_MODE_GETSET,
     {NULL, NULL, NULL, NULL, NULL},
 };

@@ -116,7 +116,7 @@ static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             || dim_arg(vdim_obj, OWNER "(): vdim", E, &vdim) < 0
             || flag_arg(bf_obj, &batch_first) < 0)
         return NULL;
-    if (dtype_obj != NULL && dtype_arg(dtype_obj, OWNER, &dtype) < 0)
+    if (dtype_obj != NULL && dtype_arg(dtype_obj, OWNER, 0, &dtype) < 0)
         return NULL;
     if (E > PY_SSIZE_T_MAX / 3) {
         PyErr_SetString(PyExc_MemoryError, OWNER "(): embed_dim too large to allocate");

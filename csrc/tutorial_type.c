@@ -41,7 +41,7 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     for (int i = 0; i < 5; i++)
         if (size_arg(objs[i], what[i], 0, &sizes[i]) < 0)
             return NULL;
-    if (dtype_obj != NULL && dtype_arg(dtype_obj, "MyAtt", &dtype) < 0)
+    if (dtype_obj != NULL && dtype_arg(dtype_obj, "MyAtt", 0, &dtype) < 0)
         return NULL;
     Py_ssize_t qs = sizes[0], ks = sizes[1], v1 = sizes[2], v2 = sizes[3], os = sizes[4];
     if (ks > PY_SSIZE_T_MAX - qs || v2 > PY_SSIZE_T_MAX - qs) {

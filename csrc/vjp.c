@@ -108,14 +108,10 @@ static PyObject *function_pull(PyObject *module, const void *kept_, PyArrayObjec
     PyArrayObject *g = cast_array(go, kept->dt->typenum, 0, "pullback(): grad_output");
     if (g == NULL)
         return NULL;
-    entry_call c = {.module = module, .e = b};
-    c.obj[0] = (PyObject *)g;
+    PyObject *objs[ENTRY_MAX_ARGS] = {(PyObject *)g};
     for (int i = 1; i < ENTRY_MAX_ARGS; i++)
-        c.obj[i] = kept->saved[i - 1];
-    PyObject *r = NULL;
-    if (entry_convert(&c) == 0 && (b->check == NULL || b->check(&c) == 0))
-        r = entry_run(&c);
-    entry_call_clear(&c);
+        objs[i] = kept->saved[i - 1];
+    PyObject *r = entry_call_objects(b, module, objs, ENTRY_MAX_ARGS);
     Py_DECREF(g);
     if (r != NULL && !PyTuple_Check(r))   /* one gradient per array argument */
         Py_SETREF(r, PyTuple_Pack(1, r));

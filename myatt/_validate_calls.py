@@ -111,7 +111,7 @@ def dtype_reason(tensors, op=None):
             name = str(t.dtype).replace("torch.", "")
             if op == "mha":
                 return (f"{name}: myatt's MultiheadAttention holds float32 or float64 "
-                        f"parameters (half-precision modules come in a later release)")
+                        f"parameters (half-precision MultiheadAttention comes in a later release)")
             return f"{name}: myatt computes float16, bfloat16, float32 and float64"
         if t.dtype == torch.bfloat16:
             try:

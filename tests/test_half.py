@@ -5,7 +5,9 @@ what torch's kernel computes (scaled_dot_product_attention's flash kernel, softm
 last axis, bfloat16's linear and bmm).  Then the dtype rules: results in the half dtype,
 torch's promotion, torch.bfloat16 tensors read through their bits, the rounding of float32
 results (ties, overflow, subnormals), and the errors."""
+import copy
 import os
+import pickle
 import subprocess
 import sys
 
@@ -304,9 +306,9 @@ def test_rounding_of_results():
     assert np.isnan(nan.astype(np.float32)).all()
 
 
-def test_modules_refuse_half_dtypes():
-    for make in (lambda d: myatt.Linear(3, 4, dtype=d),
-                 lambda d: myatt.MyAtt(2, 3, 4, 5, 6, dtype=d),
+def test_myatt_and_mha_refuse_half_dtypes():
+    """(Linear holds them: the section on Linear below.)"""
+    for make in (lambda d: myatt.MyAtt(2, 3, 4, 5, 6, dtype=d),
                  lambda d: myatt.MultiheadAttention(4, 2, dtype=d)):
         for d in (np.float16, "bfloat16", torch.bfloat16, ml_dtypes.bfloat16):
             with pytest.raises(TypeError, match="dtype (float16|bfloat16)"):
@@ -339,6 +341,10 @@ def test_bfloat16_without_ml_dtypes():
             "    mt.linear(torch.ones(2, 3), torch.ones(4, 3, dtype=torch.bfloat16))\n"
             "except TypeError as e:\n"
             "    print('TypeError:', e)\n"
+            "try:\n"
+            "    myatt.Linear(2, 3, dtype='bfloat16')\n"
+            "except TypeError as e:\n"
+            "    print('TypeError:', e)\n"
             "print(myatt.softmax(np.ones(2, np.float16)).dtype)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
@@ -347,5 +353,116 @@ def test_bfloat16_without_ml_dtypes():
     assert "TypeError: myatt.torch.linear(): weight is bfloat16: myatt reads bfloat16 as " \
         "ml_dtypes' NumPy dtype, and ml_dtypes is not installed (pip install ml_dtypes, " \
         "or myatt[bf16])" in r.stdout
-    assert "pip install ml_dtypes" in r.stdout
+    assert "TypeError: Linear(): dtype bfloat16: myatt keeps bfloat16 as ml_dtypes' NumPy " \
+        "dtype, and ml_dtypes is not installed (pip install ml_dtypes" in r.stdout
     assert r.stdout.strip().endswith("float16")
+
+
+# ---- Linear with half-precision parameters ----------------------------------------------
+
+def half_bits(a):
+    """A half ndarray's or torch tensor's bits, as a uint16 ndarray."""
+    if isinstance(a, torch.Tensor):
+        return a.detach().contiguous().view(torch.int16).numpy().view(np.uint16)
+    return np.ascontiguousarray(a).view(np.uint16)
+
+
+@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")
+@pytest.mark.parametrize("size", [(300, 40), (7, 3), (1, 5000), (0, 4), (64, 64)], ids=str)
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_half_initial_parameters_are_torchs(dts, size, bias):
+    """torch.manual_seed(s); nn.Linear(..., dtype=half) bit for bit: uniform_ draws in
+    float32 and rounds, a value that rounds to the upper bound becoming the lower one."""
+    dt, tdt = dts
+    for seed in (0, 3):
+        torch.manual_seed(seed)
+        t = torch.nn.Linear(*size, bias=bias, dtype=tdt)
+        myatt.manual_seed(seed)
+        m = myatt.Linear(*size, bias=bias, dtype=tdt)
+        assert m.dtype == dt and m.weight.dtype == dt
+        np.testing.assert_array_equal(half_bits(m.weight), half_bits(t.weight))
+        if bias:
+            np.testing.assert_array_equal(half_bits(m.bias), half_bits(t.bias))
+        # the generator is where torch's is: the next draw is the same
+        assert myatt.Linear(5, 6, dtype=np.float32).weight[0, 0] == torch.nn.Linear(5, 6).weight[0, 0]
+
+
+@pytest.mark.parametrize("shape", [(5, 9, 300), (7, 300), (300,)], ids=str)
+def test_linear_half_module_is_torchs(rng, dts, shape):
+    """A half-precision Linear: its forward, backward, vjp and parameters against torch's
+    nn.Linear of that dtype (the products are myatt.linear's: bfloat16's on vdpbf16ps
+    are torch's oneDNN bits)."""
+    dt, tdt = dts
+    torch.manual_seed(1)
+    t = torch.nn.Linear(300, 40, dtype=tdt)
+    m = myatt.Linear.from_torch(t)
+    assert repr(m) == f"Linear(in_features=300, out_features=40, bias=True, dtype={dt.name})"
+    x = half(rng, shape, dt)
+    tx = to_torch(x).requires_grad_()
+    ty = t(tx)
+    y = m(x)
+    check(y, ty, bits=dt == BF16 and BF16_DOT and y.size * 300 > 4096)
+    g = half(rng, ty.shape, dt)
+    ty.backward(to_torch(g))
+    grads = m.backward(x, g)
+    out, pull = myatt.vjp(m, x)
+    np.testing.assert_array_equal(half_bits(out), half_bits(y))
+    for key, want in (("input", tx.grad), ("weight", t.weight.grad), ("bias", t.bias.grad)):
+        check(grads[key], want)
+        np.testing.assert_array_equal(half_bits(pull(g)[key]), half_bits(grads[key]))
+    # inputs of other dtypes are converted to the layer's, as torch's module needs them
+    check(m(x.astype(np.float64)), ty)
+
+
+def test_linear_half_state_and_copies(rng, dts):
+    dt, tdt = dts
+    m = myatt.Linear(6, 4, dtype=dt)
+    t = torch.nn.Linear(6, 4, dtype=tdt)
+    m.load_state_dict(t.state_dict())                 # torch half tensors, bits kept
+    for key, value in m.state_dict().items():
+        assert value.dtype == dt
+        np.testing.assert_array_equal(half_bits(value), half_bits(t.state_dict()[key]))
+    w = rng.standard_normal((4, 6))                   # float64 values: rounded once
+    m.load_state_dict({"weight": w, "bias": np.zeros(4)})
+    np.testing.assert_array_equal(half_bits(m.weight), half_bits(w.astype(np.float32).astype(dt)))
+    for c in (pickle.loads(pickle.dumps(m)), copy.deepcopy(m), copy.copy(m)):
+        assert c.dtype == dt and c.weight.dtype == dt
+        np.testing.assert_array_equal(half_bits(c.weight), half_bits(m.weight))
+    assert myatt.Linear(6, 4, dtype=str(tdt).split(".")[1]).dtype == dt
+    assert myatt.Linear(6, 4, dtype=dt.name).dtype == dt
+
+
+OPTIMISERS = [("SGD", dict(lr=0.1)), ("SGD", dict(lr=0.05, momentum=0.9, weight_decay=0.01)),
+              ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, maximize=True)),
+              ("SGD", dict(lr=0.05, momentum=0.5, dampening=0.3)),
+              ("Adam", dict(lr=1e-2)), ("Adam", dict(lr=1e-2, weight_decay=0.1, amsgrad=True)),
+              ("Adam", dict(lr=1e-3, weight_decay=0.1, decoupled_weight_decay=True,
+                            betas=(0.6, 0.9))),
+              ("Adam", dict(lr=1e-3, eps=1e-3, maximize=True))]
+
+
+@pytest.mark.parametrize("name,kwargs", OPTIMISERS, ids=str)
+def test_optimisers_update_half_parameters_as_torch(dts, name, kwargs):
+    """Steps of myatt's SGD and Adam on a half-precision Linear, each from torch's
+    parameters and optimiser state, against torch.optim's step: every op in float32,
+    rounded once to the dtype, torch's fused multiply-adds fused.  SGD's are torch's bits
+    (sizes of whole vectors: torch's scalar loop over the last n % 32 elements rounds
+    twice); Adam's differ in a few elements, where torch's float32 sqrt (MKL's vector
+    library) is an ulp off the correctly rounded one."""
+    dt, tdt = dts
+    torch.manual_seed(0)
+    t = torch.nn.Linear(64, 64, dtype=tdt)
+    topt = getattr(torch.optim, name)(t.parameters(), **kwargs)
+    for step in range(4):
+        m = myatt.Linear.from_torch(t)
+        opt = getattr(myatt, name)(m, **kwargs)
+        for key in ("weight", "bias"):
+            for k, v in topt.state.get(getattr(t, key), {}).items():
+                opt.state[key][k] = int(v) if k == "step" else myatt._interop.to_numpy(v.clone())
+        x = torch.randn(16, 64, dtype=tdt)
+        topt.zero_grad()
+        (t(x) ** 2).mean().backward()
+        topt.step()
+        opt.step({"weight": t.weight.grad, "bias": t.bias.grad})   # torch tensors taken
+        for key in ("weight", "bias"):
+            check(getattr(m, key), getattr(t, key), bits=name == "SGD", equal_nan=True)

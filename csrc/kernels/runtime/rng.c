@@ -105,6 +105,30 @@ static void uniform_f64(mt19937 *g, double *out, int64_t n, double from, double 
     }
 }
 
+/* tensor.uniform_(from, to) of a float16 or bfloat16 tensor (kind): uniform_f32's
+ * draw (in float32, torch's opmath type for them), rounded; a value that rounds
+ * to `to` becomes `from` rounded, so that every value stays below `to`
+ * (verified bit-exactly against torch 2.13's nn.Linear in both dtypes). */
+static uint16_t half_of(float x, mk_half_kind kind)
+{
+    return kind == MK_HALF_BF16 ? mk_bf16_of_f32(x) : mk_f16_of_f32(x);
+}
+
+static void uniform_half(mt19937 *g, uint16_t *out, int64_t n, double from_d, double to_d,
+                         mk_half_kind kind)
+{
+    const float from = (float)from_d;
+    const float to = (float)to_d;
+    const float range = to - from;
+    const float divisor = 1.0f / 16777216.0f;
+    const uint16_t lo = half_of(from, kind), hi = half_of(to, kind);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t r = mt19937_random32(g) & 0xffffffu;
+        const uint16_t h = half_of(fmaf((float)r * divisor, range, from), kind);
+        out[i] = h == hi ? lo : h;
+    }
+}
+
 /* init.kaiming_uniform_(weight, a=math.sqrt(5)) with mode='fan_in',
  * nonlinearity='leaky_relu', in Python doubles and Python's operation order:
  *   gain  = math.sqrt(2.0 / (1 + a ** 2))
@@ -149,6 +173,19 @@ void linear_init_f64(mt19937 *g, void *weight_, void *bias_, int64_t out, int64_
     if (bias != NULL) {
         double b = bias_bound(in);
         uniform_f64(g, bias, out, in > 0 ? -b : 0.0, b);
+    }
+}
+
+void linear_init_half(mt19937 *g, void *weight, void *bias, int64_t out, int64_t in,
+                      mk_half_kind kind)
+{
+    if (out > 0 && in > 0) {
+        double b = kaiming_bound(in);
+        uniform_half(g, weight, out * in, -b, b, kind);
+    }
+    if (bias != NULL) {
+        double b = bias_bound(in);
+        uniform_half(g, bias, out, in > 0 ? -b : 0.0, b, kind);
     }
 }
 

@@ -9,6 +9,8 @@
 
 #include <stdint.h>
 
+#include "half.h"
+
 typedef struct {
     uint32_t state[624];
     int index;
@@ -30,6 +32,10 @@ uint64_t mt19937_random64(mt19937 *g);   /* torch CPUGeneratorImpl::random64() *
  * bias may be NULL (bias=False): then nothing is drawn for it. */
 void linear_init_f32(mt19937 *g, void *weight, void *bias, int64_t out, int64_t in);
 void linear_init_f64(mt19937 *g, void *weight, void *bias, int64_t out, int64_t in);
+/* The same in float16 or bfloat16 (uint16_t data): `dtype=torch.float16` /
+ * `torch.bfloat16` (uniform_ draws in float32 and rounds: uniform_half) */
+void linear_init_half(mt19937 *g, void *weight, void *bias, int64_t out, int64_t in,
+                      mk_half_kind kind);
 
 /* init.xavier_uniform_(w) of a [rows, cols] weight (fan_in = cols, fan_out =
  * rows): U(-a, a), a = sqrt(3) * sqrt(2 / (fan_in + fan_out)). */
