@@ -2,8 +2,10 @@
 
 Parameters are NumPy views of a module's own memory, so an optimiser step is plain
 in-place NumPy arithmetic; these classes only keep the state (momentum, moments, step
-count) and apply torch's formulas in torch's order of operations, with every scalar
-cast to the parameter's dtype as torch casts it::
+count) and apply torch's formulas in torch's order of operations and arithmetic: each
+op computes in the parameter's dtype (float32 for float16 and bfloat16 parameters, whose
+state is kept in their dtype and each op's result rounded once to it), scalars cast as
+torch casts them, and torch's fused multiply-adds fused::
 
     opt = myatt.Adam(m, lr=1e-3)          # m: a MyAtt or Linear (or a dict of arrays)
     grads = m.backward(Q, K, V, grad_output)
@@ -17,19 +19,26 @@ the input gradients that backward() and pullbacks return beside the parameters' 
 V, input, query, key, value).  A step changes nothing until every gradient is checked,
 and its arithmetic never warns or raises (overflow gives inf, as torch's does, also under
 np.seterr(all="raise") or warnings turned into errors), so no step stops half way.
-(torch's CPU kernels fuse some multiply-adds, so results, float32 and float64, agree to
-rounding, an ulp or so, not bit for bit.)
+SGD's steps are torch's bits in float32, float16 and bfloat16 (torch's scalar loop over
+the last elements of a thread's chunk, n % 32 here, rounds its add twice: there an ulp
+can differ). Adam's agree to an ulp in a few elements: torch's float32 sqrt (MKL's vector
+library) is not always correctly rounded. float64 agrees to rounding.
 """
 import difflib
 import numbers
 
 import numpy as np
 
+from ._interop import to_numpy
+
 __all__ = ["SGD", "Adam"]
 
 # What MyAtt.backward, Linear.backward and the pullbacks of myatt.vjp (MultiheadAttention's
 # too) return beside the parameters' gradients.
 INPUT_GRADIENTS = ("Q", "K", "V", "input", "query", "key", "value")
+
+# The parameters' dtypes (bfloat16: ml_dtypes')
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
 def _live_params(params):
@@ -51,10 +60,9 @@ def _live_params(params):
             raise TypeError("params must be a module with state_dict() or a mapping of names "
                             f"to arrays, got {type(params).__name__}") from None
     for k, v in out.items():
-        if not (isinstance(v, np.ndarray) and v.dtype in (np.float32, np.float64)
-                and v.flags.writeable):
-            raise TypeError(f"params[{k!r}] must be a writeable float32/float64 ndarray "
-                            f"(updated in place), got {type(v).__name__}")
+        if not (isinstance(v, np.ndarray) and v.dtype.name in _FLOATS and v.flags.writeable):
+            raise TypeError(f"params[{k!r}] must be a writeable float16, bfloat16, float32 or "
+                            f"float64 ndarray (updated in place), got {type(v).__name__}")
     # pairs whose byte ranges overlap, found by sorting the ranges: their memory checked
     names = list(out)
     spans = sorted((*_byte_span(out[k]), i) for i, k in enumerate(names) if out[k].size)
@@ -98,6 +106,29 @@ def _check_flags(**flags):
         if not (isinstance(v, (bool, np.bool_)) or (isinstance(v, numbers.Integral)
                                                     and v in (0, 1))):
             raise TypeError(f"{name} must be a bool, got {v!r}")
+
+
+def _arithmetic(p):
+    """(T, f, r, fma, add) for torch's update of parameter p: T the type its ops compute
+    in and cast scalars to (torch's opmath type: p's own, float32 for float16 and
+    bfloat16), f(a) an operand in T, r(a) an op's result rounded to p's dtype (each torch op
+    rounds once), fma(a, b, c) a * b + c in T rounded once (through float64, where the
+    product is exact, for float32; in two roundings for float64), add(x, y, alpha) torch's
+    ``x.add(y, alpha=alpha)``: its vector loop's ``fmadd(y, alpha, x)``, alpha first
+    rounded to p's dtype as its ufunc casts it."""
+    T = np.float32 if p.dtype.itemsize <= 4 else np.float64
+
+    def fma(a, b, c):
+        if T is np.float64:
+            return a * b + c
+        d = np.float64
+        return (np.asarray(a, d) * np.asarray(b, d) + np.asarray(c, d)).astype(T)
+
+    def add(x, y, alpha):
+        return fma(T(np.asarray(alpha, T).astype(p.dtype)), y, x)
+
+    return (T, (lambda a: a.astype(T, copy=False)), (lambda a: a.astype(p.dtype, copy=False)),
+            fma, add)
 
 
 class _Optimizer:
@@ -153,10 +184,8 @@ class _Optimizer:
             g = grads.get(name)
             if g is None:
                 continue
-            if getattr(g, "requires_grad", False):   # a torch tensor, as the C glue takes it
-                g = g.detach()
-            g = np.asarray(g)
-            if g.dtype.kind not in "biuf":
+            g = to_numpy(g)   # a torch tensor (bfloat16 too), as the C glue takes it
+            if g.dtype.kind not in "biuf" and g.dtype.name != "bfloat16":
                 raise TypeError(f"grads[{name!r}] has dtype {g.dtype}; expected real numbers")
             if g.shape != p.shape:
                 raise ValueError(f"grads[{name!r}] must have shape {p.shape}, got {g.shape}")
@@ -174,14 +203,14 @@ class SGD(_Optimizer):
     """Stochastic gradient descent with torch.optim.SGD's update rule.
 
     Weight decay, momentum with dampening, Nesterov momentum and maximize, in torch's order
-    of operations and with its scalars cast to the parameter's dtype. The parameters are
-    updated in place by :meth:`step`, which takes the gradients.
+    of operations and arithmetic (see the module's docstring; half-precision parameters
+    too). The parameters are updated in place by :meth:`step`, which takes the gradients.
 
     Parameters
     ----------
     params : MyAtt, Linear, MultiheadAttention or mapping of str to ndarray
         A module (its live parameters, under its ``state_dict`` keys) or a mapping of names
-        to writeable float32/float64 arrays, updated in place.
+        to writeable float16, bfloat16, float32 or float64 arrays, updated in place.
     lr : float, default 1e-3
         The learning rate.
     momentum : float, default 0
@@ -239,34 +268,35 @@ class SGD(_Optimizer):
                     maximize=self.maximize)
 
     def _update(self, state, p, g):
-        T = p.dtype.type
+        T, f, r, _, add = _arithmetic(p)
         if self.maximize:
             g = -g
         if self.weight_decay != 0:
-            g = g + T(self.weight_decay) * p                  # grad.add(param, alpha=wd)
+            g = r(add(f(g), f(p), self.weight_decay))          # grad.add(param, alpha=wd)
         if self.momentum != 0:
             buf = state.get("momentum_buffer")
             if buf is None:
                 buf = state["momentum_buffer"] = g.copy()
             else:
-                buf *= T(self.momentum)                       # buf.mul_(momentum)
-                buf += T(1 - self.dampening) * g              #    .add_(grad, alpha=1 - dampening)
-            g = g + T(self.momentum) * buf if self.nesterov else buf
-        p += T(-self.lr) * g                                  # param.add_(grad, alpha=-lr)
+                buf[...] = f(buf) * T(self.momentum)          # buf.mul_(momentum)
+                buf[...] = add(f(buf), f(g), 1 - self.dampening)   # .add_(grad, alpha=1 - dampening)
+            g = r(add(f(g), f(buf), self.momentum)) if self.nesterov else buf
+        p[...] = add(f(p), f(g), -self.lr)                    # param.add_(grad, alpha=-lr)
 
 
 class Adam(_Optimizer):
     """Adam with torch.optim.Adam's update rule.
 
     Bias-corrected moments, weight decay (or decoupled weight decay, as AdamW), amsgrad and
-    maximize, in torch's order of operations and with its scalars cast to the parameter's
-    dtype. The parameters are updated in place by :meth:`step`, which takes the gradients.
+    maximize, in torch's order of operations and arithmetic (see the module's docstring;
+    half-precision parameters too). The parameters are updated in place by :meth:`step`,
+    which takes the gradients.
 
     Parameters
     ----------
     params : MyAtt, Linear, MultiheadAttention or mapping of str to ndarray
         A module (its live parameters, under its ``state_dict`` keys) or a mapping of names
-        to writeable float32/float64 arrays, updated in place.
+        to writeable float16, bfloat16, float32 or float64 arrays, updated in place.
     lr : float, default 1e-3
         The learning rate.
     betas : (float, float), default (0.9, 0.999)
@@ -342,7 +372,7 @@ class Adam(_Optimizer):
                     decoupled_weight_decay=self.decoupled_weight_decay)
 
     def _update(self, state, p, g):
-        T = p.dtype.type
+        T, f, r, fma, add = _arithmetic(p)
         beta1, beta2 = self.betas
         if not state:
             state["step"] = 0
@@ -356,17 +386,16 @@ class Adam(_Optimizer):
             g = -g
         if self.weight_decay != 0:
             if self.decoupled_weight_decay:
-                p *= T(1 - self.lr * self.weight_decay)      # param.mul_(1 - lr * wd)
+                p[...] = f(p) * T(1 - self.lr * self.weight_decay)   # param.mul_(1 - lr * wd)
             else:
-                g = g + T(self.weight_decay) * p              # grad.add(param, alpha=wd)
-        # exp_avg.lerp_(grad, 1 - beta1), torch's two-sided lerp formula
+                g = r(add(f(g), f(p), self.weight_decay))     # grad.add(param, alpha=wd)
+        # exp_avg.lerp_(grad, 1 - beta1): torch's lerp_vec, one fused multiply-add
         w = T(1 - beta1)
-        if abs(w) < 0.5:
-            exp_avg += w * (g - exp_avg)
-        else:
-            exp_avg[...] = g - (g - exp_avg) * (T(1) - w)
-        exp_avg_sq *= T(beta2)                                # exp_avg_sq.mul_(beta2)
-        exp_avg_sq += T(1 - beta2) * g * g                    #   .addcmul_(grad, grad, 1 - beta2)
+        diff = f(g) - f(exp_avg)
+        exp_avg[...] = fma(w, diff, f(exp_avg)) if abs(w) < 0.5 else fma(w - T(1), diff, f(g))
+        exp_avg_sq[...] = f(exp_avg_sq) * T(beta2)            # exp_avg_sq.mul_(beta2)
+        # .addcmul_(grad, grad, value=1 - beta2): value * grad, then one fused multiply-add
+        exp_avg_sq[...] = fma(T(1 - beta2) * f(g), f(g), f(exp_avg_sq))
         bias_correction1 = 1 - beta1 ** step                  # Python floats, as torch
         bias_correction2 = 1 - beta2 ** step
         step_size = self.lr / bias_correction1
@@ -376,5 +405,6 @@ class Adam(_Optimizer):
             second = state["max_exp_avg_sq"]
         else:
             second = exp_avg_sq
-        denom = np.sqrt(second) / T(bias_correction2_sqrt) + T(self.eps)
-        p += T(-step_size) * exp_avg / denom                  # param.addcdiv_(exp_avg, denom, -step_size)
+        # denom = (second.sqrt() / bias_correction2_sqrt).add_(eps): three ops
+        denom = r(f(r(f(r(np.sqrt(f(second)))) / T(bias_correction2_sqrt))) + T(self.eps))
+        p[...] = f(p) + T(-step_size) * f(exp_avg) / f(denom)   # param.addcdiv_(exp_avg, denom, -step_size)

@@ -140,7 +140,7 @@ def test_bad_arguments():
     opt.step(m.backward(np.ones((1, 3)), np.ones((1, 2))))
     assert opt.betas == (0.9, 0.99)
     with pytest.raises(TypeError, match=r"params\['weight'\] must be a writeable "
-                                        r"float32/float64 ndarray .*got Parameter"):
+                                        r"float16, bfloat16, float32 or float64 ndarray .*got Parameter"):
         myatt.SGD(torch.nn.Linear(3, 2))
     w = np.ones((2, 3))
     with pytest.raises(ValueError, match=r"params\['a'\] and params\['b'\] share memory"):
