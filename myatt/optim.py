@@ -189,6 +189,8 @@ class _Optimizer:
                 raise TypeError(f"grads[{name!r}] has dtype {g.dtype}; expected real numbers")
             if g.shape != p.shape:
                 raise ValueError(f"grads[{name!r}] must have shape {p.shape}, got {g.shape}")
+            if p.dtype.itemsize == 2 and g.dtype.itemsize > 4:
+                g = g.astype(np.float32)   # to half through float32, as torch converts
             todo.append((name, p, g.astype(p.dtype)))
         with np.errstate(all="ignore"):
             for name, p, g in todo:

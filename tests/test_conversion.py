@@ -169,7 +169,9 @@ def test_torch_dtype_gives_torchs_weights(owner):
 def test_unknown_dtype_names_the_constructor(owner, bad, shown):
     with pytest.raises(TypeError) as info:
         CONSTRUCTORS[owner](dtype=bad)
-    assert str(info.value) == f"{owner}(): dtype must be float32 or float64, got {shown}"
+    allowed = ("float32, float64, float16 or bfloat16" if owner == "Linear"   # half too
+               else "float32 or float64")
+    assert str(info.value) == f"{owner}(): dtype must be {allowed}, got {shown}"
 
 
 def test_dtype_check_does_not_import_torch():
