@@ -19,7 +19,8 @@ the input gradients that backward() and pullbacks return beside the parameters' 
 V, input, query, key, value).  A step changes nothing until every gradient is checked,
 and its arithmetic never warns or raises (overflow gives inf, as torch's does, also under
 np.seterr(all="raise") or warnings turned into errors), so no step stops half way.
-SGD's steps are torch's bits in float32, float16 and bfloat16 (torch's scalar loop over
+Against torch's AVX2 / AVX-512 kernels (its DEFAULT build does not fuse), SGD's steps
+are torch's bits in float32, float16 and bfloat16 (torch's scalar loop over
 the last elements of a thread's chunk, n % 32 here, rounds its add twice: there an ulp
 can differ). Adam's agree to an ulp in a few elements: torch's float32 sqrt (MKL's vector
 library) is not always correctly rounded. float64 agrees to rounding.

@@ -367,26 +367,6 @@ def half_bits(a):
     return np.ascontiguousarray(a).view(np.uint16)
 
 
-@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")
-@pytest.mark.parametrize("size", [(300, 40), (7, 3), (1, 5000), (0, 4), (64, 64)], ids=str)
-@pytest.mark.parametrize("bias", [True, False])
-def test_linear_half_initial_parameters_are_torchs(dts, size, bias):
-    """torch.manual_seed(s); nn.Linear(..., dtype=half) bit for bit: uniform_ draws in
-    float32 and rounds, a value that rounds to the upper bound becoming the lower one."""
-    dt, tdt = dts
-    for seed in (0, 3):
-        torch.manual_seed(seed)
-        t = torch.nn.Linear(*size, bias=bias, dtype=tdt)
-        myatt.manual_seed(seed)
-        m = myatt.Linear(*size, bias=bias, dtype=tdt)
-        assert m.dtype == dt and m.weight.dtype == dt
-        np.testing.assert_array_equal(half_bits(m.weight), half_bits(t.weight))
-        if bias:
-            np.testing.assert_array_equal(half_bits(m.bias), half_bits(t.bias))
-        # the generator is where torch's is: the next draw is the same
-        assert myatt.Linear(5, 6, dtype=np.float32).weight[0, 0] == torch.nn.Linear(5, 6).weight[0, 0]
-
-
 @pytest.mark.parametrize("shape", [(5, 9, 300), (7, 300), (300,)], ids=str)
 def test_linear_half_module_is_torchs(rng, dts, shape):
     """A half-precision Linear: its forward, backward, vjp and parameters against torch's
@@ -448,7 +428,8 @@ def test_optimisers_update_half_parameters_as_torch(dts, name, kwargs):
     rounded once to the dtype, torch's fused multiply-adds fused.  SGD's are torch's bits
     (sizes of whole vectors: torch's scalar loop over the last n % 32 elements rounds
     twice); Adam's differ in a few elements, where torch's float32 sqrt (MKL's vector
-    library) is an ulp off the correctly rounded one."""
+    library) is an ulp off the correctly rounded one.  (torch's vectorised kernels: its
+    DEFAULT build fuses nothing, and .ci/run's portable run leaves this test out.)"""
     dt, tdt = dts
     torch.manual_seed(0)
     t = torch.nn.Linear(64, 64, dtype=tdt)

@@ -185,6 +185,26 @@ def test_linear_sequence_after_one_seed(seed, dtype):
                             torch_linear(in_f, out_f, bias, dtype), f"linear {in_f}x{out_f}")
 
 
+@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors")
+@pytest.mark.parametrize("tdtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("shape", SHAPES + ZERO_SHAPES + [(300, 40), (1, 5000)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("seed", [0, 3, -1])
+def test_linear_half_matches_torch(seed, shape, bias, tdtype):
+    """nn.Linear(..., dtype=torch.float16 / bfloat16): uniform_ draws in float32 and
+    rounds, a value that rounds to the upper bound becoming the lower one."""
+    if tdtype == torch.bfloat16:
+        pytest.importorskip("ml_dtypes")   # myatt's bfloat16 arrays (a test extra)
+    seed_both(seed)
+    for in_f, out_f in (shape, (9, 7)):    # then the next module: the generator in step
+        theirs = torch.nn.Linear(in_f, out_f, bias=bias, dtype=tdtype)
+        ours = myatt.Linear(in_f, out_f, bias=bias, dtype=tdtype)
+        for name in ("weight", "bias") if bias else ("weight",):
+            want = getattr(theirs, name).detach().view(torch.int16).numpy()
+            assert np.array_equal(getattr(ours, name).view(np.int16), want), name
+
+
 def test_linear_default_dtype_and_bias():
     myatt.manual_seed(3)
     default = myatt.Linear(6, 4)
