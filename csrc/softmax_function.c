@@ -56,25 +56,34 @@ static const entry_param softmax_params[] = {
 
 static PyObject *softmax_run(const entry_call *c)
 {
-    const int ndim = PyArray_NDIM(c->arr[0]), typenum = c->dt->typenum;
+    const int ndim = PyArray_NDIM(c->arr[0]);
     int axis;
     if (axis_arg(c->module, c->obj[1], ndim, c->e->what[1], &axis) < 0)
         return NULL;
+    npy_intp outer, n, inner;
+    axis_split(c->arr[0], axis, &outer, &n, &inner);
+    /* a half-precision input along the last axis is read and written in its
+     * dtype (rows through a float32 buffer); along others through float32 */
+    const myatt_dtype *half = dtype_is_half(c->result) ? c->result : NULL;
+    const int typenum = half != NULL && inner == 1 ? half->typenum : c->dt->typenum;
     PyArrayObject *x = cast_array(c->arr[0], typenum, 1, "softmax(): a contiguous copy of input");
     if (x == NULL)
         return NULL;
     PyObject *out = new_array(ndim, PyArray_DIMS(x), typenum, "softmax(): the result");
     if (out != NULL) {
-        npy_intp outer, n, inner;
-        axis_split(x, axis, &outer, &n, &inner);
         const void *xd = PyArray_DATA(x);
         void *od = PyArray_DATA((PyArrayObject *)out);
+        int rc = 0;
         MYATT_BEGIN_COMPUTE(8.0 * (double)outer * (double)n * (double)inner)
-        if (dtype_is_half(c->result) && inner > 1)   /* torch's rule for half columns */
-            softmax_half_cols(od, xd, outer, n, inner, dtype_half_kind(c->result));
+        if (half != NULL && inner == 1)
+            rc = softmax_forward_half_rows(od, xd, outer, n, dtype_half_kind(half));
+        else if (half != NULL)   /* torch's rule for half columns */
+            softmax_half_cols(od, xd, outer, n, inner, dtype_half_kind(half));
         else
             softmax_forward_kernels[c->dt->kernel](od, xd, outer, n, inner);
         MYATT_END_COMPUTE
+        if (rc < 0)
+            Py_SETREF(out, PyErr_NoMemory());
     }
     Py_DECREF(x);
     return out;

@@ -53,6 +53,16 @@ void mk_half_to_f32(float *dst, const uint16_t *src, int64_t n, mk_half_kind kin
     mk_parallel_bands(n, sizeof *src + sizeof *dst, MK_HALF_THREAD_BYTES, widen_band, &job);
 }
 
+void mk_f32_to_half_here(uint16_t *dst, const float *src, int64_t n, mk_half_kind kind)
+{
+    half_loops()->narrow(dst, src, n, kind);
+}
+
+void mk_half_to_f32_here(float *dst, const uint16_t *src, int64_t n, mk_half_kind kind)
+{
+    half_loops()->widen(dst, src, n, kind);
+}
+
 void mk_half_round_inplace(float *x, int64_t n, mk_half_kind kind)
 {
     half_loops()->round(x, n, kind);

@@ -117,6 +117,10 @@ void mk_f32_to_half(uint16_t *dst, const float *src, int64_t n, mk_half_kind kin
  * by all threads.  Cannot fail. */
 void mk_half_to_f32(float *dst, const uint16_t *src, int64_t n, mk_half_kind kind);
 
+/* The same on the calling thread only (inside another kernel's threads). */
+void mk_f32_to_half_here(uint16_t *dst, const float *src, int64_t n, mk_half_kind kind);
+void mk_half_to_f32_here(float *dst, const uint16_t *src, int64_t n, mk_half_kind kind);
+
 /* x[i] = mk_half_round(x[i], kind), n elements.  Cannot fail. */
 void mk_half_round_inplace(float *x, int64_t n, mk_half_kind kind);
 

@@ -6,7 +6,9 @@
  * kernels (softmax_internal.h); softmax_select_f32 / _f64 below give the table
  * of the path cpu.h chose, the same as the GEMM's. */
 #include "softmax.h"
+#include "runtime/alloc.h"
 #include "runtime/cpu.h"
+#include "runtime/half.h"
 #include "runtime/threads.h"
 #include "softmax_internal.h"
 
@@ -90,6 +92,56 @@ static int softmax_threads(int64_t outer, int64_t n, int64_t inner)
 #define SUF(name) name##_f64
 #define PORTABLE(name) name##_f64_portable
 #include "softmax_dispatch_tmpl.h"
+
+/* softmax_forward_half_rows: blocks of rows of about this many elements through
+ * a float32 buffer (in L2) */
+#define SOFTMAX_HALF_BLOCK_ELEMS (16 * 1024)
+
+typedef struct {
+    const softmax_kernels_f32 *kernels;
+    uint16_t *out;
+    const uint16_t *inp;
+    int64_t rows, n, per_task;
+    mk_half_kind half;
+    int failed;
+} softmax_half_job;
+
+static void softmax_half_task(void *arg, int task)
+{
+    softmax_half_job *j = arg;
+    const int64_t r0 = task * j->per_task, n = j->n;
+    const int64_t count = j->rows - r0 < j->per_task ? j->rows - r0 : j->per_task;
+    if (count <= 0)
+        return;
+    const int64_t block = n >= SOFTMAX_HALF_BLOCK_ELEMS ? 1 : SOFTMAX_HALF_BLOCK_ELEMS / n;
+    float *buf = mk_alloc((size_t)((block < count ? block : count) * n) * sizeof(float));
+    if (buf == NULL) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    for (int64_t r = r0; r < r0 + count; r += block) {
+        const int64_t b = r0 + count - r < block ? r0 + count - r : block;
+        mk_half_to_f32_here(buf, j->inp + r * n, b * n, j->half);
+        j->kernels->forward(buf, buf, b, n, 1);
+        mk_f32_to_half_here(j->out + r * n, buf, b * n, j->half);
+    }
+    mk_free(buf);
+}
+
+int softmax_forward_half_rows(uint16_t *out, const uint16_t *inp, int64_t rows, int64_t n,
+                              int half)
+{
+    if (rows <= 0 || n <= 0)
+        return 0;
+    const int t = softmax_threads(rows, n, 1);
+    softmax_half_job job = {softmax_select_f32(), out, inp, rows, n, (rows + t - 1) / t,
+                            (mk_half_kind)half, 0};
+    if (t <= 1)
+        softmax_half_task(&job, 0);
+    else
+        mk_parallel_run(t, softmax_half_task, &job);
+    return job.failed ? -1 : 0;
+}
 
 /* softmax.h */
 

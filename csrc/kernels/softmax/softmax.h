@@ -30,6 +30,15 @@ void softmax_forward_f64(void *out, const void *inp, int64_t outer, int64_t n, i
 void softmax_half_cols(float *out, const float *inp, int64_t outer, int64_t n, int64_t inner,
                        int half);
 
+/* softmax_forward_f32 along the last axis (rows [rows, n]) of a float16 or
+ * bfloat16 input (`half`, runtime/half.h), read and written in that dtype:
+ * each row widened to float32 in a small buffer, the float32 kernel's row,
+ * the result rounded once (torch's reduced-precision softmax on the last
+ * axis, the float32 kernel's bits).  Threads as softmax_forward_f32's.
+ * Returns 0, or -1 when a buffer could not be allocated. */
+int softmax_forward_half_rows(uint16_t *out, const uint16_t *inp, int64_t rows, int64_t n,
+                              int half);
+
 /* The gradient of the softmax's input, from the softmax's output and the
  * gradient of that output, along the middle axis of [outer, n, inner]:
  *
