@@ -10,7 +10,8 @@
  * 1/16 in [-8, 8): every product and partial sum of a gemm is exact in float32
  * (k < 256), so gemm, linear and bmm must equal the reference bit for bit in
  * any summation order; with NaN/inf inputs they must give the same NaN/inf
- * pattern.  softmax, MyAtt and SDPA are checked within a rounding bound.
+ * pattern.  softmax, MyAtt and SDPA are checked within a rounding bound; the
+ * half-precision softmax rows bit for bit against the float32 kernel's.
  *
  * Build and run: fuzz/run_kernels.sh (README, "Reliability"). */
 #include <math.h>
@@ -22,6 +23,7 @@
 #include "bmm/bmm.h"
 #include "gemm/gemm.h"
 #include "linear/linear.h"
+#include "runtime/half.h"
 #include "runtime/threads.h"
 #include "sdpa/sdpa.h"
 #include "softmax/softmax.h"
@@ -388,6 +390,32 @@ static void fuzz_softmax(reader *r, int f64, int nonfinite)
     if (!in_place)
         free(out);
     free(x);
+    /* float16 / bfloat16 rows (inner == 1): softmax_forward_half_rows gives the float32
+     * kernel's rows of the widened input, rounded, bit for bit */
+    if (!f64 && inner == 1 && total > 0) {
+        const mk_half_kind kind = (next_byte(r) & 1) ? MK_HALF_BF16 : MK_HALF_F16;
+        float *w = malloc((size_t)total * sizeof(float));
+        uint16_t *h = malloc((size_t)total * 2), *got = malloc((size_t)total * 2),
+                 *want = malloc((size_t)total * 2);
+        for (int64_t e = 0; e < total; e++)
+            w[e] = (float)ref[e];
+        mk_f32_to_half(h, w, total, kind);
+        mk_half_to_f32(w, h, total, kind);
+        softmax_forward_f32(w, w, outer, n, 1);
+        mk_f32_to_half(want, w, total, kind);
+        if (softmax_forward_half_rows(got, h, outer, n, kind) != 0)
+            abort();
+        for (int64_t e = 0; e < total; e++)
+            if (got[e] != want[e]) {
+                fprintf(stderr, "softmax half rows: element %lld: %04x, want %04x\n",
+                        (long long)e, got[e], want[e]);
+                abort();
+            }
+        free(w);
+        free(h);
+        free(got);
+        free(want);
+    }
     free(ref);
 }
 
