@@ -447,3 +447,26 @@ def test_optimisers_update_half_parameters_as_torch(dts, name, kwargs):
         opt.step({"weight": t.weight.grad, "bias": t.bias.grad})   # torch tensors taken
         for key in ("weight", "bias"):
             check(getattr(m, key), getattr(t, key), bits=name == "SGD", equal_nan=True)
+
+
+def test_linear_half_hostile_inputs(rng, dts):
+    """What users pass a half-precision Linear: lists, float64, Fortran order, torch
+    tensors, empty arrays, NaN, a wrong shape (the error names the argument)."""
+    dt, tdt = dts
+    m = myatt.Linear(4, 3, dtype=dt)
+    t = torch.nn.Linear(4, 3, dtype=tdt)
+    m.load_state_dict(t.state_dict())
+    x = half(rng, (5, 4), dt)
+    want = t(to_torch(x))
+    for given in (x.astype(np.float64), x.astype(np.float32).tolist(), np.asfortranarray(x),
+                  to_torch(x), to_torch(x).requires_grad_()):
+        check(m(given), want)
+    assert m(np.zeros((0, 4))).shape == (0, 3) and m(np.zeros((0, 4))).dtype == dt
+    assert m.backward(np.zeros((2, 0, 4)), np.zeros((2, 0, 3)))["weight"].dtype == dt
+    x[1, 2] = np.nan
+    y = m(x).astype(np.float32)
+    assert np.isnan(y[1]).all() and not np.isnan(np.delete(y, 1, axis=0)).any()
+    with pytest.raises(ValueError, match="Linear: input"):
+        m(np.ones((5, 3), dt))
+    with pytest.raises(ValueError, match="grad_output"):
+        m.backward(x, np.ones((5, 4)))

@@ -48,6 +48,7 @@ class Inputs:
         self.lin = myatt.Linear(24, 20)
         self.lin64 = myatt.Linear(24, 20, dtype=np.float64)
         self.linnb = myatt.Linear(24, 20, bias=False)
+        self.lin16 = myatt.Linear(24, 20, dtype=np.float16)
         self.mod = myatt.MyAtt(8, 6, 10, 12, 7)
         self.Q = _arr(2, 5, 8)
         self.K = _arr(1, 5, 6)
@@ -155,6 +156,12 @@ def _cases(I):
         "Linear-load": lambda: I.lin.load_state_dict(I.sd_lin),
         "Linear-load-err": lambda: _expect(KeyError, I.lin.load_state_dict, {"weight": I.w}),
         "Linear-repr": lambda: repr(I.lin),
+        # a half-precision Linear: its products are linear's and linear_backward's calls
+        "Linear-new-f16": lambda: myatt.Linear(5, 3, dtype="float16"),
+        "Linear-call-f16": lambda: I.lin16(I.x),
+        "Linear-backward-f16": lambda: I.lin16.backward(I.x, I.go),
+        "Linear-vjp-f16": lambda: myatt.vjp(I.lin16, I.x)[1](I.go),
+        "Linear-load-f16": lambda: I.lin16.load_state_dict(I.sd_lin),
         # MyAtt
         "MyAtt-new": lambda: myatt.MyAtt(8, 6, 10, 12, 7),
         "MyAtt-new-err-size": lambda: _expect(ValueError, myatt.MyAtt, 8, 6, -10, 12, 7),
