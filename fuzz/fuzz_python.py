@@ -1,6 +1,6 @@
 """Atheris harness over myatt's Python entry points: shapes, dtypes, strides, values.
 
-Each input picks an entry point (linear, softmax, bmm, Linear, MyAtt: construction,
+Each input picks an entry point (linear, softmax, bmm, Linear of any dtype, MyAtt: construction,
 calls, parameter assignment, load_state_dict, manual_seed, set_num_threads;
 scaled_dot_product_attention with its options; and any entry point of the registry,
 tests/entry_points.py, the gradients included) and its
@@ -291,7 +291,7 @@ def guarded(m, action):
 
 
 def run_linear_type(r):
-    dtype = r.pick([np.float32, np.float64, "float64", np.int32, None])
+    dtype = r.pick([np.float32, np.float64, "float64", np.float16, "bfloat16", np.int32, None])
     kw = {} if dtype is None else {"dtype": dtype}
     lin = myatt.Linear(size_arg(r), size_arg(r), bias=r.chance(3) == 0, **kw)
     k, n = lin.in_features, lin.out_features
@@ -313,6 +313,11 @@ def run_linear_type(r):
             if r.chance(4):
                 sd.pop(r.pick(["weight", "bias"]))
             guarded(lin, lambda: lin.load_state_dict(sd, strict=r.chance(3) != 0))
+        elif r.chance(2):
+            batch = tuple(r.below(4) for _ in range(r.below(3)))
+            x, g = array(r, batch + (k,)), array(r, batch + (n,))
+            res = guarded(lin, lambda: lin.backward(x, g))
+            check_result(res["weight"], (n, k), lin.dtype)
         else:
             lin.weight *= 0.5
             repr(lin)
