@@ -45,6 +45,7 @@ except ImportError:   # run from a checkout built in place (setup.py build_ext -
     sys.path.insert(0, ROOT)
     import myatt  # noqa: E402
 
+from myatt._interop import to_numpy, to_tensor  # noqa: E402   (bfloat16 through its bits)
 from numpy_myatt import NumpyMyAtt  # noqa: E402
 from numpy_myatt import bmm as np_bmm  # noqa: E402
 from numpy_myatt import linear as np_linear  # noqa: E402
@@ -310,14 +311,13 @@ def level_ops(level, dtype, rng):
 
 def half_ops(dtype, rng, quick, gemm_n):
     """[(case, flops, elements, myatt_fn, torch_fn, numpy_fn)] of the half-precision rows:
-    linear n^3, softmax [n, n], the flash sdpa forward.  myatt computes them in float32 (the
-    operands converted, the result rounded: docs/numerics.md); NumPy only where it has the
-    dtype and a kernel worth timing (float16 softmax; its float16 matmul is not BLAS)."""
-    tdtype = torch.bfloat16 if np.dtype(dtype).name == "bfloat16" else torch.float16
-
+    linear n^3, softmax [n, n], the flash sdpa forward.  myatt computes them as torch does,
+    float32 arithmetic and each result rounded (docs/numerics.md; bfloat16 linear on
+    vdpbf16ps where the CPU has it); NumPy only where it has the dtype and a kernel worth
+    timing (float16 softmax; its float16 matmul is not BLAS)."""
     def both(shape, scale=1.0):
         a = (rng.standard_normal(shape) * scale).astype(np.float32).astype(dtype)
-        return a, torch.from_numpy(a.view(np.int16)).view(tdtype)
+        return a, to_tensor(a, torch)
 
     n = gemm_n // 2 if quick else gemm_n
     x, tx = both((n, n))
@@ -479,12 +479,7 @@ def first(result):
 
 def np_of(t):
     """A result as an ndarray: a torch tensor's values (a bfloat16 one through its bits)."""
-    if not isinstance(t, torch.Tensor):
-        return t
-    t = t.detach().contiguous()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
+    return to_numpy(t) if isinstance(t, torch.Tensor) else t
 
 
 def max_diff(a, b):
