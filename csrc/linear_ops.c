@@ -9,6 +9,18 @@
 DTYPE_KERNELS(linear_forward);
 DTYPE_KERNELS(linear_backward);
 
+/* The result's shape (x's with its last axis n) into dims; the count of rows m,
+ * which cannot overflow: x exists with these dimensions. */
+static npy_intp result_shape(PyArrayObject *x, npy_intp n, npy_intp *dims)
+{
+    const int ndim = PyArray_NDIM(x);
+    npy_intp m = 1;
+    for (int i = 0; i < ndim - 1; i++)
+        m *= dims[i] = PyArray_DIM(x, i);
+    dims[ndim - 1] = n;
+    return m;
+}
+
 PyObject *linear_apply(PyArrayObject *x, mk_cmat weight, const void *bias,
                        const myatt_dtype *dtype)
 {
@@ -16,12 +28,7 @@ PyObject *linear_apply(PyArrayObject *x, mk_cmat weight, const void *bias,
     int ndim = PyArray_NDIM(x);
     npy_intp k = PyArray_DIM(x, ndim - 1);
     npy_intp out_dims[NPY_MAXDIMS];
-    npy_intp m = 1;
-    for (int i = 0; i < ndim - 1; i++) {
-        out_dims[i] = PyArray_DIM(x, i);
-        m *= out_dims[i];   /* cannot overflow: x exists with these dimensions */
-    }
-    out_dims[ndim - 1] = n;
+    const npy_intp m = result_shape(x, n, out_dims);
 
     /* [..., k] viewed as rows [m, k]: strides as they are for 1-D and 2-D input,
      * a contiguous copy first for more dimensions that are not contiguous. */
@@ -60,10 +67,8 @@ PyObject *linear_bf16(PyArrayObject *x, PyArrayObject *weight, PyArrayObject *bi
 {
     const int ndim = PyArray_NDIM(x);
     const npy_intp k = PyArray_DIM(x, ndim - 1), n = PyArray_DIM(weight, 0);
-    npy_intp dims[NPY_MAXDIMS], m = 1;
-    for (int i = 0; i < ndim - 1; i++)
-        m *= dims[i] = PyArray_DIM(x, i);
-    dims[ndim - 1] = n;
+    npy_intp dims[NPY_MAXDIMS];
+    const npy_intp m = result_shape(x, n, dims);
     if (!mk_cpu_bf16_dot() || (double)m * (double)k * (double)n <= 4096.0)
         return Py_NewRef(Py_NotImplemented);
     const int t = PyArray_TYPE(x);   /* (aligned and C-contiguous: a copy where not) */
