@@ -150,23 +150,33 @@ static int softmax_backward_check(const entry_call *c)
 
 static PyObject *softmax_backward_run(const entry_call *c)
 {
-    const int ndim = PyArray_NDIM(c->arr[1]), typenum = c->dt->typenum;
+    const int ndim = PyArray_NDIM(c->arr[1]);
     PyArrayObject *g = NULL, *y = NULL;
     PyObject *out = NULL;
     int axis;
-    if (axis_arg(c->module, c->obj[2], ndim, c->e->what[2], &axis) < 0
-            || (g = cast_array(c->arr[0], typenum, 1, c->e->what[0])) == NULL
+    if (axis_arg(c->module, c->obj[2], ndim, c->e->what[2], &axis) < 0)
+        return NULL;
+    npy_intp outer, n, inner;
+    axis_split(c->arr[1], axis, &outer, &n, &inner);
+    /* half-precision rows in their dtype, as softmax_run's */
+    const myatt_dtype *half = dtype_is_half(c->result) && inner == 1 ? c->result : NULL;
+    const int typenum = half != NULL ? half->typenum : c->dt->typenum;
+    if ((g = cast_array(c->arr[0], typenum, 1, c->e->what[0])) == NULL
             || (y = cast_array(c->arr[1], typenum, 1, c->e->what[1])) == NULL
             || (out = new_array(ndim, PyArray_DIMS(y), typenum,
                                 "softmax_backward(): the result")) == NULL)
         goto done;
-    npy_intp outer, n, inner;
-    axis_split(y, axis, &outer, &n, &inner);
     const void *gd = PyArray_DATA(g), *yd = PyArray_DATA(y);
     void *od = PyArray_DATA((PyArrayObject *)out);
+    int rc = 0;
     Py_BEGIN_ALLOW_THREADS
-    softmax_backward_kernels[c->dt->kernel](od, gd, yd, outer, n, inner);
+    if (half != NULL)
+        rc = softmax_backward_half_rows(od, gd, yd, outer, n, dtype_half_kind(half));
+    else
+        softmax_backward_kernels[c->dt->kernel](od, gd, yd, outer, n, inner);
     Py_END_ALLOW_THREADS
+    if (rc < 0)
+        Py_SETREF(out, PyErr_NoMemory());
 done:
     Py_XDECREF(g);
     Py_XDECREF(y);

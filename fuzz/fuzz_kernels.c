@@ -11,7 +11,8 @@
  * (k < 256), so gemm, linear and bmm must equal the reference bit for bit in
  * any summation order; with NaN/inf inputs they must give the same NaN/inf
  * pattern.  softmax, MyAtt and SDPA are checked within a rounding bound; the
- * half-precision softmax rows bit for bit against the float32 kernel's.
+ * half-precision softmax rows (forward and backward, in place) bit for bit
+ * against the float32 kernels'.
  *
  * Build and run: fuzz/run_kernels.sh (README, "Reliability"). */
 #include <math.h>
@@ -346,6 +347,18 @@ static void fuzz_bmm(reader *r, int f64, int nonfinite)
     free(out);
 }
 
+/* got[0:n] == want[0:n], bit for bit */
+static void check_half_rows(const uint16_t *got, const uint16_t *want, int64_t n,
+                            const char *what)
+{
+    for (int64_t e = 0; e < n; e++)
+        if (got[e] != want[e]) {
+            fprintf(stderr, "%s: element %lld: %04x, want %04x\n", what, (long long)e, got[e],
+                    want[e]);
+            abort();
+        }
+}
+
 /* softmax over the middle axis of [outer, n, inner], in place or not */
 static void fuzz_softmax(reader *r, int f64, int nonfinite)
 {
@@ -390,8 +403,9 @@ static void fuzz_softmax(reader *r, int f64, int nonfinite)
     if (!in_place)
         free(out);
     free(x);
-    /* float16 / bfloat16 rows (inner == 1): softmax_forward_half_rows gives the float32
-     * kernel's rows of the widened input, rounded, bit for bit */
+    /* float16 / bfloat16 rows (inner == 1): softmax_forward_half_rows and
+     * softmax_backward_half_rows give the float32 kernels' rows of the widened
+     * input, rounded, bit for bit */
     if (!f64 && inner == 1 && total > 0) {
         const mk_half_kind kind = (next_byte(r) & 1) ? MK_HALF_BF16 : MK_HALF_F16;
         float *w = malloc((size_t)total * sizeof(float));
@@ -405,12 +419,17 @@ static void fuzz_softmax(reader *r, int f64, int nonfinite)
         mk_f32_to_half(want, w, total, kind);
         if (softmax_forward_half_rows(got, h, outer, n, kind) != 0)
             abort();
-        for (int64_t e = 0; e < total; e++)
-            if (got[e] != want[e]) {
-                fprintf(stderr, "softmax half rows: element %lld: %04x, want %04x\n",
-                        (long long)e, got[e], want[e]);
-                abort();
-            }
+        check_half_rows(got, want, total, "softmax half rows");
+        /* and its backward, with the half input as the gradient of that output */
+        float *gw = malloc((size_t)total * sizeof(float));
+        mk_half_to_f32(w, want, total, kind);
+        mk_half_to_f32(gw, h, total, kind);
+        softmax_backward_f32(gw, gw, w, outer, n, 1);
+        mk_f32_to_half(got, gw, total, kind);
+        if (softmax_backward_half_rows(h, h, want, outer, n, kind) != 0)
+            abort();
+        check_half_rows(h, got, total, "softmax backward half rows");
+        free(gw);
         free(w);
         free(h);
         free(got);

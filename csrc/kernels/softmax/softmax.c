@@ -93,14 +93,15 @@ static int softmax_threads(int64_t outer, int64_t n, int64_t inner)
 #define PORTABLE(name) name##_f64_portable
 #include "softmax_dispatch_tmpl.h"
 
-/* softmax_forward_half_rows: blocks of rows of about this many elements through
- * a float32 buffer (in L2) */
+/* softmax_forward_half_rows / softmax_backward_half_rows: blocks of rows of about
+ * this many elements through float32 buffers (in L2) */
 #define SOFTMAX_HALF_BLOCK_ELEMS (16 * 1024)
 
 typedef struct {
     const softmax_kernels_f32 *kernels;
     uint16_t *out;
     const uint16_t *inp;
+    const uint16_t *y;   /* the backward's softmax output (inp: its gradient), else NULL */
     int64_t rows, n, per_task;
     mk_half_kind half;
     int failed;
@@ -114,7 +115,8 @@ static void softmax_half_task(void *arg, int task)
     if (count <= 0)
         return;
     const int64_t block = n >= SOFTMAX_HALF_BLOCK_ELEMS ? 1 : SOFTMAX_HALF_BLOCK_ELEMS / n;
-    float *buf = mk_alloc((size_t)((block < count ? block : count) * n) * sizeof(float));
+    const int64_t elems = (block < count ? block : count) * n;
+    float *buf = mk_alloc((size_t)(j->y != NULL ? 2 * elems : elems) * sizeof(float));
     if (buf == NULL) {
         __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
         return;
@@ -122,25 +124,45 @@ static void softmax_half_task(void *arg, int task)
     for (int64_t r = r0; r < r0 + count; r += block) {
         const int64_t b = r0 + count - r < block ? r0 + count - r : block;
         mk_half_to_f32_here(buf, j->inp + r * n, b * n, j->half);
-        j->kernels->forward(buf, buf, b, n, 1);
+        if (j->y == NULL) {
+            j->kernels->forward(buf, buf, b, n, 1);
+        } else {
+            mk_half_to_f32_here(buf + elems, j->y + r * n, b * n, j->half);
+            if (j->kernels->backward_rows != NULL)
+                j->kernels->backward_rows(buf, buf, buf + elems, b, n);
+            else
+                softmax_backward_f32_portable(buf, buf, buf + elems, b, n, 1);
+        }
         mk_f32_to_half_here(j->out + r * n, buf, b * n, j->half);
     }
     mk_free(buf);
 }
 
-int softmax_forward_half_rows(uint16_t *out, const uint16_t *inp, int64_t rows, int64_t n,
-                              int half)
+static int softmax_half_run(uint16_t *out, const uint16_t *inp, const uint16_t *y,
+                            int64_t rows, int64_t n, int half)
 {
     if (rows <= 0 || n <= 0)
         return 0;
     const int t = softmax_threads(rows, n, 1);
-    softmax_half_job job = {softmax_select_f32(), out, inp, rows, n, (rows + t - 1) / t,
+    softmax_half_job job = {softmax_select_f32(), out, inp, y, rows, n, (rows + t - 1) / t,
                             (mk_half_kind)half, 0};
     if (t <= 1)
         softmax_half_task(&job, 0);
     else
         mk_parallel_run(t, softmax_half_task, &job);
     return job.failed ? -1 : 0;
+}
+
+int softmax_forward_half_rows(uint16_t *out, const uint16_t *inp, int64_t rows, int64_t n,
+                              int half)
+{
+    return softmax_half_run(out, inp, NULL, rows, n, half);
+}
+
+int softmax_backward_half_rows(uint16_t *grad_inp, const uint16_t *grad_out,
+                               const uint16_t *out, int64_t rows, int64_t n, int half)
+{
+    return softmax_half_run(grad_inp, grad_out, out, rows, n, half);
 }
 
 /* softmax.h */

@@ -48,6 +48,12 @@ int softmax_forward_half_rows(uint16_t *out, const uint16_t *inp, int64_t rows, 
  * the same buffer as grad_out or out (in place).  Any size may be 0. */
 void softmax_backward_f32(void *grad_inp, const void *grad_out, const void *out,
                           int64_t outer, int64_t n, int64_t inner);
+
+/* softmax_backward_f32 along the last axis of float16 or bfloat16 arrays, read
+ * and written in that dtype, as softmax_forward_half_rows: 0, or -1 when a
+ * buffer could not be allocated. */
+int softmax_backward_half_rows(uint16_t *grad_inp, const uint16_t *grad_out,
+                               const uint16_t *out, int64_t rows, int64_t n, int half);
 void softmax_backward_f64(void *grad_inp, const void *grad_out, const void *out,
                           int64_t outer, int64_t n, int64_t inner);
 
