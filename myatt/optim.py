@@ -4,8 +4,8 @@ Parameters are NumPy views of a module's own memory, so an optimiser step is pla
 in-place NumPy arithmetic; these classes only keep the state (momentum, moments, step
 count) and apply torch's formulas in torch's order of operations and arithmetic: each
 op computes in the parameter's dtype (float32 for float16 and bfloat16 parameters, whose
-state is kept in their dtype and each op's result rounded once to it), scalars cast as
-torch casts them, and torch's fused multiply-adds fused::
+state is kept in their dtype and each op's result rounded once to it, torch's fused
+multiply-adds fused), scalars cast as torch casts them::
 
     opt = myatt.Adam(m, lr=1e-3)          # m: a MyAtt or Linear (or a dict of arrays)
     grads = m.backward(Q, K, V, grad_output)
@@ -19,11 +19,12 @@ the input gradients that backward() and pullbacks return beside the parameters' 
 V, input, query, key, value).  A step changes nothing until every gradient is checked,
 and its arithmetic never warns or raises (overflow gives inf, as torch's does, also under
 np.seterr(all="raise") or warnings turned into errors), so no step stops half way.
-Against torch's AVX2 / AVX-512 kernels (its DEFAULT build does not fuse), SGD's steps
-are torch's bits in float32, float16 and bfloat16 (torch's scalar loop over
-the last elements of a thread's chunk, n % 32 here, rounds its add twice: there an ulp
-can differ). Adam's agree to an ulp in a few elements: torch's float32 sqrt (MKL's vector
-library) is not always correctly rounded. float64 agrees to rounding.
+For float16 and bfloat16 parameters, against torch's AVX2 / AVX-512 kernels (its DEFAULT
+build does not fuse), SGD's steps are torch's bits (torch's scalar loop over the last
+elements of a thread's chunk, n % 32 here, rounds its add twice: there an ulp can differ);
+Adam's agree but for an ulp in a few elements: torch's float32 sqrt (MKL's vector library)
+is not always correctly rounded.  float32 and float64 steps agree to rounding, an ulp or so
+(torch fuses its multiply-adds; NumPy does not, and an exact float64 detour cost 10x).
 """
 import difflib
 import numbers
@@ -113,17 +114,25 @@ def _arithmetic(p):
     """(T, f, r, fma, add) for torch's update of parameter p: T the type its ops compute
     in and cast scalars to (torch's opmath type: p's own, float32 for float16 and
     bfloat16), f(a) an operand in T, r(a) an op's result rounded to p's dtype (each torch op
-    rounds once), fma(a, b, c) a * b + c in T rounded once (through float64, where the
-    product is exact, for float32; in two roundings for float64), add(x, y, alpha) torch's
-    ``x.add(y, alpha=alpha)``: its vector loop's ``fmadd(y, alpha, x)``, alpha first
-    rounded to p's dtype as its ufunc casts it."""
+    rounds once), fma(a, b, c) a * b + c, add(x, y, alpha) torch's ``x.add(y, alpha=alpha)``
+    (its vector loop's ``fmadd(y, alpha, x)``, alpha first rounded to p's dtype as its ufunc
+    casts it).  For a half-precision p, fma rounds once, as torch's fused multiply-add
+    (through float64, where the product is exact, in blocks that stay in cache): its float32
+    sums often land on the half dtype's ties, where a second rounding decides.  For float32
+    and float64 it rounds twice, an ulp from torch's at most, at NumPy's speed (the float64
+    detour made a float32 SGD step 10x slower)."""
     T = np.float32 if p.dtype.itemsize <= 4 else np.float64
 
     def fma(a, b, c):
-        if T is np.float64:
+        if p.dtype.itemsize > 2:
             return a * b + c
-        d = np.float64
-        return (np.asarray(a, d) * np.asarray(b, d) + np.asarray(c, d)).astype(T)
+        it = np.nditer([a, b, c, None], ["external_loop", "buffered", "zerosize_ok"],
+                       [["readonly"]] * 3 + [["writeonly", "allocate"]],
+                       op_dtypes=[np.float64] * 3 + [T], casting="unsafe", buffersize=1 << 13)
+        with it:
+            for x, y, z, out in it:
+                out[...] = x * y + z
+            return it.operands[3]
 
     def add(x, y, alpha):
         return fma(T(np.asarray(alpha, T).astype(p.dtype)), y, x)
