@@ -2,8 +2,8 @@
  * half_avx2.c, half_avx512.c: the same C, vectorised by the compiler for each
  * instruction set, so every path gives the same bits).  Included with
  * SUF(name) defined; defines the path's table SUF(mk_half_loops).  A path
- * with loops of its own (the same bits: half_avx512.c) defines HALF_NARROW
- * and HALF_WIDEN as their names first. */
+ * with loops of its own (the same bits: half_avx2.c, half_avx512.c) defines
+ * HALF_NARROW and HALF_WIDEN as their names first. */
 #ifndef SUF
 #error "half_tmpl.h needs SUF"
 #endif
