@@ -4,8 +4,6 @@
 #include "kernels/activation/activation.h"
 
 
-extern entry gelu_backward_entry;
-
 DTYPE_KERNELS(gelu_forward);
 DTYPE_KERNELS(gelu_backward);
 

@@ -3,8 +3,10 @@
 #include "entry.h"
 
 #include "kernels/bmm/bmm.h"
-
-extern entry bmm_backward_entry;
+#include "kernels/gemm/gemm_bf16.h"
+#include "kernels/gemm/gemm_cpublas.h"
+#include "kernels/runtime/cpu.h"
+#include "linear_ops.h"
 
 DTYPE_KERNELS(bmm_forward);
 DTYPE_KERNELS(bmm_backward);
@@ -56,8 +58,69 @@ static int bmm_check(const entry_call *c)
     return check_bmm_operands("bmm()", c->arr[0], c->arr[1]);
 }
 
+/* Whether torch computes a @ b ([b, n, m] @ [b, m, p], views of operands of
+ * half dtype dt) in its naive orders (below 400 multiply-adds a matrix, one
+ * chain whatever the layouts; bfloat16 above oneDNN's threshold: no), and in
+ * which: *order. */
+static int bmm_cpublas_order(const myatt_dtype *dt, mk_cbatch a, mk_cbatch b,
+                             cpublas_order *order)
+{
+    if (!dtype_is_half(dt))
+        return 0;
+    const double nmp = (double)a.rows * (double)a.cols * (double)b.cols;
+    *order = nmp < 400.0 ? CPUBLAS_CHAIN
+                         : cpublas_order_of(mk_citem(a, 0, 0), mk_citem(b, 0, 0));
+    return nmp < 400.0 || cpublas_runs(dt, nmp * (double)a.batch);
+}
+
+/* The transpose of each item: no data moved */
+static mk_cbatch cbatch_t(mk_cbatch x)
+{
+    return (mk_cbatch){x.data, x.batch, x.cols, x.rows, x.bs, x.cs, x.rs};
+}
+
+/* count bfloat16 products out[i] = a[i] @ b[i] (bfloat16 views) into new
+ * arrays of shape dims[i] (names[i] in messages) on the CPU's bfloat16 dot
+ * product, in oneDNN's order: 0, 1 when this CPU has none (out[] NULL), or
+ * -1 with an exception (out[] released). */
+static int bf16_bmm(int count, PyArrayObject **out, const mk_cbatch *a, const mk_cbatch *b,
+                    npy_intp (*dims)[3], int typenum, const char *const *names)
+{
+    if (!mk_cpu_bf16_dot())
+        return 1;
+    int rc = 0;
+    for (int i = 0; i < count; i++)
+        if ((out[i] = (PyArrayObject *)new_array(3, dims[i], typenum, names[i])) == NULL)
+            rc = -1;
+    double work = 0;
+    for (int i = 0; i < count; i++)
+        work += (double)a[i].batch * (double)a[i].rows * (double)a[i].cols * (double)b[i].cols;
+    if (rc == 0) {
+        MYATT_BEGIN_COMPUTE(work)
+        for (int i = 0; i < count && rc == 0; i++)
+            rc = gemm_bf16_bmm(batch_of(out[i]), a[i], b[i]);
+        MYATT_END_COMPUTE
+        if (rc != 0)
+            PyErr_NoMemory();
+    }
+    if (rc != 0)
+        for (int i = 0; i < count; i++)
+            Py_CLEAR(out[i]);
+    return rc;
+}
+
 static PyObject *bmm_run(const entry_call *c)
 {
+    cpublas_order order = CPUBLAS_CHAIN;
+    const mk_cbatch a0 = cbatch_of(c->arr[0]), b0 = cbatch_of(c->arr[1]);
+    const int cpublas = bmm_cpublas_order(c->result, a0, b0, &order);
+    if (!cpublas && c->result == MYATT_DTYPE(bf16)) {
+        npy_intp dims[1][3] = {{a0.batch, a0.rows, b0.cols}};
+        PyArrayObject *y;
+        const int rc = bf16_bmm(1, &y, &a0, &b0, dims, c->result->typenum, &c->e->name);
+        if (rc <= 0)
+            return (PyObject *)y;
+    }
     const int typenum = c->dt->typenum;
     PyArrayObject *a = NULL, *b = NULL;
     PyObject *out = NULL;
@@ -72,7 +135,7 @@ static PyObject *bmm_run(const entry_call *c)
     const mk_cbatch av = cbatch_of(a), bv = cbatch_of(b);
     int rc;
     MYATT_BEGIN_COMPUTE((double)bt * (double)n * (double)m * (double)p)
-    rc = bmm_forward_kernels[c->dt->kernel](ov, av, bv);
+    rc = cpublas ? bmm_cpublas(ov, av, bv, order) : bmm_forward_kernels[c->dt->kernel](ov, av, bv);
     MYATT_END_COMPUTE
     if (rc < 0) {
         Py_CLEAR(out);
@@ -147,6 +210,29 @@ static int bmm_backward_check(const entry_call *c)
 
 static PyObject *bmm_backward_run(const entry_call *c)
 {
+    /* grad_input = grad_output @ mat2^T, grad_mat2 = input^T @ grad_output:
+     * torch's bmm of those views */
+    const mk_cbatch g0 = cbatch_of(c->arr[0]), a0 = cbatch_of(c->arr[1]);
+    const mk_cbatch b0 = cbatch_of(c->arr[2]);
+    cpublas_order order_a = CPUBLAS_CHAIN, order_b = CPUBLAS_CHAIN;
+    const int cpublas = bmm_cpublas_order(c->result, g0, cbatch_t(b0), &order_a)
+                        && bmm_cpublas_order(c->result, cbatch_t(a0), g0, &order_b);
+    if (!cpublas && c->result == MYATT_DTYPE(bf16)) {
+        const mk_cbatch as[2] = {g0, cbatch_t(a0)}, bs[2] = {cbatch_t(b0), g0};
+        npy_intp dims[2][3] = {{a0.batch, a0.rows, a0.cols}, {b0.batch, b0.rows, b0.cols}};
+        static const char *const names[2] = {"bmm_backward(): grad_input",
+                                             "bmm_backward(): grad_mat2"};
+        PyArrayObject *grads[2];
+        const int rc = bf16_bmm(2, grads, as, bs, dims, c->result->typenum, names);
+        if (rc < 0)
+            return NULL;
+        if (rc == 0) {
+            PyObject *r = PyTuple_Pack(2, (PyObject *)grads[0], (PyObject *)grads[1]);
+            Py_DECREF(grads[0]);
+            Py_DECREF(grads[1]);
+            return r;
+        }
+    }
     const int typenum = c->dt->typenum;
     PyArrayObject *g = NULL, *a = NULL, *b = NULL, *ga = NULL, *gb = NULL;
     PyObject *result = NULL;
@@ -162,7 +248,9 @@ static PyObject *bmm_backward_run(const entry_call *c)
     const mk_cbatch gv = cbatch_of(g), av = cbatch_of(a), bv = cbatch_of(b);
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = bmm_backward_kernels[c->dt->kernel](gav, gbv, gv, av, bv);
+    rc = !cpublas ? bmm_backward_kernels[c->dt->kernel](gav, gbv, gv, av, bv)
+         : bmm_cpublas(gav, gv, cbatch_t(bv), order_a) < 0
+               || bmm_cpublas(gbv, cbatch_t(av), gv, order_b) < 0 ? -1 : 0;
     Py_END_ALLOW_THREADS
     if (rc < 0)
         PyErr_NoMemory();

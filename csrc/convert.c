@@ -329,7 +329,7 @@ PyArrayObject *copy_array(PyArrayObject *a)
     const int fortran = !PyArray_IS_C_CONTIGUOUS(a) && PyArray_IS_F_CONTIGUOUS(a);
     if (!(PyArray_IS_C_CONTIGUOUS(a) || fortran) || !PyArray_ISALIGNED(a)
             || !PyArray_ISNOTSWAPPED(a))
-        return (PyArrayObject *)PyArray_NewCopy(a, NPY_CORDER);
+        return (PyArrayObject *)PyArray_NewCopy(a, NPY_KEEPORDER);
     PyArray_Descr *descr = PyArray_DESCR(a);
     Py_INCREF(descr);   /* stolen */
     PyObject *old = data_handler_begin((size_t)PyArray_NBYTES(a));
@@ -497,7 +497,7 @@ int dtype_arg(PyObject *obj, const char *owner, int with_half, const myatt_dtype
     Py_XDECREF(descr);
     if (dtype_is_half(d) && !with_half) {
         PyErr_Format(PyExc_TypeError, "%s(): dtype %s: %s keeps its parameters in float32 or "
-                     "float64 for now (half-precision parameters are to come); Linear and "
+                     "float64 for now (half-precision parameters are to come); Linear, MyAtt and "
                      "myatt's functions take float16 and bfloat16", owner, d->name, owner);
         return -1;
     }

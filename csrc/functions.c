@@ -3,9 +3,6 @@
  * them; vjp differentiates those that declare a backward. */
 #include "entry.h"
 
-extern entry linear_entry, linear_backward_entry, softmax_entry, softmax_backward_entry,
-    bmm_entry, bmm_backward_entry, sdpa_entry, gelu_entry, gelu_backward_entry;
-
 entry *const myatt_functions[] = {
     &linear_entry,           /* linear_function.c */
     &linear_backward_entry,

@@ -62,8 +62,9 @@ PyArrayObject *squeeze_broadcast(PyArrayObject *a, int upto);
 /* A copy of `a` (an ndarray, same dtype): one memcpy where `a` is C- or
  * Fortran-contiguous (the copy then has the same layout: MultiheadAttention's
  * transposed weights), aligned and in native byte order (NumPy's general copy
- * costs ~0.2 us a call: vjp's pullbacks make several), else a C-contiguous
- * PyArray_NewCopy.  New reference, or NULL. */
+ * costs ~0.2 us a call: vjp's pullbacks make several), else PyArray_NewCopy
+ * in the same memory order (a transposed view stays one: torch's half GEMMs
+ * choose their summation order by the layout).  New reference, or NULL. */
 PyArrayObject *copy_array(PyArrayObject *a);
 
 /* A [rows, cols] array of zeros stored transposed: the Fortran-ordered
@@ -109,7 +110,7 @@ PyObject *round_results(PyObject *r, const myatt_dtype *dt, const char *what);
 /* `dtype=` of the constructors: a row of the dtype table, spelt as anything
  * numpy.dtype() reads as one ("float32", numpy.float32, "f4", ...) or as a
  * torch dtype (torch.float32; torch is not imported); a half row (float16,
- * bfloat16) only `with_half` (Linear; MyAtt and MultiheadAttention hold float32
+ * bfloat16) only `with_half` (Linear, MyAtt; MultiheadAttention holds float32
  * or float64 for now).  0, or -1 with TypeError "<owner>(): dtype must be
  * float32, float64, ..., got 'float23'". */
 int dtype_arg(PyObject *obj, const char *owner, int with_half, const myatt_dtype **dtype);

@@ -65,6 +65,10 @@ static PyObject *linear_run(const entry_call *c)
             return y;
         Py_DECREF(y);
     }
+    PyArrayObject *x0 = c->arr[0];
+    const double work = (double)PyArray_SIZE(x0) * (double)PyArray_DIM(c->arr[1], 0);
+    if (cpublas_runs(c->result, work))
+        return linear_cpublas(x0, c->arr[1], c->arr[2], c->e->what);
     const int typenum = c->dt->typenum;
     PyArrayObject *x = NULL, *w = NULL, *b = NULL;
     PyObject *result = NULL;
@@ -143,6 +147,17 @@ static int linear_backward_check(const entry_call *c)
 
 static PyObject *linear_backward_run(const entry_call *c)
 {
+    if (c->result == MYATT_DTYPE(bf16)) {
+        PyObject *r = linear_grad_bf16(c->arr[1], c->arr[0], c->arr[2], c->arr[3] != NULL,
+                                       c->e->what);
+        if (r != Py_NotImplemented)
+            return r;
+        Py_DECREF(r);
+    }
+    const double work = (double)PyArray_SIZE(c->arr[1]) * (double)PyArray_DIM(c->arr[2], 0);
+    if (cpublas_runs(c->result, work))
+        return linear_grad_cpublas(c->arr[1], c->arr[0], c->arr[2], c->arr[3] != NULL,
+                                   c->e->what);
     const int typenum = c->dt->typenum;
     PyArrayObject *g = NULL, *x = NULL, *w = NULL;
     PyObject *result = NULL;

@@ -3,7 +3,11 @@
 #include "linear_ops.h"
 
 #include "kernels/gemm/gemm_bf16.h"
+#include "kernels/gemm/gemm_cpublas.h"
+#include "kernels/linear/colsum.h"
 #include "kernels/linear/linear.h"
+#include "kernels/runtime/alloc.h"
+#include "kernels/runtime/copy.h"
 #include "kernels/runtime/cpu.h"
 
 DTYPE_KERNELS(linear_forward);
@@ -81,7 +85,7 @@ PyObject *linear_bf16(PyArrayObject *x, PyArrayObject *weight, PyArrayObject *bi
         MYATT_BEGIN_COMPUTE((double)m * (double)k * (double)n)
         rc = gemm_bf16_linear(PyArray_DATA((PyArrayObject *)out), n, PyArray_DATA(xc), k,
                               PyArray_DATA(wc), k, bc != NULL ? PyArray_DATA(bc) : NULL, m, n,
-                              k);
+                              k, 0);
         MYATT_END_COMPUTE
         if (rc != 0)
             Py_SETREF(out, PyErr_NoMemory());
@@ -144,6 +148,185 @@ PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, mk_cmat w
 fail:
     Py_XDECREF(xr);
     Py_XDECREF(gr);
+    Py_XDECREF(gx);
+    Py_XDECREF(gw);
+    Py_XDECREF(gb);
+    return result;
+}
+
+/* ---- half precision in torch's naive GEMM orders ----------------------------- */
+
+int cpublas_runs(const myatt_dtype *dt, double work)
+{
+    return dt == MYATT_DTYPE(f16) || (dt == MYATT_DTYPE(bf16) && work <= 4096.0);
+}
+
+/* The count of a [..., d]'s rows: its leading dimensions' product (1 for 1-D) */
+static npy_intp row_count(PyArrayObject *a)
+{
+    npy_intp m = 1;
+    for (int i = 0; i < PyArray_NDIM(a) - 1; i++)
+        m *= PyArray_DIM(a, i);
+    return m;
+}
+
+/* a [..., d] as torch's mm sees its rows [m, d] (for the order only: no data):
+ * a 2-D array's strides, a contiguous matrix otherwise (torch flattens a
+ * contiguous input and copies another). */
+static mk_cmat rows_layout(PyArrayObject *a)
+{
+    const int ndim = PyArray_NDIM(a);
+    return ndim == 2 ? cmat_of(a) : mk_cmat_c(NULL, row_count(a), PyArray_DIM(a, ndim - 1));
+}
+
+/* a (any real dtype) as float32 rows [m, d] (*v; rs 0 for 1-D), the array
+ * holding them; NULL with an exception. */
+static PyArrayObject *f32_rows(PyArrayObject *a, const char *what, mk_cmat *v)
+{
+    PyArrayObject *f = cast_array(a, NPY_FLOAT, 0, what), *rows;
+    if (f == NULL)
+        return NULL;
+    npy_intp rs, cs;
+    rows = as_rows(f, &rs, &cs);
+    Py_DECREF(f);
+    if (rows == NULL) {
+        name_allocation_error(what);
+        return NULL;
+    }
+    *v = (mk_cmat){PyArray_DATA(rows), row_count(rows),
+                   PyArray_DIM(rows, PyArray_NDIM(rows) - 1), rs, cs};
+    return rows;
+}
+
+/* gemm_cpublas without the GIL: 0, or -1 with MemoryError */
+static int cpublas_run(mk_mat c, mk_cmat a, mk_cmat b, const float *bias, cpublas_order order)
+{
+    int rc;
+    MYATT_BEGIN_COMPUTE((double)c.rows * (double)c.cols * (double)a.cols)
+    rc = gemm_cpublas(c, a, b, bias, order);
+    MYATT_END_COMPUTE
+    if (rc < 0)
+        PyErr_NoMemory();
+    return rc;
+}
+
+PyObject *linear_cpublas(PyArrayObject *x, PyArrayObject *weight, PyArrayObject *bias,
+                         const char *const *what)
+{
+    const cpublas_order order = cpublas_order_of(rows_layout(x), mk_t(cmat_of(weight)));
+    npy_intp dims[NPY_MAXDIMS];
+    const npy_intp n = PyArray_DIM(weight, 0);
+    const npy_intp m = result_shape(x, n, dims);
+    mk_cmat xv, wv;
+    PyArrayObject *xr = NULL, *wr = NULL, *b = NULL;
+    PyObject *out = NULL;
+    if ((xr = f32_rows(x, what[0], &xv)) != NULL && (wr = f32_rows(weight, what[1], &wv)) != NULL
+            && (bias == NULL || (b = cast_array(bias, NPY_FLOAT, 1, what[2])) != NULL)
+            && (out = new_array(PyArray_NDIM(x), dims, NPY_FLOAT, "linear: the result")) != NULL
+            && cpublas_run(mk_mat_c(PyArray_DATA((PyArrayObject *)out), m, n), xv, mk_t(wv),
+                           b != NULL ? PyArray_DATA(b) : NULL, order) < 0)
+        Py_CLEAR(out);
+    Py_XDECREF(xr);
+    Py_XDECREF(wr);
+    Py_XDECREF(b);
+    return out;
+}
+
+PyObject *linear_grad_cpublas(PyArrayObject *x, PyArrayObject *grad_out, PyArrayObject *weight,
+                              int with_bias, const char *const *what)
+{
+    const mk_cmat gl = rows_layout(grad_out);
+    const cpublas_order input_order = cpublas_order_of(gl, cmat_of(weight));
+    const cpublas_order weight_order = cpublas_order_of(mk_t(gl), rows_layout(x));
+    const npy_intp n = PyArray_DIM(weight, 0), k = PyArray_DIM(weight, 1), wdims[2] = {n, k};
+    mk_cmat xv, gv, wv;
+    PyArrayObject *xr = NULL, *gr = NULL, *wr = NULL, *gx = NULL, *gw = NULL, *gb = NULL;
+    PyObject *result = NULL;
+    if ((gr = f32_rows(grad_out, what[0], &gv)) == NULL || (xr = f32_rows(x, what[1], &xv)) == NULL
+            || (wr = f32_rows(weight, what[2], &wv)) == NULL
+            || (gx = (PyArrayObject *)new_array(PyArray_NDIM(x), PyArray_DIMS(x), NPY_FLOAT,
+                                                "linear backward: grad_input")) == NULL
+            || (gw = (PyArrayObject *)new_array(2, wdims, NPY_FLOAT,
+                                                "linear backward: grad_weight")) == NULL
+            || (with_bias && (gb = (PyArrayObject *)new_array(1, wdims, NPY_FLOAT,
+                                                              "linear backward: grad_bias")) == NULL)
+            || cpublas_run(mk_mat_c(PyArray_DATA(gx), xv.rows, k), gv, wv, NULL, input_order) < 0
+            || cpublas_run(mk_mat_c(PyArray_DATA(gw), n, k), mk_t(gv), xv, NULL, weight_order) < 0)
+        goto fail;
+    if (gb != NULL) {
+        Py_BEGIN_ALLOW_THREADS
+        colsum_f32(PyArray_DATA(gb), gv);
+        Py_END_ALLOW_THREADS
+    }
+    result = PyTuple_Pack(3, (PyObject *)gx, (PyObject *)gw, gb ? (PyObject *)gb : Py_None);
+fail:
+    Py_XDECREF(xr);
+    Py_XDECREF(gr);
+    Py_XDECREF(wr);
+    Py_XDECREF(gx);
+    Py_XDECREF(gw);
+    Py_XDECREF(gb);
+    return result;
+}
+
+/* ---- bfloat16 gradients on the CPU's dot product --------------------------- */
+
+/* x^T of a C-contiguous bfloat16 matrix [rows, cols] as a new [cols, rows] one
+ * (mk_free it), or NULL */
+static uint16_t *bf16_transposed(PyArrayObject *x, npy_intp rows, npy_intp cols)
+{
+    uint16_t *t = mk_alloc(mk_bytes(mk_bytes((size_t)rows, (size_t)cols), 2));
+    if (t != NULL)
+        mk_copy_view(t, mk_t(mk_cmat_c(PyArray_DATA(x), rows, cols)), 2);
+    return t;
+}
+
+PyObject *linear_grad_bf16(PyArrayObject *x, PyArrayObject *grad_out, PyArrayObject *weight,
+                           int with_bias, const char *const *what)
+{
+    const npy_intp n = PyArray_DIM(weight, 0), k = PyArray_DIM(weight, 1), wdims[2] = {n, k};
+    const npy_intp m = row_count(x);
+    if (!mk_cpu_bf16_dot() || (double)m * (double)k * (double)n <= 4096.0)
+        return Py_NewRef(Py_NotImplemented);
+    const int t = PyArray_TYPE(x);
+    PyArrayObject *xc = NULL, *gc = NULL, *wc = NULL, *gf = NULL, *gx = NULL, *gw = NULL;
+    PyArrayObject *gb = NULL;
+    uint16_t *wt = NULL, *gt = NULL, *xt = NULL;
+    PyObject *result = NULL;
+    mk_cmat gv;
+    if ((gc = cast_array(grad_out, t, 1, what[0])) == NULL
+            || (xc = cast_array(x, t, 1, what[1])) == NULL
+            || (wc = cast_array(weight, t, 1, what[2])) == NULL
+            || (gx = (PyArrayObject *)new_array(PyArray_NDIM(x), PyArray_DIMS(x), t,
+                                                "linear backward: grad_input")) == NULL
+            || (gw = (PyArrayObject *)new_array(2, wdims, t,
+                                                "linear backward: grad_weight")) == NULL
+            || (with_bias && ((gf = f32_rows(grad_out, what[0], &gv)) == NULL
+                              || (gb = (PyArrayObject *)new_array(1, wdims, NPY_FLOAT,
+                                            "linear backward: grad_bias")) == NULL)))
+        goto fail;
+    int rc = -1;
+    Py_BEGIN_ALLOW_THREADS
+    /* grad_input = g [m, n] @ (W^T [k, n])^T, grad_weight = g^T [n, m] @ (x^T [k, m])^T */
+    if ((wt = bf16_transposed(wc, n, k)) != NULL && (gt = bf16_transposed(gc, m, n)) != NULL
+            && (xt = bf16_transposed(xc, m, k)) != NULL)
+        rc = gemm_bf16_linear(PyArray_DATA(gx), k, PyArray_DATA(gc), n, wt, n, NULL, m, k, n, 0)
+             | gemm_bf16_linear(PyArray_DATA(gw), k, gt, m, xt, m, NULL, n, k, m, 1);
+    if (rc == 0 && gb != NULL)
+        colsum_f32(PyArray_DATA(gb), gv);
+    Py_END_ALLOW_THREADS
+    if (rc != 0)
+        PyErr_NoMemory();
+    else
+        result = PyTuple_Pack(3, (PyObject *)gx, (PyObject *)gw, gb ? (PyObject *)gb : Py_None);
+fail:
+    mk_free(wt);
+    mk_free(gt);
+    mk_free(xt);
+    Py_XDECREF(xc);
+    Py_XDECREF(gc);
+    Py_XDECREF(wc);
+    Py_XDECREF(gf);
     Py_XDECREF(gx);
     Py_XDECREF(gw);
     Py_XDECREF(gb);

@@ -4,8 +4,6 @@
 
 #include "kernels/softmax/softmax.h"
 
-extern entry softmax_backward_entry;
-
 DTYPE_KERNELS(softmax_forward);
 DTYPE_KERNELS(softmax_backward);
 

@@ -2,6 +2,7 @@
  * (tutorial_type.h) on the fused kernels of kernels/tutorial/. */
 #include "tutorial_type.h"
 
+#include "entry.h"
 #include "vjp.h"
 
 #include "kernels/runtime/alloc.h"
@@ -190,6 +191,232 @@ static int keep_inputs(MyAttObject *self, tutorial_kept *kept, tutorial_inputs *
     return 0;
 }
 
+/* ---- half precision: torch's ops one by one ------------------------------- */
+
+/* A module of float16 or bfloat16 parameters computes what torch's MyAtt does
+ * in that dtype: its ops one after the other, each myatt's own function
+ * (entry_call_objects: torch's arithmetic for the op, its result rounded
+ * once), on arrays of the dtype: cat, linear, softmax, bmm, cat, linear; the
+ * backward as torch's autograd runs it (each op's backward, the two
+ * gradients of attn_weights and of Q[0] added in the dtype). */
+
+/* A view (rs, cs in elements; a 1-D one when cols < 0) of dt's data as an
+ * array that does not own it (read only), or NULL */
+static PyObject *view_array(const void *data, int64_t rows, int64_t cols, int64_t rs,
+                            int64_t cs, const myatt_dtype *dt)
+{
+    npy_intp dims[2] = {rows, cols}, strides[2] = {rs * dt->itemsize, cs * dt->itemsize};
+    if (cols < 0)
+        strides[0] = cs * dt->itemsize;
+    return PyArray_New(&PyArray_Type, cols < 0 ? 1 : 2, dims, dt->typenum, strides,
+                       (void *)data, dt->itemsize, 0, NULL);
+}
+
+static PyObject *cmat_array(mk_cmat m, const myatt_dtype *dt)
+{
+    return view_array(m.data, m.rows, m.cols, m.rs, m.cs, dt);
+}
+
+/* in's arrays, as views: Q[0], K[0], V (3-D: [1, v1, v2]), attn.weight,
+ * attn.bias, attn_combine.weight, attn_combine.bias; 0, or -1 (a[] released) */
+enum { HALF_Q, HALF_K, HALF_V, HALF_W1, HALF_B1, HALF_W2, HALF_B2, HALF_INPUTS };
+
+static int half_inputs(const tutorial_inputs *in, const myatt_dtype *dt,
+                       PyObject *a[HALF_INPUTS])
+{
+    a[HALF_Q] = cmat_array(in->q, dt);
+    a[HALF_K] = cmat_array(in->k, dt);
+    PyObject *v2 = cmat_array(in->v, dt);
+    npy_intp vdims[3] = {1, in->v.rows, in->v.cols};
+    PyArray_Dims shape = {vdims, 3};
+    a[HALF_V] = v2 != NULL ? PyArray_Newshape((PyArrayObject *)v2, &shape, NPY_CORDER) : NULL;
+    Py_XDECREF(v2);
+    a[HALF_W1] = cmat_array(in->w_attn, dt);
+    a[HALF_B1] = view_array(in->b_attn, in->w_attn.rows, -1, 0, 1, dt);
+    a[HALF_W2] = cmat_array(in->w_comb, dt);
+    a[HALF_B2] = view_array(in->b_comb, in->w_comb.rows, -1, 0, 1, dt);
+    for (int i = 0; i < HALF_INPUTS; i++)
+        if (a[i] == NULL) {
+            for (int j = 0; j < HALF_INPUTS; j++)
+                Py_CLEAR(a[j]);
+            return -1;
+        }
+    return 0;
+}
+
+/* cat((a, b), dim=-1) of two 2-D arrays */
+static PyObject *cat2(PyObject *a, PyObject *b)
+{
+    PyObject *t = PyTuple_Pack(2, a, b);
+    PyObject *r = t != NULL ? PyArray_Concatenate(t, 1) : NULL;
+    Py_XDECREF(t);
+    return r;
+}
+
+/* a (an array) reshaped to nd dimensions, or NULL */
+static PyObject *reshaped(PyObject *a, int nd, npy_intp d0, npy_intp d1, npy_intp d2)
+{
+    npy_intp dims[3] = {d0, d1, d2};
+    PyArray_Dims shape = {dims, nd};
+    return a != NULL ? PyArray_Newshape((PyArrayObject *)a, &shape, NPY_CORDER) : NULL;
+}
+
+/* e(args...) called from C: n arguments */
+static PyObject *op(const entry *e, PyObject *module, int n, PyObject *a0, PyObject *a1,
+                    PyObject *a2, PyObject *a3)
+{
+    PyObject *const objs[4] = {a0, a1, a2, a3};
+    for (int i = 0; i < n; i++)
+        if (objs[i] == NULL)
+            return NULL;
+    return entry_call_objects(e, module, objs, n);
+}
+
+/* The forward: (output [1, S, o], attn_weights [S, v1]), and with kept, its
+ * attn_weights and applied written to kept->aw and kept->applied. */
+static PyObject *half_forward(PyObject *module, const myatt_dtype *dt,
+                              const tutorial_inputs *in, tutorial_kept *kept)
+{
+    PyObject *a[HALF_INPUTS], *c1 = NULL, *scores = NULL, *aw = NULL, *ap = NULL, *c2 = NULL;
+    PyObject *y = NULL, *result = NULL;
+    const npy_intp S = in->q.rows, v1 = in->v.rows, v2 = in->v.cols, o = in->w_comb.rows;
+    if (module == NULL || half_inputs(in, dt, a) < 0)
+        return NULL;
+    PyObject *aw3 = NULL, *ap2 = NULL;
+    c1 = cat2(a[HALF_Q], a[HALF_K]);
+    scores = op(&linear_entry, module, 3, c1, a[HALF_W1], a[HALF_B1], NULL);
+    aw = op(&softmax_entry, module, 1, scores, NULL, NULL, NULL);
+    aw3 = reshaped(aw, 3, 1, S, v1);
+    ap = op(&bmm_entry, module, 2, aw3, a[HALF_V], NULL, NULL);
+    ap2 = reshaped(ap, 2, S, v2, 0);
+    c2 = ap2 != NULL ? cat2(a[HALF_Q], ap2) : NULL;
+    y = op(&linear_entry, module, 3, c2, a[HALF_W2], a[HALF_B2], NULL);
+    PyObject *out = reshaped(y, 3, 1, S, o);
+    if (out != NULL) {
+        if (kept != NULL) {   /* (C-contiguous results of the ops) */
+            memcpy(kept->aw, PyArray_DATA((PyArrayObject *)aw), (size_t)(S * v1) * dt->itemsize);
+            memcpy(kept->applied, PyArray_DATA((PyArrayObject *)ap),
+                   (size_t)(S * v2) * dt->itemsize);
+        }
+        result = PyTuple_Pack(2, out, aw);
+        Py_DECREF(out);
+    }
+    for (int i = 0; i < HALF_INPUTS; i++)
+        Py_DECREF(a[i]);
+    Py_XDECREF(c1);
+    Py_XDECREF(scores);
+    Py_XDECREF(aw);
+    Py_XDECREF(aw3);
+    Py_XDECREF(ap);
+    Py_XDECREF(ap2);
+    Py_XDECREF(c2);
+    Py_XDECREF(y);
+    return result;
+}
+
+/* The gradients (tutorial_grads_run's, for a half dtype): attn_weights and
+ * applied from the forward (kept_aw, kept_ap, C-contiguous) or recomputed. */
+static PyObject *half_grads(PyObject *module, const myatt_dtype *dt, const npy_intp dims[3][3],
+                            const tutorial_inputs *in, mk_cmat go, const mk_cmat *ga,
+                            const void *kept_aw, const void *kept_ap,
+                            PyObject *const keys[TUTORIAL_GRADS])
+{
+    const npy_intp S = in->q.rows, dq = in->q.cols, dk = in->k.cols, v1 = in->v.rows;
+    const npy_intp v2 = in->v.cols;
+    PyObject *a[HALF_INPUTS], *fwd = NULL, *aw = NULL, *ap = NULL, *g = NULL, *gaw_user = NULL;
+    PyObject *c1 = NULL, *c2 = NULL, *lin2 = NULL, *bmm = NULL, *gaw = NULL, *gs = NULL;
+    PyObject *lin1 = NULL, *gq = NULL, *result = NULL;
+    PyObject *grads[TUTORIAL_GRADS] = {NULL};
+    if (module == NULL || half_inputs(in, dt, a) < 0)
+        return NULL;
+    if (kept_aw != NULL) {
+        aw = view_array(kept_aw, S, v1, v1, 1, dt);
+        ap = view_array(kept_ap, S, v2, v2, 1, dt);
+    } else if ((fwd = half_forward(module, dt, in, NULL)) != NULL) {
+        /* applied again: the forward's ops, which its result does not keep */
+        aw = Py_NewRef(PyTuple_GET_ITEM(fwd, 1));
+        PyObject *aw3 = reshaped(aw, 3, 1, S, v1);
+        PyObject *ap3 = op(&bmm_entry, module, 2, aw3, a[HALF_V], NULL, NULL);
+        ap = reshaped(ap3, 2, S, v2, 0);
+        Py_XDECREF(aw3);
+        Py_XDECREF(ap3);
+    }
+    if (aw == NULL || ap == NULL || (g = cmat_array(go, dt)) == NULL
+            || (ga != NULL && (gaw_user = cmat_array(*ga, dt)) == NULL))
+        goto fail;
+    /* out = linear(cat(q, applied), W2, b2) */
+    c2 = cat2(a[HALF_Q], ap);
+    if ((lin2 = op(&linear_backward_entry, module, 4, g, c2, a[HALF_W2], a[HALF_B2])) == NULL)
+        goto fail;
+    PyArrayObject *gc2 = (PyArrayObject *)PyTuple_GET_ITEM(lin2, 0);
+    PyObject *gq2 = view_array(PyArray_DATA(gc2), S, dq, dq + v2, 1, dt);
+    PyObject *gap2 = view_array((char *)PyArray_DATA(gc2) + dq * dt->itemsize, S, v2, dq + v2,
+                                1, dt);
+    PyObject *gap = reshaped(gap2, 3, 1, S, v2);
+    Py_XDECREF(gap2);
+    /* applied = bmm(attn_weights[None], V) */
+    PyObject *aw3 = reshaped(aw, 3, 1, S, v1);
+    bmm = op(&bmm_backward_entry, module, 3, gap, aw3, a[HALF_V], NULL);
+    Py_XDECREF(gap);
+    Py_XDECREF(aw3);
+    if (bmm == NULL) {
+        Py_XDECREF(gq2);
+        goto fail;
+    }
+    /* attn_weights' gradient: from the bmm, plus the caller's, added in the dtype */
+    gaw = reshaped(PyTuple_GET_ITEM(bmm, 0), 2, S, v1, 0);
+    if (gaw != NULL && gaw_user != NULL)
+        Py_SETREF(gaw, PyNumber_Add(gaw, gaw_user));
+    /* attn_weights = softmax(linear(cat(q, k), W1, b1)) */
+    gs = gaw != NULL ? op(&softmax_backward_entry, module, 2, gaw, aw, NULL, NULL) : NULL;
+    c1 = cat2(a[HALF_Q], a[HALF_K]);
+    lin1 = op(&linear_backward_entry, module, 4, gs, c1, a[HALF_W1], a[HALF_B1]);
+    if (lin1 == NULL || gq2 == NULL) {
+        Py_XDECREF(gq2);
+        goto fail;
+    }
+    PyArrayObject *gc1 = (PyArrayObject *)PyTuple_GET_ITEM(lin1, 0);
+    PyObject *gq1 = view_array(PyArray_DATA(gc1), S, dq, dq + dk, 1, dt);
+    gq = gq1 != NULL ? PyNumber_Add(gq1, gq2) : NULL;   /* Q[0] met twice */
+    Py_XDECREF(gq1);
+    Py_DECREF(gq2);
+    if (gq == NULL)
+        goto fail;
+    /* Q and K: zero but for item 0; V, the parameters: the ops' results */
+    for (int i = 0; i < 2; i++)
+        if ((grads[i] = PyArray_ZEROS(3, (npy_intp *)dims[i], dt->typenum, 0)) == NULL)
+            goto fail;
+    mk_copy_view(PyArray_DATA((PyArrayObject *)grads[0]), cmat_of((PyArrayObject *)gq),
+                 dt->itemsize);
+    const mk_cmat gk = {(char *)PyArray_DATA(gc1) + dq * dt->itemsize, S, dk, dq + dk, 1};
+    mk_copy_view(PyArray_DATA((PyArrayObject *)grads[1]), gk, dt->itemsize);
+    grads[2] = Py_NewRef(PyTuple_GET_ITEM(bmm, 1));
+    grads[3] = Py_NewRef(PyTuple_GET_ITEM(lin1, 1));
+    grads[4] = Py_NewRef(PyTuple_GET_ITEM(lin1, 2));
+    grads[5] = Py_NewRef(PyTuple_GET_ITEM(lin2, 1));
+    grads[6] = Py_NewRef(PyTuple_GET_ITEM(lin2, 2));
+    result = dict_of(keys, grads, TUTORIAL_GRADS);
+fail:
+    for (int i = 0; i < HALF_INPUTS; i++)
+        Py_DECREF(a[i]);
+    for (int i = 0; i < TUTORIAL_GRADS; i++)
+        Py_XDECREF(grads[i]);
+    Py_XDECREF(fwd);
+    Py_XDECREF(aw);
+    Py_XDECREF(ap);
+    Py_XDECREF(g);
+    Py_XDECREF(gaw_user);
+    Py_XDECREF(c1);
+    Py_XDECREF(c2);
+    Py_XDECREF(lin2);
+    Py_XDECREF(bmm);
+    Py_XDECREF(gaw);
+    Py_XDECREF(gs);
+    Py_XDECREF(lin1);
+    Py_XDECREF(gq);
+    return result;
+}
+
 /* kept == NULL: MyAtt.forward.  Otherwise (myatt.vjp) the same result, and
  * *kept (zero-filled by the caller; released by it, also on error) gets what
  * the pullback reads: private copies of Q[0], K[0], V[0] and the parameters,
@@ -222,6 +449,10 @@ static PyObject *tutorial_forward_impl(MyAttObject *self, PyObject *Q, PyObject 
             goto fail;
     }
 
+    if (dtype_is_half(dt)) {
+        result = half_forward(myatt_module_of_type(Py_TYPE(self)), dt, &in, kept);
+        goto fail;
+    }
     npy_intp S = PyArray_DIM(rq, 1), dq = PyArray_DIM(rq, 2), dk = PyArray_DIM(rk, 2);
     npy_intp v1 = PyArray_DIM(rv, 1), v2 = PyArray_DIM(rv, 2), os = self->output_size;
     npy_intp out_dims[3] = {1, S, os}, w_dims[2] = {S, v1};
@@ -335,11 +566,14 @@ static int check_grad_shape(PyArrayObject *g, int ndim, const npy_intp *want, co
     return -1;
 }
 
-PyObject *tutorial_grads_run(const myatt_dtype *dt, const npy_intp dims[3][3],
-                          const tutorial_inputs *in, mk_cmat go, const mk_cmat *ga,
-                          const void *kept_aw, const void *kept_ap, const char *what,
-                          PyObject *const keys[TUTORIAL_GRADS])
+static PyObject *tutorial_grads_run(PyObject *module, const myatt_dtype *dt,
+                                    const npy_intp dims[3][3], const tutorial_inputs *in,
+                                    mk_cmat go, const mk_cmat *ga, const void *kept_aw,
+                                    const void *kept_ap, const char *what,
+                                    PyObject *const keys[TUTORIAL_GRADS])
 {
+    if (dtype_is_half(dt))
+        return half_grads(module, dt, dims, in, go, ga, kept_aw, kept_ap, keys);
     static const char *const grad_names[TUTORIAL_GRADS] = {
         "the gradient of Q", "the gradient of K", "the gradient of V",
         "the gradient of attn.weight", "the gradient of attn.bias",
@@ -427,7 +661,8 @@ static PyObject *tutorial_backward_qkv(MyAttObject *self, PyObject *Q, PyObject 
     const myatt_state *st = myatt_state_of_type(Py_TYPE(self));
     if (st == NULL)
         goto fail;
-    result = tutorial_grads_run(dt, (const npy_intp (*)[3])dims, &in, go,
+    result = tutorial_grads_run(myatt_module_of_type(Py_TYPE(self)), dt,
+                                (const npy_intp (*)[3])dims, &in, go,
                              ga != NULL ? &gav : NULL, NULL, NULL, "MyAtt.backward()",
                              st->tutorial_grad_keys);
 fail:
@@ -628,7 +863,7 @@ static PyObject *tutorial_vjp_pull(PyObject *module, const void *kept_, PyArrayO
     tutorial_inputs in;
     tutorial_kept_inputs(kp, &in);
     const mk_cmat gav = ga != NULL ? cmat_of(ga) : (mk_cmat){NULL};
-    result = tutorial_grads_run(kp->dtype, (const npy_intp (*)[3])kp->dims, &in, go,
+    result = tutorial_grads_run(module, kp->dtype, (const npy_intp (*)[3])kp->dims, &in, go,
                                 ga != NULL ? &gav : NULL, kp->aw, kp->applied, "pullback()",
                                 myatt_state_of_module(module)->tutorial_grad_keys);
 fail:

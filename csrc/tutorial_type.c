@@ -41,7 +41,7 @@ static PyObject *MyAtt_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     for (int i = 0; i < 5; i++)
         if (size_arg(objs[i], what[i], 0, &sizes[i]) < 0)
             return NULL;
-    if (dtype_obj != NULL && dtype_arg(dtype_obj, "MyAtt", 0, &dtype) < 0)
+    if (dtype_obj != NULL && dtype_arg(dtype_obj, "MyAtt", 1, &dtype) < 0)
         return NULL;
     Py_ssize_t qs = sizes[0], ks = sizes[1], v1 = sizes[2], v2 = sizes[3], os = sizes[4];
     if (ks > PY_SSIZE_T_MAX - qs || v2 > PY_SSIZE_T_MAX - qs) {
@@ -243,8 +243,13 @@ PyDoc_STRVAR(MyAtt_doc,
 "output_size : int\n"
 "    Feature size of the output.\n"
 "dtype : str, numpy.dtype, type or torch.dtype, optional\n"
-"    float32 (the default) or float64: anything ``numpy.dtype()`` reads as one\n"
-"    of them, or ``torch.float32`` / ``torch.float64``.\n"
+"    float32 (the default), float64, float16 or bfloat16 (ml_dtypes'; the name\n"
+"    'bfloat16' imports it): anything ``numpy.dtype()`` reads as one of them, or\n"
+"    a torch dtype (``torch.bfloat16``). The parameters and every result are of\n"
+"    this dtype. A half-precision module computes as torch's does: the seed's\n"
+"    ops one after the other (cat, `linear`, `softmax`, `bmm`, cat, `linear`),\n"
+"    each myatt's function of the dtype (float32 arithmetic, its result\n"
+"    rounded once), its initial weights torch's for that dtype.\n"
 "\n"
 "Attributes\n"
 "----------\n"
@@ -258,7 +263,8 @@ PyDoc_STRVAR(MyAtt_doc,
 "Raises\n"
 "------\n"
 "TypeError\n"
-"    If a size is not an integer, or `dtype` is not float32 or float64.\n"
+"    If a size is not an integer, or `dtype` is none of those (bfloat16:\n"
+"    also without ml_dtypes installed).\n"
 "ValueError\n"
 "    If a size is negative.\n"
 "MemoryError\n"
@@ -368,7 +374,7 @@ static PyGetSetDef MyAtt_getset[] = {
     SIZE_ATTR(value_size2, "Columns of V[0] (int): the size of the attended vector."),
     SIZE_ATTR(output_size, "Feature size of the output (int): output.shape[2]."),
     {"dtype", (getter)MyAtt_get_dtype, NULL,
-     "The dtype of the parameters and the results: float32 or float64.", NULL},
+     "The dtype of the parameters and the results: float32, float64, float16 or bfloat16.", NULL},
     MODULE_MODE_GETSET,
     {NULL, NULL, NULL, NULL, NULL},
 };

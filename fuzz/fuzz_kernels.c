@@ -23,6 +23,7 @@
 
 #include "bmm/bmm.h"
 #include "gemm/gemm.h"
+#include "gemm/gemm_cpublas.h"
 #include "linear/linear.h"
 #include "runtime/half.h"
 #include "runtime/threads.h"
@@ -260,6 +261,23 @@ static void fuzz_gemm(reader *r, int f64, int nonfinite)
             check_exact(get(&c, i, j), want, "gemm", i, j);
         }
     check_gaps(&c, "gemm");
+    /* float32 without accumulation: torch's naive orders (gemm_cpublas) on the same
+     * operands, in the order flags pick (the values' sums are exact in any order) */
+    if (!f64 && !accumulate) {
+        const cpublas_order order = (cpublas_order)((flags >> 2) % 3);
+        fill_canary(&c);
+        if (gemm_cpublas(mview(&c), cview(&a), cview(&b), has_bias ? base(&bias) : NULL,
+                         order) != 0)
+            FAIL("gemm_cpublas failed");
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double want = has_bias ? get(&bias, 0, j) : 0.0;
+                for (int64_t p = 0; p < k; p++)
+                    want += get(&a, i, p) * get(&b, p, j);
+                check_exact(get(&c, i, j), (float)want, "gemm_cpublas", i, j);
+            }
+        check_gaps(&c, "gemm_cpublas");
+    }
     free(start);
     free(a.block);
     free(b.block);
@@ -347,16 +365,25 @@ static void fuzz_bmm(reader *r, int f64, int nonfinite)
     free(out);
 }
 
-/* got[0:n] == want[0:n], bit for bit */
-static void check_half_rows(const uint16_t *got, const uint16_t *want, int64_t n,
-                            const char *what)
+/* A half-precision result (its bits) against a float64 reference: within an
+ * ulp of the dtype (bfloat16 2^-8, float16 2^-10, relative) of `scale` (the
+ * size of the terms it sums) plus the reference; NaN as NaN, infinities as
+ * they are. */
+static void check_half_close(uint16_t got_bits, double want, double scale, mk_half_kind kind,
+                             const char *what, int64_t i)
 {
-    for (int64_t e = 0; e < n; e++)
-        if (got[e] != want[e]) {
-            fprintf(stderr, "%s: element %lld: %04x, want %04x\n", what, (long long)e, got[e],
-                    want[e]);
-            abort();
-        }
+    float g;
+    mk_half_to_f32(&g, &got_bits, 1, kind);
+    const double got = g, tol = (kind == MK_HALF_BF16 ? 0x1p-8 : 0x1p-10) * (scale + fabs(want))
+                                + 1e-7;
+    if (isnan(want) || isnan(got) || isinf(want) || isinf(got)) {
+        if (!(isnan(want) && isnan(got)) && got != want)
+            FAIL("%s[%lld] = %.9g, the reference gives %.9g", what, (long long)i, got, want);
+        return;
+    }
+    if (fabs(got - want) > tol)
+        FAIL("%s[%lld] = %.9g, the reference gives %.9g (tolerance %.3g)", what, (long long)i,
+             got, want, tol);
 }
 
 /* softmax over the middle axis of [outer, n, inner], in place or not */
@@ -404,36 +431,49 @@ static void fuzz_softmax(reader *r, int f64, int nonfinite)
         free(out);
     free(x);
     /* float16 / bfloat16 rows (inner == 1): softmax_forward_half_rows and
-     * softmax_backward_half_rows give the float32 kernels' rows of the widened
-     * input, rounded, bit for bit */
+     * softmax_backward_half_rows (torch's half kernels' orders) against float64
+     * on the half values, in place */
     if (!f64 && inner == 1 && total > 0) {
         const mk_half_kind kind = (next_byte(r) & 1) ? MK_HALF_BF16 : MK_HALF_F16;
-        float *w = malloc((size_t)total * sizeof(float));
-        uint16_t *h = malloc((size_t)total * 2), *got = malloc((size_t)total * 2),
-                 *want = malloc((size_t)total * 2);
+        float *w = malloc((size_t)total * sizeof(float)), *gw = malloc((size_t)total * 4);
+        uint16_t *h = malloc((size_t)total * 2), *y = malloc((size_t)total * 2);
         for (int64_t e = 0; e < total; e++)
             w[e] = (float)ref[e];
         mk_f32_to_half(h, w, total, kind);
-        mk_half_to_f32(w, h, total, kind);
-        softmax_forward_f32(w, w, outer, n, 1);
-        mk_f32_to_half(want, w, total, kind);
-        if (softmax_forward_half_rows(got, h, outer, n, kind) != 0)
+        mk_half_to_f32(w, h, total, kind);              /* the half input, widened */
+        if (softmax_forward_half_rows(y, h, outer, n, kind) != 0)
             abort();
-        check_half_rows(got, want, total, "softmax half rows");
-        /* and its backward, with the half input as the gradient of that output */
-        float *gw = malloc((size_t)total * sizeof(float));
-        mk_half_to_f32(w, want, total, kind);
-        mk_half_to_f32(gw, h, total, kind);
-        softmax_backward_f32(gw, gw, w, outer, n, 1);
-        mk_f32_to_half(got, gw, total, kind);
-        if (softmax_backward_half_rows(h, h, want, outer, n, kind) != 0)
+        mk_half_to_f32(gw, y, total, kind);             /* its output, widened */
+        for (int64_t o = 0; o < outer; o++) {
+            const float *x = w + o * n, *yo = gw + o * n;
+            double mx = -INFINITY, sum = 0.0, dot = 0.0, dot_abs = 0.0;
+            for (int64_t j = 0; j < n; j++)
+                if (x[j] > mx || isnan(x[j]))
+                    mx = x[j];
+            for (int64_t j = 0; j < n; j++)
+                sum += exp((double)x[j] - mx);
+            for (int64_t j = 0; j < n; j++)
+                check_half_close(y[o * n + j], exp((double)x[j] - mx) / sum, 0.0, kind,
+                                 "softmax half rows", o * n + j);
+            /* the backward, with the half input as the gradient of that output */
+            for (int64_t j = 0; j < n; j++) {
+                dot += (double)x[j] * yo[j];
+                dot_abs += fabs((double)x[j] * yo[j]);
+            }
+            for (int64_t j = 0; j < n; j++) {   /* w: the reference; gw: its terms' size */
+                const double xv = x[j], yv = yo[j];
+                w[o * n + j] = (float)((xv - dot) * yv);
+                gw[o * n + j] = (float)((fabs(xv) + dot_abs) * fabs(yv));
+            }
+        }
+        if (softmax_backward_half_rows(h, h, y, outer, n, kind) != 0)
             abort();
-        check_half_rows(h, got, total, "softmax backward half rows");
+        for (int64_t e = 0; e < total; e++)
+            check_half_close(h[e], w[e], gw[e], kind, "softmax backward half rows", e);
         free(gw);
         free(w);
         free(h);
-        free(got);
-        free(want);
+        free(y);
     }
     free(ref);
 }

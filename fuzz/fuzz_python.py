@@ -325,11 +325,11 @@ def run_linear_type(r):
 
 def run_myatt(r):
     sizes = [size_arg(r) for _ in range(5)]
-    dtype = r.pick([np.float32, np.float64])
+    dtype = r.pick([np.float32, np.float64, np.float16, "bfloat16"])
     m = myatt.MyAtt(*sizes, dtype=dtype)
     q, k, v1, v2, o = (m.query_size, m.key_size, m.value_size1, m.value_size2, m.output_size)
     for _ in range(r.below(3) + 1):
-        what = r.below(4)
+        what = r.below(5)
         if what <= 1:
             S = r.below(6)
             Q = array(r, (1 + r.below(2), S, q))
@@ -340,6 +340,13 @@ def run_myatt(r):
             check_result(attn, (as_np(Q).shape[1], v1), m.dtype)
             if np.shares_memory(out, attn):
                 raise Finding("output and attn_weights share memory")
+        elif what == 4:
+            S = r.below(6)
+            Q, K, V = array(r, (1, S, q)), array(r, (1, S, k)), array(r, (1, v1, v2))
+            go, ga = array(r, (1, S, o)), array(r, (S, v1)) if r.chance(2) else None
+            grads = guarded(m, lambda: m.backward(Q, K, V, go, ga))
+            check_result(grads["V"], (1, v1, v2), m.dtype)
+            check_result(grads["attn.weight"], (v1, q + k), m.dtype)
         elif what == 2:
             sd = {key: array(r, val.shape) for key, val in m.state_dict().items()}
             guarded(m, lambda: m.load_state_dict(sd))

@@ -36,10 +36,10 @@ def dtype_name(tensor, what, half=False):
     if isinstance(dt, np.dtype) and dt.name in known.values():
         return dt.name
     if name in _HALF_DTYPES:
-        raise TypeError(f"{what} is {name}: myatt's MyAtt and MultiheadAttention hold float32 "
+        raise TypeError(f"{what} is {name}: myatt's MultiheadAttention holds float32 "
                         f"or float64 parameters (half precision comes in a later release; "
-                        f"Linear holds it); convert the module first (module.float() or "
-                        f"module.double())")
+                        f"Linear and MyAtt hold it); convert the module first (module.float() "
+                        f"or module.double())")
     raise TypeError(f"{what} is {name}: myatt's modules hold {', '.join(known.values())} "
                     f"parameters; convert the module first (module.float() or module.double())")
 
@@ -131,7 +131,7 @@ def tutorial_spec(module):
         raise TypeError(f"{caller}: expected the tutorial's MyAtt module (attributes "
                         f"{', '.join(MYATT_SIZES)}, attn, attn_combine), got "
                         f"{type(module).__name__} without {', '.join(missing)}")
-    dtype, sd = _state_dict(module, caller)
+    dtype, sd = _state_dict(module, caller, half=True)
     return (tuple(int(getattr(module, a)) for a in MYATT_SIZES), {"dtype": dtype}, sd,
             _torch_modes(module))
 

@@ -169,8 +169,8 @@ def test_torch_dtype_gives_torchs_weights(owner):
 def test_unknown_dtype_names_the_constructor(owner, bad, shown):
     with pytest.raises(TypeError) as info:
         CONSTRUCTORS[owner](dtype=bad)
-    allowed = ("float32, float64, float16 or bfloat16" if owner == "Linear"   # half too
-               else "float32 or float64")
+    allowed = ("float32, float64, float16 or bfloat16" if owner in ("Linear", "MyAtt")
+               else "float32 or float64")                                  # half too
     assert str(info.value) == f"{owner}(): dtype must be {allowed}, got {shown}"
 
 

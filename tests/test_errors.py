@@ -308,7 +308,7 @@ MYATT_CTOR_CASES = (
     + [
         ("dtype-int64", (3,) * 5, {"dtype": np.int64}, TypeError, ["dtype"]),
         ("dtype-complex128", (3,) * 5, {"dtype": np.complex128}, TypeError, ["dtype"]),
-        ("dtype-float16", (3,) * 5, {"dtype": "float16"}, TypeError, ["dtype"]),
+        ("dtype-uint8", (3,) * 5, {"dtype": "uint8"}, TypeError, ["dtype"]),
         ("dtype-positional", (3,) * 5 + (np.float64,), {}, TypeError, []),
         ("four-args", (3,) * 4, {}, TypeError, []),
         ("overflow-sum", (2**62, 2**62, 1, 1, 1), {}, OVERFLOW, []),

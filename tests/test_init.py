@@ -266,6 +266,30 @@ def test_myatt_matches_torch(seed, sizes, dtype):
     assert_myatt_equal(ours, theirs)
 
 
+@pytest.mark.parametrize("tdtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("sizes", MYATT_SIZES, ids=lambda s: "-".join(map(str, s)))
+@pytest.mark.parametrize("seed", [0, 3, -1])
+def test_myatt_half_matches_torch(seed, sizes, tdtype):
+    """The seed's MyAtt built with torch's default dtype a half one: its layers' draws as
+    nn.Linear's of that dtype (test_linear_half_matches_torch)."""
+    if tdtype == torch.bfloat16:
+        pytest.importorskip("ml_dtypes")
+    seed_both(seed)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(tdtype)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # "Initializing zero-element tensors is a no-op"
+            theirs = TorchMyAtt(*sizes)
+    finally:
+        torch.set_default_dtype(old)
+    ours = myatt.MyAtt(*sizes, dtype=tdtype)
+    for name, want in theirs.state_dict().items():
+        assert want.dtype == tdtype
+        got = ours.state_dict()[name]
+        assert np.array_equal(got.view(np.int16), want.view(torch.int16).numpy()), name
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
 def test_myatt_state_dict_keys(dtype):
     myatt.manual_seed(0)

@@ -420,10 +420,11 @@ def test_from_torch_subclass():
     assert type(lin) is LinearSub
 
 
-@pytest.mark.parametrize("tdtype", [torch.float16, torch.bfloat16])
+@pytest.mark.filterwarnings("ignore:Complex modules are a new feature")
+@pytest.mark.parametrize("tdtype", [torch.complex64, torch.complex128])
 def test_from_torch_other_dtypes_raise(tdtype):
-    """Linear holds half precision (test_half.py); MyAtt not yet."""
-    with pytest.raises(TypeError, match="float32 or float64"):
+    """Linear and MyAtt hold half precision too (test_half.py), no other dtype."""
+    with pytest.raises(TypeError, match="float32, float64, float16, bfloat16"):
         myatt.MyAtt.from_torch(oracle.MyAtt(*SIZES).to(tdtype))
 
 

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "runtime/alloc.h"
+#include "runtime/copy.h"
 #include "runtime/cpu.h"
 #include "runtime/threads.h"
 #include "gemm_internal.h"
@@ -164,15 +165,47 @@ const gemm_microkernel_f64 *gemm_select_f64(void)
 
 int gemm_bf16_linear(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_t rs_x,
                      const uint16_t *w, int64_t rs_w, const uint16_t *bias, int64_t m,
-                     int64_t n, int64_t k)
+                     int64_t n, int64_t k, int x_transposed)
 {
 #if defined(__x86_64__) || defined(__i386__)
     if (mk_cpu_bf16_dot())
-        return gemm_bf16_linear_avx512(y, rs_y, x, rs_x, w, rs_w, bias, m, n, k);
+        return gemm_bf16_linear_avx512(y, rs_y, x, rs_x, w, rs_w, bias, m, n, k, x_transposed);
 #endif
     (void)y, (void)rs_y, (void)x, (void)rs_x, (void)w, (void)rs_w, (void)bias, (void)m,
-        (void)n, (void)k;
+        (void)n, (void)k, (void)x_transposed;
     return 1;
+}
+
+int gemm_bf16_bmm(mk_batch c, mk_cbatch a, mk_cbatch b)
+{
+    if (!mk_cpu_bf16_dot())
+        return 1;
+    const int64_t n = a.rows, k = a.cols, p = b.cols;
+    /* the items' a with contiguous rows and b^T ([p, k]) with contiguous rows:
+     * as they are, or copied (once per item) into at / bt */
+    const int copy_a = a.cs != 1 && k > 1, copy_b = b.rs != 1 && k > 1;
+    /* torch's first operand a transposed view (its rows contiguous) */
+    const int a_transposed = a.cs != 1 && a.rs == 1 && k > 1;
+    uint16_t *at = copy_a ? mk_alloc(mk_bytes(mk_bytes((size_t)n, (size_t)k), 2)) : NULL;
+    uint16_t *bt = copy_b ? mk_alloc(mk_bytes(mk_bytes((size_t)p, (size_t)k), 2)) : NULL;
+    int rc = (copy_a && at == NULL) || (copy_b && bt == NULL) ? -1 : 0;
+    for (int64_t i = 0; i < c.batch && rc == 0; i++) {
+        mk_cmat ai = mk_citem(a, i, 2), bi = mk_t(mk_citem(b, i, 2));
+        const mk_mat ci = mk_item(c, i, 2);
+        if (copy_a) {
+            mk_copy_view(at, ai, 2);
+            ai = mk_cmat_c(at, n, k);
+        }
+        if (copy_b) {
+            mk_copy_view(bt, bi, 2);
+            bi = mk_cmat_c(bt, p, k);
+        }
+        rc = gemm_bf16_linear(ci.data, ci.rs, ai.data, ai.rs, bi.data, bi.rs, NULL, n, p, k,
+                              a_transposed);
+    }
+    mk_free(at);
+    mk_free(bt);
+    return rc;
 }
 
 /* ---------------------------------------------------------------------------

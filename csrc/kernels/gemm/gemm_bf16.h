@@ -5,7 +5,9 @@
  * their k elements contiguous.  Per output, as oneDNN sums it (measured:
  * docs/half-precision.md):
  *
- *   blocks of k from 0: 512 long when k <= 1024, else 1024 long;
+ *   blocks of k from 0: 512 long when k <= 1024 or torch's x operand is a
+ *     transposed view (x_transposed: grad_weight = g^T @ x, a bmm's transposed
+ *     first operand: oneDNN's compute_blocking_heuristic_avx512), else 1024;
  *   each block from 0, one float32 chain over pairs, the odd element first
  *     (acc += x[p+1] w[p+1]; acc += x[p] w[p]: vdpbf16ps; an odd k's last
  *     element alone);
@@ -18,16 +20,25 @@
 
 #include <stdint.h>
 
+#include "view.h"
+
 /* y [m, n] = x [m, k] @ w [n, k]^T (+ bias [n], contiguous, or NULL).
  * Returns 0, -1 when a workspace could not be allocated, or 1 when this CPU
  * path has no bfloat16 dot product (mk_cpu_bf16_dot() is 0): y untouched. */
 int gemm_bf16_linear(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_t rs_x,
                      const uint16_t *w, int64_t rs_w, const uint16_t *bias, int64_t m,
-                     int64_t n, int64_t k);
+                     int64_t n, int64_t k, int x_transposed);
+
+/* c[i] [n, p] = a[i] [n, k] @ b[i] [k, p] for each item of a batch, bfloat16
+ * (c's items with contiguous rows; a's and b's any strides), per output as
+ * gemm_bf16_linear: torch's bfloat16 bmm above oneDNN's threshold.  Returns 0,
+ * -1 when a workspace could not be allocated, 1 without a bfloat16 dot
+ * product (c untouched). */
+int gemm_bf16_bmm(mk_batch c, mk_cbatch a, mk_cbatch b);
 
 /* Its kernel (gemm_bf16_avx512.c), for the path that has the instructions. */
 int gemm_bf16_linear_avx512(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_t rs_x,
                             const uint16_t *w, int64_t rs_w, const uint16_t *bias, int64_t m,
-                            int64_t n, int64_t k);
+                            int64_t n, int64_t k, int x_transposed);
 
 #endif

@@ -35,6 +35,7 @@ typedef struct {
     const float *bias;       /* [panels * 32], or NULL */
     int64_t rs_y, rs_x, m, n, k, pairs, panels, mblocks, groups;
     int by_rows, ntasks;
+    int64_t block;           /* k's blocks (gemm_bf16.h) */
 } bf_job;
 
 static inline __m512 bf_dot(__m512 acc, __m512i a, __m512i b)
@@ -46,10 +47,9 @@ static inline __m512 bf_dot(__m512 acc, __m512i a, __m512i b)
  * float32 sums of gemm_bf16.h, plus the bias, rounded to bfloat16 into the
  * first mr rows and nr columns of y. */
 static void bf_tile(const uint16_t *const *rows, const uint32_t *wp, const float *bias,
-                    uint16_t *y, int64_t rs_y, int mr, int nr, int64_t k)
+                    uint16_t *y, int64_t rs_y, int mr, int nr, int64_t k, int64_t block)
 {
     __m512 acc[BF_MR][2], tot[BF_MR][2];
-    const int64_t block = k <= 1024 ? 512 : 1024;
     for (int64_t lo = 0; lo < k; lo += block) {
         const int64_t hi = lo + block < k ? lo + block : k;
 #pragma GCC unroll 14
@@ -116,7 +116,7 @@ static void bf_range(const bf_job *j, int64_t mb0, int64_t mb1, int64_t g0, int6
                 const int nr = j->n - c0 < BF_NR ? (int)(j->n - c0) : BF_NR;
                 bf_tile(rows, j->wp + pn * j->pairs * BF_NR,
                         j->bias != NULL ? j->bias + c0 : NULL, j->y + i0 * j->rs_y + c0,
-                        j->rs_y, mr, nr, j->k);
+                        j->rs_y, mr, nr, j->k, j->block);
             }
         }
     }
@@ -207,7 +207,7 @@ static void bf_pack(void *arg, int64_t p0, int64_t p1)
 
 int gemm_bf16_linear_avx512(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_t rs_x,
                             const uint16_t *w, int64_t rs_w, const uint16_t *bias, int64_t m,
-                            int64_t n, int64_t k)
+                            int64_t n, int64_t k, int x_transposed)
 {
     if (m <= 0 || n <= 0)
         return 0;
@@ -231,7 +231,8 @@ int gemm_bf16_linear_avx512(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_
     mk_parallel_bands(panels, pairs * BF_NR * (int64_t)sizeof *wp, (int64_t)1 << 20, bf_pack,
                       &pj);
     bf_job j = {y, x, zero, wp, b32, rs_y, rs_x, m, n, k, pairs, panels,
-                (m + BF_MR - 1) / BF_MR, (panels + BF_GROUP - 1) / BF_GROUP, 1, 1};
+                (m + BF_MR - 1) / BF_MR, (panels + BF_GROUP - 1) / BF_GROUP, 1, 1,
+                k <= 1024 || x_transposed ? 512 : 1024};
     int64_t nthreads = (double)m * (double)n * (double)k < (double)BF_THREAD_WORK
                            ? 1 : mk_get_num_threads();
     j.by_rows = j.mblocks >= 2 * nthreads || j.mblocks >= j.groups;

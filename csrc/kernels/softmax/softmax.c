@@ -107,6 +107,123 @@ typedef struct {
     int failed;
 } softmax_half_job;
 
+/* sum(g * y) over a row of n > 0 as torch's reduced-type map2_reduce_all sums
+ * it with float32 vectors of w lanes (16 in its AVX-512 build, 8 in the
+ * others): rows under 2 w folded (the products from w on into the first
+ * lanes), the lanes then added in order; else two w-lane accumulators over
+ * blocks of 2 w, the partial last block into the first lanes, the
+ * accumulators added, the lanes reduced by the tree l ^ w/2, ..., ^ 1 (its
+ * AVX builds; `tree` 0: in order, its DEFAULT build).  Each product of two
+ * half values is exact in float32. */
+static float half_row_dot(const float *g, const float *y, int64_t n, int w, int tree)
+{
+    float a[16] = {0}, b[16];
+    int lanes = w;
+    if (n < 2 * w) {
+        lanes = n > w ? w : (int)n;
+        for (int l = 0; l < lanes; l++)
+            a[l] = g[l] * y[l];
+        for (int l = 0; l + w < n; l++)
+            a[l] += g[w + l] * y[w + l];
+        tree = 0;
+    } else {
+        for (int l = 0; l < w; l++) {
+            a[l] = g[l] * y[l];
+            b[l] = g[w + l] * y[w + l];
+        }
+        int64_t d = 2 * w;
+        for (; d < n - n % (2 * w); d += 2 * w)
+            for (int l = 0; l < w; l++) {
+                a[l] += g[d + l] * y[d + l];
+                b[l] += g[d + w + l] * y[d + w + l];
+            }
+        for (int64_t l = 0; d + l < n && l < w; l++)
+            a[l] += g[d + l] * y[d + l];
+        for (int64_t l = 0; d + w + l < n; l++)
+            b[l] += g[d + w + l] * y[d + w + l];
+        for (int l = 0; l < w; l++)
+            a[l] += b[l];
+    }
+    if (tree) {
+        for (int half = w / 2; half >= 1; half /= 2)
+            for (int l = 0; l < half; l++)
+                a[l] += a[l + half];
+        return a[0];
+    }
+    float s = a[0];
+    for (int l = 1; l < lanes; l++)
+        s += a[l];
+    return s;
+}
+
+/* torch's vector width and lane sums for this kernel path's twin build: 16
+ * float lanes (AVX-512) or 8; the lanes reduced by the tree (its AVX builds)
+ * or in order (DEFAULT). */
+static int half_lanes(int *tree)
+{
+    const mk_isa isa = mk_cpu_isa();
+    *tree = isa != MK_ISA_PORTABLE;
+    return isa == MK_ISA_AVX512 ? 16 : 8;
+}
+
+/* The half forward along rows, in place on rows of n float32 values (torch's
+ * reduced-type softmax): e = exp(x - max) by the path's vector exp (libm's on
+ * the portable path) over whole vectors of w lanes, summed lane by lane, the lanes reduced as half_lanes
+ * says; the last n % w by libm's expf, added in order after; e * (1 / sum). */
+static void softmax_forward_half_rows_f32(const softmax_kernels_f32 *k, float *x, int64_t rows,
+                                          int64_t n)
+{
+    int tree;
+    const int w = half_lanes(&tree);
+    const int64_t whole = n - n % w;
+    for (int64_t r = 0; r < rows; r++, x += n) {
+        float max = -INFINITY, lanes[16] = {0};
+        for (int64_t i = 0; i < n; i++)
+            max = x[i] > max || isnan(x[i]) ? x[i] : max;
+        for (int64_t i = 0; i < n; i++)
+            x[i] -= max;
+        if (k->exp != NULL)
+            k->exp(x, x, whole);
+        else   /* (the portable path: torch's DEFAULT build's vectors are libm's too) */
+            for (int64_t i = 0; i < whole; i++)
+                x[i] = expf(x[i]);
+        for (int64_t i = 0; i < whole; i += w)
+            for (int l = 0; l < w; l++)
+                lanes[l] += x[i + l];
+        float sum = lanes[0];
+        if (tree) {
+            for (int half = w / 2; half >= 1; half /= 2)
+                for (int l = 0; l < half; l++)
+                    lanes[l] += lanes[l + half];
+            sum = lanes[0];
+        } else {
+            for (int l = 1; l < w; l++)
+                sum += lanes[l];
+        }
+        for (int64_t i = whole; i < n; i++) {
+            x[i] = expf(x[i]);
+            sum += x[i];
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t i = 0; i < n; i++)
+            x[i] *= inv;
+    }
+}
+
+/* The half backward along rows: gx = (g - sum(g * y)) * y in float32, rows of
+ * n in place of g (torch's reduced-type softmax backward, for the torch build
+ * of this kernel path's instruction set) */
+static void softmax_backward_half_rows_f32(float *g, const float *y, int64_t rows, int64_t n)
+{
+    int tree;
+    const int w = half_lanes(&tree);
+    for (int64_t r = 0; r < rows; r++, g += n, y += n) {
+        const float s = half_row_dot(g, y, n, w, tree);
+        for (int64_t i = 0; i < n; i++)
+            g[i] = (g[i] - s) * y[i];
+    }
+}
+
 static void softmax_half_task(void *arg, int task)
 {
     softmax_half_job *j = arg;
@@ -125,13 +242,10 @@ static void softmax_half_task(void *arg, int task)
         const int64_t b = r0 + count - r < block ? r0 + count - r : block;
         mk_half_to_f32_here(buf, j->inp + r * n, b * n, j->half);
         if (j->y == NULL) {
-            j->kernels->forward(buf, buf, b, n, 1);
+            softmax_forward_half_rows_f32(j->kernels, buf, b, n);
         } else {
             mk_half_to_f32_here(buf + elems, j->y + r * n, b * n, j->half);
-            if (j->kernels->backward_rows != NULL)
-                j->kernels->backward_rows(buf, buf, buf + elems, b, n);
-            else
-                softmax_backward_f32_portable(buf, buf, buf + elems, b, n, 1);
+            softmax_backward_half_rows_f32(buf, buf + elems, b, n);
         }
         mk_f32_to_half_here(j->out + r * n, buf, b * n, j->half);
     }
