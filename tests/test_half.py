@@ -456,9 +456,8 @@ MYATT_SIZES = [(32, 32, 32, 64, 32, 1), (64, 48, 80, 96, 40, 100), (64, 64, 128,
 def test_myatt_half_module_is_torchs(rng, dts, sizes):
     """The seed's MyAtt in a half dtype (tests/oracle.py, verbatim) against
     myatt.MyAtt.from_torch of it: forward, backward and vjp, torch's ops one by one, each
-    myatt's function of the dtype; where each of those is torch's bit for bit (the GEMMs:
-    torch_bits; the softmax: rows without a tail of n % 16, docs/numerics.md), so is the
-    module."""
+    myatt's function of the dtype; where each of those is torch's bit for bit (torch_bits),
+    so is the module."""
     dt, tdt = dts
     qs, ks, v1, v2, os_, S = sizes
     torch.manual_seed(0)
@@ -468,7 +467,7 @@ def test_myatt_half_module_is_torchs(rng, dts, sizes):
     Q, K, V = half(rng, (2, S, qs), dt), half(rng, (3, S, ks), dt), half(rng, (1, v1, v2), dt)
     tQ, tK, tV = (to_torch(a).requires_grad_() for a in (Q, K, V))
     out, aw = t(tQ, tK, tV)
-    bits = v1 % 16 == 0 and (dt == F16 or BF16_DOT)
+    bits = dt == F16 or BF16_DOT
     y, w = m(Q, K, V)
     check(y, out, bits=bits)
     check(w, aw, bits=bits)
@@ -561,6 +560,36 @@ def test_optimisers_update_half_parameters_as_torch(dts, name, kwargs):
         opt.step({"weight": t.weight.grad, "bias": t.bias.grad})   # torch tensors taken
         for key in ("weight", "bias"):
             check(getattr(m, key), getattr(t, key), bits=name == "SGD", equal_nan=True)
+
+
+@pytest.mark.parametrize("name,kwargs", [OPTIMISERS[1], OPTIMISERS[5]], ids=str)
+def test_myatt_half_training_steps_are_torchs(dts, name, kwargs):
+    """Training steps of a half-precision MyAtt, each from torch's parameters and
+    optimiser state, against the seed's module trained by torch in that dtype: myatt.vjp's
+    gradients, then the optimiser's step (SGD's bits; Adam's but for torch's MKL sqrt, as
+    the test above; tensors of whole vectors of 32)."""
+    dt, tdt = dts
+    torch.manual_seed(0)
+    t = oracle.MyAtt(16, 16, 32, 16, 32).to(tdt)
+    topt = getattr(torch.optim, name)(t.parameters(), **kwargs)
+    params = dict(t.named_parameters())
+    for step in range(3):
+        m = myatt.MyAtt.from_torch(t)
+        opt = getattr(myatt, name)(m, **kwargs)
+        for key, p in params.items():
+            for k, v in topt.state.get(p, {}).items():
+                opt.state[key][k] = int(v) if k == "step" else myatt._interop.to_numpy(v.clone())
+        Q, K = torch.randn(1, 5, 16, dtype=tdt), torch.randn(1, 5, 16, dtype=tdt)
+        V = torch.randn(1, 32, 16, dtype=tdt)
+        out, aw = t(Q, K, V)
+        topt.zero_grad()
+        out.backward(torch.ones_like(out))
+        topt.step()
+        (y, w), pull = myatt.vjp(m, Q, K, V)
+        grads = pull(np.ones(y.shape, dt))
+        opt.step({key: grads[key] for key in params})
+        for key, p in params.items():
+            check(m.state_dict()[key], p, bits=name == "SGD", equal_nan=True)
 
 
 def test_linear_half_hostile_inputs(rng, dts):
