@@ -181,6 +181,8 @@ int gemm_bf16_bmm(mk_batch c, mk_cbatch a, mk_cbatch b)
     if (!mk_cpu_bf16_dot())
         return 1;
     const int64_t n = a.rows, k = a.cols, p = b.cols;
+    if (n <= 0 || p <= 0)   /* (not 2**40 empty items one by one) */
+        return 0;
     /* the items' a with contiguous rows and b^T ([p, k]) with contiguous rows:
      * as they are, or copied (once per item) into at / bt */
     const int copy_a = a.cs != 1 && k > 1, copy_b = b.rs != 1 && k > 1;

@@ -82,6 +82,8 @@ int gemm_cpublas(mk_mat c, mk_cmat a, mk_cmat b, const float *bias, cpublas_orde
 
 int bmm_cpublas(mk_batch c, mk_cbatch a, mk_cbatch b, cpublas_order order)
 {
+    if (c.rows <= 0 || c.cols <= 0)   /* (not 2**40 empty items one by one) */
+        return 0;
     for (int64_t i = 0; i < c.batch; i++)
         if (gemm_cpublas(mk_item(c, i, sizeof(float)), mk_citem(a, i, sizeof(float)),
                          mk_citem(b, i, sizeof(float)), NULL, order) < 0)

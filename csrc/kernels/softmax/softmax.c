@@ -107,6 +107,22 @@ typedef struct {
     int failed;
 } softmax_half_job;
 
+/* a[0..w) added as torch's vec_reduce_all adds a vector's lanes: by the tree
+ * l ^ w/2, ..., ^ 1 (its AVX builds), or a[0..lanes) in order (tree 0) */
+static float reduce_lanes(float *a, int w, int lanes, int tree)
+{
+    if (tree) {
+        for (int half = w / 2; half >= 1; half /= 2)
+            for (int l = 0; l < half; l++)
+                a[l] += a[l + half];
+        return a[0];
+    }
+    float s = a[0];
+    for (int l = 1; l < lanes; l++)
+        s += a[l];
+    return s;
+}
+
 /* sum(g * y) over a row of n > 0 as torch's reduced-type map2_reduce_all sums
  * it with float32 vectors of w lanes (16 in its AVX-512 build, 8 in the
  * others): rows under 2 w folded (the products from w on into the first
@@ -144,16 +160,7 @@ static float half_row_dot(const float *g, const float *y, int64_t n, int w, int 
         for (int l = 0; l < w; l++)
             a[l] += b[l];
     }
-    if (tree) {
-        for (int half = w / 2; half >= 1; half /= 2)
-            for (int l = 0; l < half; l++)
-                a[l] += a[l + half];
-        return a[0];
-    }
-    float s = a[0];
-    for (int l = 1; l < lanes; l++)
-        s += a[l];
-    return s;
+    return reduce_lanes(a, w, lanes, tree);
 }
 
 /* torch's vector width and lane sums for this kernel path's twin build: 16
@@ -168,8 +175,9 @@ static int half_lanes(int *tree)
 
 /* The half forward along rows, in place on rows of n float32 values (torch's
  * reduced-type softmax): e = exp(x - max) by the path's vector exp (libm's on
- * the portable path) over whole vectors of w lanes, summed lane by lane, the lanes reduced as half_lanes
- * says; the last n % w by libm's expf, added in order after; e * (1 / sum). */
+ * the portable path) over whole vectors of w lanes, summed lane by lane, the
+ * lanes reduced as half_lanes says; the last n % w by libm's expf, added in
+ * order after; e * (1 / sum). */
 static void softmax_forward_half_rows_f32(const softmax_kernels_f32 *k, float *x, int64_t rows,
                                           int64_t n)
 {
@@ -190,16 +198,7 @@ static void softmax_forward_half_rows_f32(const softmax_kernels_f32 *k, float *x
         for (int64_t i = 0; i < whole; i += w)
             for (int l = 0; l < w; l++)
                 lanes[l] += x[i + l];
-        float sum = lanes[0];
-        if (tree) {
-            for (int half = w / 2; half >= 1; half /= 2)
-                for (int l = 0; l < half; l++)
-                    lanes[l] += lanes[l + half];
-            sum = lanes[0];
-        } else {
-            for (int l = 1; l < w; l++)
-                sum += lanes[l];
-        }
+        float sum = reduce_lanes(lanes, w, w, tree);
         for (int64_t i = whole; i < n; i++) {
             x[i] = expf(x[i]);
             sum += x[i];
