@@ -185,9 +185,22 @@ static void softmax_forward_half_rows_f32(const softmax_kernels_f32 *k, float *x
     const int w = half_lanes(&tree);
     const int64_t whole = n - n % w;
     for (int64_t r = 0; r < rows; r++, x += n) {
-        float max = -INFINITY, lanes[16] = {0};
-        for (int64_t i = 0; i < n; i++)
-            max = x[i] > max || isnan(x[i]) ? x[i] : max;
+        /* the max per lane, branch free (a vector loop), exact in any order; a NaN
+         * is skipped here and makes its row NaN all the same (its exp, the sum,
+         * every quotient), as torch's */
+        float max = -INFINITY, lanes[16];
+        for (int l = 0; l < 16; l++)
+            lanes[l] = -INFINITY;
+        int64_t p = 0;
+        for (; p + 16 <= n; p += 16)
+            for (int l = 0; l < 16; l++)
+                lanes[l] = x[p + l] > lanes[l] ? x[p + l] : lanes[l];
+        for (; p < n; p++)
+            max = x[p] > max ? x[p] : max;
+        for (int l = 0; l < 16; l++) {
+            max = lanes[l] > max ? lanes[l] : max;
+            lanes[l] = 0;
+        }
         for (int64_t i = 0; i < n; i++)
             x[i] -= max;
         if (k->exp != NULL)
