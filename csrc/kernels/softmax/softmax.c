@@ -177,13 +177,18 @@ static int half_lanes(int *tree)
  * reduced-type softmax): e = exp(x - max) by the path's vector exp (libm's on
  * the portable path) over whole vectors of w lanes, summed lane by lane, the
  * lanes reduced as half_lanes says; the last n % w by libm's expf, added in
- * order after; e * (1 / sum). */
+ * order after; e * (1 / sum).  Without a tail that is torch's float32 kernel,
+ * which the path's own rows compute. */
 static void softmax_forward_half_rows_f32(const softmax_kernels_f32 *k, float *x, int64_t rows,
                                           int64_t n)
 {
     int tree;
     const int w = half_lanes(&tree);
     const int64_t whole = n - n % w;
+    if (whole == n) {   /* no tail: the float32 kernel's rows, the same sums (and faster) */
+        k->forward(x, x, rows, n, 1);
+        return;
+    }
     for (int64_t r = 0; r < rows; r++, x += n) {
         /* the max per lane, branch free (a vector loop), exact in any order; a NaN
          * is skipped here and makes its row NaN all the same (its exp, the sum,
