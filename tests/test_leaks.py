@@ -50,6 +50,8 @@ class Inputs:
         self.linnb = myatt.Linear(24, 20, bias=False)
         self.lin16 = myatt.Linear(24, 20, dtype=np.float16)
         self.mod = myatt.MyAtt(8, 6, 10, 12, 7)
+        self.mod16 = myatt.MyAtt(8, 6, 10, 12, 7, dtype=np.float16)
+        self.ga_mod = _arr(5, 10)
         self.Q = _arr(2, 5, 8)
         self.K = _arr(1, 5, 6)
         self.V = _arr(1, 10, 12)
@@ -172,6 +174,12 @@ def _cases(I):
         "MyAtt-call-err-shape": lambda: _expect(ValueError, I.mod, I.Q, I.K, I.Vbad),
         "MyAtt-call-err-dtype": lambda: _expect(TypeError, I.mod, I.Q, I.K, I.cplx),
         "MyAtt-call-err-nargs": lambda: _expect(TypeError, I.mod, I.Q, I.K),
+        # a half-precision MyAtt: its ops are the kernel functions' calls
+        "MyAtt-new-f16": lambda: myatt.MyAtt(8, 6, 10, 12, 7, dtype="float16"),
+        "MyAtt-call-f16": lambda: I.mod16(I.Q, I.K, I.V),
+        "MyAtt-backward-f16": lambda: I.mod16.backward(I.Q, I.K, I.V, I.gout, I.ga_mod),
+        "MyAtt-vjp-f16": lambda: myatt.vjp(I.mod16, I.Q, I.K, I.V)[1](I.gout, I.ga_mod),
+        "MyAtt-load-f16": lambda: I.mod16.load_state_dict(I.sd),
         "MyAtt-attrs": lambda: (I.mod.attn, I.mod.attn_combine, I.mod.query_size, I.mod.dtype),
         "MyAtt-sub-weight": lambda: I.mod.attn.weight,
         "MyAtt-state_dict": lambda: I.mod.state_dict(),
@@ -324,6 +332,7 @@ def test_resident_size():
     I.m2 = _arr(3, 24, 64)                   # bmm result 48 KB
     I.go = _arr(64, 20)                      # gradients shaped like the results above
     I.gout = _arr(1, 256, 7)
+    I.ga_mod = _arr(256, 10)
     I.bmm_go = _arr(3, 64, 64)
     cases = _cases(I)
     big = [ep.name for ep in ENTRY_POINTS]           # every entry point, at RSS_SIZES
