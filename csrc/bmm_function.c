@@ -116,8 +116,9 @@ static PyObject *bmm_run(const entry_call *c)
     const int cpublas = bmm_cpublas_order(c->result, a0, b0, &order);
     if (!cpublas && c->result == MYATT_DTYPE(bf16)) {
         npy_intp dims[1][3] = {{a0.batch, a0.rows, b0.cols}};
+        static const char *const name = "bmm(): the result";
         PyArrayObject *y;
-        const int rc = bf16_bmm(1, &y, &a0, &b0, dims, c->result->typenum, &c->e->name);
+        const int rc = bf16_bmm(1, &y, &a0, &b0, dims, c->result->typenum, &name);
         if (rc <= 0)
             return (PyObject *)y;
     }
