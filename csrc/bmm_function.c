@@ -98,7 +98,7 @@ static int bf16_bmm(int count, PyArrayObject **out, const mk_cbatch *a, const mk
     if (rc == 0) {
         MYATT_BEGIN_COMPUTE(work)
         for (int i = 0; i < count && rc == 0; i++)
-            rc = gemm_bf16_bmm(batch_of(out[i]), a[i], b[i]);
+            rc = gemm_bf16_bmm(batch_of(out[i]), a[i], b[i], NULL);
         MYATT_END_COMPUTE
         if (rc != 0)
             PyErr_NoMemory();
@@ -150,6 +150,130 @@ done:
 
 ENTRY(bmm_entry, .name = "bmm", .params = bmm_params, .doc = bmm_doc, .check = bmm_check,
       .run = bmm_run, .backward = &bmm_backward_entry, .saves = SAVES_ARGUMENTS)
+
+PyDoc_STRVAR(baddbmm_doc,
+"Private: ``input + bmm(batch1, batch2)``, as torch.baddbmm with beta = alpha = 1.\n"
+"\n"
+"MultiheadAttention's half-precision weights (torch's ``baddbmm(attn_mask,\n"
+"q_scaled, k^T)``): the product in torch's order for the dtype, `input`\n"
+"(3-D, each dimension the result's or 1) added to its float32 sum, one\n"
+"rounding.  float32 and float64: myatt's bmm, then the addition.");
+
+static const entry_param baddbmm_params[] = {
+    {"input", ARG_ARRAY}, {"batch1", ARG_ARRAY}, {"batch2", ARG_ARRAY}, {NULL}};
+
+static int baddbmm_check(const entry_call *c)
+{
+    PyArrayObject *in = c->arr[0], *a = c->arr[1], *b = c->arr[2];
+    if (check_bmm_operands("_baddbmm()", a, b) < 0)
+        return -1;
+    const npy_intp want[3] = {PyArray_DIM(a, 0), PyArray_DIM(a, 1), PyArray_DIM(b, 2)};
+    int ok = PyArray_NDIM(in) == 3;
+    for (int d = 0; ok && d < 3; d++)
+        ok = PyArray_DIM(in, d) == want[d] || PyArray_DIM(in, d) == 1;
+    if (!ok) {
+        char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN];
+        PyErr_Format(PyExc_ValueError, "_baddbmm(): input must be 3-D and broadcast to %s, "
+                     "got %s", shape_str(s1, sizeof s1, 3, want), SHAPE_OF(s2, in));
+        return -1;
+    }
+    return 0;
+}
+
+/* x (3-D, each dimension 1 or dims') as a view of dims: stride 0 where it is 1 */
+static mk_cbatch cbatch_broadcast(PyArrayObject *x, const npy_intp *dims)
+{
+    mk_cbatch v = cbatch_of(x);
+    v.batch = dims[0];
+    v.rows = dims[1];
+    v.cols = dims[2];
+    if (PyArray_DIM(x, 0) == 1)
+        v.bs = 0;
+    if (PyArray_DIM(x, 1) == 1)
+        v.rs = 0;
+    if (PyArray_DIM(x, 2) == 1)
+        v.cs = 0;
+    return v;
+}
+
+static PyObject *baddbmm_run(const entry_call *c)
+{
+    const mk_cbatch a0 = cbatch_of(c->arr[1]), b0 = cbatch_of(c->arr[2]);
+    npy_intp dims[3] = {a0.batch, a0.rows, b0.cols};
+    cpublas_order order = CPUBLAS_CHAIN;
+    const int cpublas = bmm_cpublas_order(c->result, a0, b0, &order);
+    PyArrayObject *in = NULL, *a = NULL, *b = NULL;
+    PyObject *out = NULL;
+    if (!cpublas && c->result == MYATT_DTYPE(bf16) && mk_cpu_bf16_dot()) {
+        /* oneDNN's: the addend in bfloat16 beside the float32 sums, columns contiguous */
+        const int t = c->result->typenum;
+        if ((in = cast_array(c->arr[0], t, 1, c->e->what[0])) == NULL
+                || (a = cast_array(c->arr[1], t, 0, c->e->what[1])) == NULL
+                || (b = cast_array(c->arr[2], t, 0, c->e->what[2])) == NULL)
+            goto done;
+        if (PyArray_DIM(in, 2) == 1 && dims[2] > 1) {   /* (one column: repeated) */
+            npy_intp wide[3] = {PyArray_DIM(in, 0), PyArray_DIM(in, 1), dims[2]};
+            PyArrayObject *w = (PyArrayObject *)new_array(3, wide, t, c->e->what[0]);
+            if (w == NULL)
+                goto done;
+            const uint16_t *src = PyArray_DATA(in);
+            uint16_t *dst = PyArray_DATA(w);
+            for (npy_intp r = 0; r < wide[0] * wide[1]; r++)
+                for (npy_intp j = 0; j < wide[2]; j++)
+                    dst[r * wide[2] + j] = src[r];
+            Py_SETREF(in, w);
+        }
+        const mk_cbatch addv = cbatch_broadcast(in, dims);
+        if ((out = new_array(3, dims, t, "_baddbmm(): the result")) == NULL)
+            goto done;
+        int rc;
+        MYATT_BEGIN_COMPUTE((double)dims[0] * (double)dims[1] * (double)a0.cols * (double)dims[2])
+        rc = gemm_bf16_bmm(batch_of((PyArrayObject *)out), cbatch_of(a), cbatch_of(b), &addv);
+        MYATT_END_COMPUTE
+        if (rc != 0)
+            Py_SETREF(out, PyErr_NoMemory());
+        goto done;
+    }
+    /* a float32 (float64) product, the addend added to it; entry_run rounds a half one */
+    const int typenum = c->dt->typenum;
+    if ((in = cast_array(c->arr[0], typenum, 0, c->e->what[0])) == NULL
+            || (a = cast_array(c->arr[1], typenum, 0, c->e->what[1])) == NULL
+            || (b = cast_array(c->arr[2], typenum, 0, c->e->what[2])) == NULL
+            || (out = new_array(3, dims, typenum, "_baddbmm(): the result")) == NULL)
+        goto done;
+    const mk_batch ov = batch_of((PyArrayObject *)out);
+    const mk_cbatch av = cbatch_of(a), bv = cbatch_of(b), iv = cbatch_broadcast(in, dims);
+    int rc;
+    MYATT_BEGIN_COMPUTE((double)dims[0] * (double)dims[1] * (double)a0.cols * (double)dims[2])
+    rc = cpublas ? bmm_cpublas(ov, av, bv, order) : bmm_forward_kernels[c->dt->kernel](ov, av, bv);
+    if (rc == 0)
+        for (int64_t i = 0; i < ov.batch; i++)
+            for (int64_t r = 0; r < ov.rows; r++) {
+                const int64_t o = i * ov.bs + r * ov.rs, s = i * iv.bs + r * iv.rs;
+                if (c->dt->itemsize == 4) {
+                    float *y = (float *)ov.data + o;
+                    const float *x = (const float *)iv.data + s;
+                    for (int64_t j = 0; j < ov.cols; j++)
+                        y[j] += x[j * iv.cs];
+                } else {
+                    double *y = (double *)ov.data + o;
+                    const double *x = (const double *)iv.data + s;
+                    for (int64_t j = 0; j < ov.cols; j++)
+                        y[j] += x[j * iv.cs];
+                }
+            }
+    MYATT_END_COMPUTE
+    if (rc < 0)
+        Py_SETREF(out, PyErr_NoMemory());
+done:
+    Py_XDECREF(in);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return out;
+}
+
+ENTRY(baddbmm_entry, .name = "_baddbmm", .params = baddbmm_params, .doc = baddbmm_doc,
+      .check = baddbmm_check, .run = baddbmm_run)
 
 PyDoc_STRVAR(bmm_backward_doc,
 "Gradients of bmm, as torch's autograd gives them.\n"

@@ -98,7 +98,7 @@ extern entry *const myatt_functions[];
  * the list, and for the modules whose half-precision products are their calls
  * (entry_call_objects) */
 extern entry linear_entry, linear_backward_entry, softmax_entry, softmax_backward_entry,
-    bmm_entry, bmm_backward_entry, sdpa_entry, gelu_entry, gelu_backward_entry;
+    bmm_entry, bmm_backward_entry, baddbmm_entry, sdpa_entry, gelu_entry, gelu_backward_entry;
 
 /* e(*args, **kwargs): parsed, converted, checked and run. */
 PyObject *entry_fastcall(const entry *e, PyObject *module, PyObject *const *args,

@@ -10,6 +10,7 @@ entry *const myatt_functions[] = {
     &softmax_backward_entry,
     &bmm_entry,              /* bmm_function.c */
     &bmm_backward_entry,
+    &baddbmm_entry,          /* (private: MultiheadAttention's half weights) */
     &sdpa_entry,             /* sdpa_function.c: scaled_dot_product_attention */
     &gelu_entry,             /* activation_function.c */
     &gelu_backward_entry,

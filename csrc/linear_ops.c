@@ -84,8 +84,8 @@ PyObject *linear_bf16(PyArrayObject *x, PyArrayObject *weight, PyArrayObject *bi
         int rc;
         MYATT_BEGIN_COMPUTE((double)m * (double)k * (double)n)
         rc = gemm_bf16_linear(PyArray_DATA((PyArrayObject *)out), n, PyArray_DATA(xc), k,
-                              PyArray_DATA(wc), k, bc != NULL ? PyArray_DATA(bc) : NULL, m, n,
-                              k, 0);
+                              PyArray_DATA(wc), k, bc != NULL ? PyArray_DATA(bc) : NULL, 0, m,
+                              n, k, 0);
         MYATT_END_COMPUTE
         if (rc != 0)
             Py_SETREF(out, PyErr_NoMemory());
@@ -310,8 +310,8 @@ PyObject *linear_grad_bf16(PyArrayObject *x, PyArrayObject *grad_out, PyArrayObj
     /* grad_input = g [m, n] @ (W^T [k, n])^T, grad_weight = g^T [n, m] @ (x^T [k, m])^T */
     if ((wt = bf16_transposed(wc, n, k)) != NULL && (gt = bf16_transposed(gc, m, n)) != NULL
             && (xt = bf16_transposed(xc, m, k)) != NULL)
-        rc = gemm_bf16_linear(PyArray_DATA(gx), k, PyArray_DATA(gc), n, wt, n, NULL, m, k, n, 0)
-             | gemm_bf16_linear(PyArray_DATA(gw), k, gt, m, xt, m, NULL, n, k, m, 1);
+        rc = gemm_bf16_linear(PyArray_DATA(gx), k, PyArray_DATA(gc), n, wt, n, NULL, 0, m, k, n, 0)
+             | gemm_bf16_linear(PyArray_DATA(gw), k, gt, m, xt, m, NULL, 0, n, k, m, 1);
     if (rc == 0 && gb != NULL)
         colsum_f32(PyArray_DATA(gb), gv);
     Py_END_ALLOW_THREADS

@@ -164,19 +164,20 @@ const gemm_microkernel_f64 *gemm_select_f64(void)
 }
 
 int gemm_bf16_linear(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_t rs_x,
-                     const uint16_t *w, int64_t rs_w, const uint16_t *bias, int64_t m,
-                     int64_t n, int64_t k, int x_transposed)
+                     const uint16_t *w, int64_t rs_w, const uint16_t *bias,
+                     int64_t rs_bias, int64_t m, int64_t n, int64_t k, int x_transposed)
 {
 #if defined(__x86_64__) || defined(__i386__)
     if (mk_cpu_bf16_dot())
-        return gemm_bf16_linear_avx512(y, rs_y, x, rs_x, w, rs_w, bias, m, n, k, x_transposed);
+        return gemm_bf16_linear_avx512(y, rs_y, x, rs_x, w, rs_w, bias, rs_bias, m, n, k,
+                                       x_transposed);
 #endif
-    (void)y, (void)rs_y, (void)x, (void)rs_x, (void)w, (void)rs_w, (void)bias, (void)m,
-        (void)n, (void)k, (void)x_transposed;
+    (void)y, (void)rs_y, (void)x, (void)rs_x, (void)w, (void)rs_w, (void)bias, (void)rs_bias,
+        (void)m, (void)n, (void)k, (void)x_transposed;
     return 1;
 }
 
-int gemm_bf16_bmm(mk_batch c, mk_cbatch a, mk_cbatch b)
+int gemm_bf16_bmm(mk_batch c, mk_cbatch a, mk_cbatch b, const mk_cbatch *add)
 {
     if (!mk_cpu_bf16_dot())
         return 1;
@@ -202,8 +203,9 @@ int gemm_bf16_bmm(mk_batch c, mk_cbatch a, mk_cbatch b)
             mk_copy_view(bt, bi, 2);
             bi = mk_cmat_c(bt, p, k);
         }
-        rc = gemm_bf16_linear(ci.data, ci.rs, ai.data, ai.rs, bi.data, bi.rs, NULL, n, p, k,
-                              a_transposed);
+        const mk_cmat di = add != NULL ? mk_citem(*add, i, 2) : (mk_cmat){0};
+        rc = gemm_bf16_linear(ci.data, ci.rs, ai.data, ai.rs, bi.data, bi.rs, di.data, di.rs, n,
+                              p, k, a_transposed);
     }
     mk_free(at);
     mk_free(bt);

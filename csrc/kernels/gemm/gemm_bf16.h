@@ -11,7 +11,8 @@
  *   each block from 0, one float32 chain over pairs, the odd element first
  *     (acc += x[p+1] w[p+1]; acc += x[p] w[p]: vdpbf16ps; an odd k's last
  *     element alone);
- *   the blocks added in order, then the bias; one rounding (vcvtneps2bf16).
+ *   the blocks added in order, then the bias (or baddbmm's input: torch adds
+ *   it after the product, oneDNN's sum post-op); one rounding (vcvtneps2bf16).
  *
  * vdpbf16ps reads subnormal inputs and sums as zero and flushes subnormal
  * results (DAZ, FTZ), as torch's results do here. */
@@ -22,23 +23,26 @@
 
 #include "view.h"
 
-/* y [m, n] = x [m, k] @ w [n, k]^T (+ bias [n], contiguous, or NULL).
+/* y [m, n] = x [m, k] @ w [n, k]^T (+ bias, or NULL: row i adds the n
+ * contiguous values at bias + i * rs_bias; rs_bias 0: one [n] row for all).
  * Returns 0, -1 when a workspace could not be allocated, or 1 when this CPU
  * path has no bfloat16 dot product (mk_cpu_bf16_dot() is 0): y untouched. */
 int gemm_bf16_linear(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_t rs_x,
-                     const uint16_t *w, int64_t rs_w, const uint16_t *bias, int64_t m,
-                     int64_t n, int64_t k, int x_transposed);
+                     const uint16_t *w, int64_t rs_w, const uint16_t *bias,
+                     int64_t rs_bias, int64_t m, int64_t n, int64_t k, int x_transposed);
 
-/* c[i] [n, p] = a[i] [n, k] @ b[i] [k, p] for each item of a batch, bfloat16
- * (c's items with contiguous rows; a's and b's any strides), per output as
- * gemm_bf16_linear: torch's bfloat16 bmm above oneDNN's threshold.  Returns 0,
- * -1 when a workspace could not be allocated, 1 without a bfloat16 dot
- * product (c untouched). */
-int gemm_bf16_bmm(mk_batch c, mk_cbatch a, mk_cbatch b);
+/* c[i] [n, p] = a[i] [n, k] @ b[i] [k, p] (+ add[i], or add NULL) for each
+ * item of a batch, bfloat16 (c's items with contiguous rows; a's and b's any
+ * strides; add's columns contiguous, its batch and row strides any, 0
+ * included), per output as gemm_bf16_linear: torch's bfloat16 bmm and baddbmm
+ * above oneDNN's threshold.  Returns 0, -1 when a workspace could not be
+ * allocated, 1 without a bfloat16 dot product (c untouched). */
+int gemm_bf16_bmm(mk_batch c, mk_cbatch a, mk_cbatch b, const mk_cbatch *add);
 
 /* Its kernel (gemm_bf16_avx512.c), for the path that has the instructions. */
 int gemm_bf16_linear_avx512(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_t rs_x,
-                            const uint16_t *w, int64_t rs_w, const uint16_t *bias, int64_t m,
-                            int64_t n, int64_t k, int x_transposed);
+                            const uint16_t *w, int64_t rs_w, const uint16_t *bias,
+                            int64_t rs_bias, int64_t m, int64_t n, int64_t k,
+                            int x_transposed);
 
 #endif

@@ -32,8 +32,8 @@ typedef struct {
     uint16_t *y;
     const uint16_t *x, *zero;
     const uint32_t *wp;      /* [panels][pairs][32] */
-    const float *bias;       /* [panels * 32], or NULL */
-    int64_t rs_y, rs_x, m, n, k, pairs, panels, mblocks, groups;
+    const uint16_t *bias;    /* added before the rounding (gemm_bf16.h), or NULL */
+    int64_t rs_bias, rs_y, rs_x, m, n, k, pairs, panels, mblocks, groups;
     int by_rows, ntasks;
     int64_t block;           /* k's blocks (gemm_bf16.h) */
 } bf_job;
@@ -43,11 +43,19 @@ static inline __m512 bf_dot(__m512 acc, __m512i a, __m512i b)
     return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
 }
 
+/* 16 bfloat16 (the lanes of mask; zero past it) as float32 */
+static inline __m512 bf_load16(__mmask16 mask, const uint16_t *p)
+{
+    const __m512i u = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+}
+
 /* The tile of rows[0..13] (x rows, or a zero row past m) and panel wp: the
- * float32 sums of gemm_bf16.h, plus the bias, rounded to bfloat16 into the
- * first mr rows and nr columns of y. */
-static void bf_tile(const uint16_t *const *rows, const uint32_t *wp, const float *bias,
-                    uint16_t *y, int64_t rs_y, int mr, int nr, int64_t k, int64_t block)
+ * float32 sums of gemm_bf16.h, plus the bias (row r at bias + r * rs_bias),
+ * rounded to bfloat16 into the first mr rows and nr columns of y. */
+static void bf_tile(const uint16_t *const *rows, const uint32_t *wp, const uint16_t *bias,
+                    int64_t rs_bias, uint16_t *y, int64_t rs_y, int mr, int nr, int64_t k,
+                    int64_t block)
 {
     __m512 acc[BF_MR][2], tot[BF_MR][2];
     for (int64_t lo = 0; lo < k; lo += block) {
@@ -91,8 +99,8 @@ static void bf_tile(const uint16_t *const *rows, const uint32_t *wp, const float
     for (int r = 0; r < mr; r++) {
         __m512 v0 = tot[r][0], v1 = tot[r][1];
         if (bias != NULL) {
-            v0 = _mm512_add_ps(v0, _mm512_loadu_ps(bias));
-            v1 = _mm512_add_ps(v1, _mm512_loadu_ps(bias + 16));
+            v0 = _mm512_add_ps(v0, bf_load16(m0, bias + r * rs_bias));
+            v1 = _mm512_add_ps(v1, bf_load16(m1, bias + r * rs_bias + 16));
         }
         _mm256_mask_storeu_epi16(y + r * rs_y, m0, (__m256i)_mm512_cvtneps_pbh(v0));
         if (m1)
@@ -115,8 +123,8 @@ static void bf_range(const bf_job *j, int64_t mb0, int64_t mb1, int64_t g0, int6
                 const int64_t c0 = pn * BF_NR;
                 const int nr = j->n - c0 < BF_NR ? (int)(j->n - c0) : BF_NR;
                 bf_tile(rows, j->wp + pn * j->pairs * BF_NR,
-                        j->bias != NULL ? j->bias + c0 : NULL, j->y + i0 * j->rs_y + c0,
-                        j->rs_y, mr, nr, j->k, j->block);
+                        j->bias != NULL ? j->bias + i0 * j->rs_bias + c0 : NULL, j->rs_bias,
+                        j->y + i0 * j->rs_y + c0, j->rs_y, mr, nr, j->k, j->block);
             }
         }
     }
@@ -206,31 +214,24 @@ static void bf_pack(void *arg, int64_t p0, int64_t p1)
 }
 
 int gemm_bf16_linear_avx512(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_t rs_x,
-                            const uint16_t *w, int64_t rs_w, const uint16_t *bias, int64_t m,
-                            int64_t n, int64_t k, int x_transposed)
+                            const uint16_t *w, int64_t rs_w, const uint16_t *bias,
+                            int64_t rs_bias, int64_t m, int64_t n, int64_t k, int x_transposed)
 {
     if (m <= 0 || n <= 0)
         return 0;
     const int64_t pairs = (k + 1) / 2, panels = (n + BF_NR - 1) / BF_NR;
     uint32_t *wp = mk_alloc(mk_bytes((size_t)(panels * pairs * BF_NR), sizeof *wp));
-    float *b32 = bias != NULL ? mk_alloc(mk_bytes((size_t)(panels * BF_NR), sizeof *b32)) : NULL;
     uint16_t *zero = mk_alloc(mk_bytes((size_t)(2 * pairs + 2), sizeof *zero));
-    if (wp == NULL || zero == NULL || (bias != NULL && b32 == NULL)) {
+    if (wp == NULL || zero == NULL) {
         mk_free(wp);
-        mk_free(b32);
         mk_free(zero);
         return -1;
     }
     memset(zero, 0, (size_t)(2 * pairs + 2) * sizeof *zero);
-    if (b32 != NULL)
-        for (int64_t c = 0; c < panels * BF_NR; c++) {
-            const uint32_t bits = c < n ? (uint32_t)bias[c] << 16 : 0;
-            memcpy(&b32[c], &bits, sizeof bits);
-        }
     bf_pack_job pj = {wp, w, rs_w, n, k, pairs};
     mk_parallel_bands(panels, pairs * BF_NR * (int64_t)sizeof *wp, (int64_t)1 << 20, bf_pack,
                       &pj);
-    bf_job j = {y, x, zero, wp, b32, rs_y, rs_x, m, n, k, pairs, panels,
+    bf_job j = {y, x, zero, wp, bias, rs_bias, rs_y, rs_x, m, n, k, pairs, panels,
                 (m + BF_MR - 1) / BF_MR, (panels + BF_GROUP - 1) / BF_GROUP, 1, 1,
                 k <= 1024 || x_transposed ? 512 : 1024};
     int64_t nthreads = (double)m * (double)n * (double)k < (double)BF_THREAD_WORK
@@ -240,7 +241,6 @@ int gemm_bf16_linear_avx512(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_
     j.ntasks = (int)(nthreads < units ? nthreads : units);
     mk_parallel_run(j.ntasks, bf_task, &j);
     mk_free(wp);
-    mk_free(b32);
     mk_free(zero);
     return 0;
 }
