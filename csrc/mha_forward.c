@@ -6,6 +6,7 @@
 #include "vjp.h"
 
 #include "kernels/mha/mha.h"
+#include "kernels/runtime/half.h"
 
 #include <math.h>
 #include <string.h>
@@ -29,6 +30,7 @@ typedef struct {
     mha_saved s;
     int wnd;                                  /* the weights' ndim (0: need_weights=False) */
     npy_intp wdims[4];
+    PyObject *half_backward;                  /* a half module: _mha_half's backward */
 } mha_kept;
 
 void mha_all_params(MHAObject *self, PyArrayObject **params)
@@ -60,7 +62,7 @@ static void args_clear(mha_args *a)
 static PyArrayObject *canonical_mask(PyArrayObject *m, const char *name, const myatt_dtype *dt)
 {
     const int t = PyArray_TYPE(m);
-    if (t != NPY_BOOL && !PyTypeNum_ISFLOAT(t)) {
+    if (t != NPY_BOOL && !PyTypeNum_ISFLOAT(t) && dtype_of_typenum(t) == NULL) {   /* (bfloat16) */
         PyErr_Format(PyExc_TypeError, FWD "%s must be bool or floating point, got dtype %S",
                      name, (PyObject *)PyArray_DESCR(m));
         return NULL;
@@ -77,7 +79,13 @@ static PyArrayObject *canonical_mask(PyArrayObject *m, const char *name, const m
     if (f != NULL) {
         const npy_bool *src = PyArray_DATA(b);
         const npy_intp n = PyArray_SIZE(b);
-        if (dt->itemsize == 4) {
+        if (dtype_is_half(dt)) {   /* -inf's bits in the dtype */
+            const uint16_t inf = dtype_half_kind(dt) == MK_HALF_BF16 ? mk_bf16_of_f32(-INFINITY)
+                                                                     : mk_f16_of_f32(-INFINITY);
+            uint16_t *d = PyArray_DATA(f);
+            for (npy_intp i = 0; i < n; i++)
+                d[i] = src[i] ? inf : 0;
+        } else if (dt->itemsize == 4) {
             float *d = PyArray_DATA(f);
             for (npy_intp i = 0; i < n; i++)
                 d[i] = src[i] ? -INFINITY : 0.0f;
@@ -356,6 +364,39 @@ static int keep_copies(MHAObject *self, const mha_args *a, mha_problem *p, mha_k
     return 0;
 }
 
+/* A module of float16 or bfloat16 parameters computes what torch's does in
+ * that dtype: torch's ops one by one, myatt's functions composed in
+ * myatt/_mha_half.py on the checked arrays (in: MHA_IN_*, params in state_dict
+ * order).  (out, weights or None); with backward, its callable is stored
+ * there (myatt.vjp's pullback). */
+static PyObject *half_forward(const mha_problem *p, PyArrayObject *const *in,
+                              PyArrayObject *const *params, int batched, PyObject **backward)
+{
+    PyObject *mod = PyImport_ImportModule("myatt._mha_half");
+    PyObject *ptuple = mod != NULL ? PyTuple_New(MHA_KEPT_PARAMS) : NULL, *r = NULL;
+    if (ptuple == NULL)
+        goto done;
+    for (int i = 0; i < MHA_KEPT_PARAMS; i++)
+        PyTuple_SET_ITEM(ptuple, i, Py_NewRef(params[i] != NULL ? (PyObject *)params[i] : Py_None));
+#define OR_NONE(a) ((a) != NULL ? (PyObject *)(a) : Py_None)
+    r = PyObject_CallMethod(mod, backward != NULL ? "forward_kept" : "forward",
+                            "OOOOOOniiiiiiiidK", ptuple, in[MHA_IN_QUERY], in[MHA_IN_KEY],
+                            in[MHA_IN_VALUE], OR_NONE(in[MHA_IN_KEY_PADDING_MASK]),
+                            p->attn_mask != NULL ? (PyObject *)in[MHA_IN_ATTN_MASK] : Py_None,
+                            (Py_ssize_t)p->H, batched, p->batch_first, p->qkv_same, p->kv_same,
+                            p->add_zero_attn, p->need_weights, p->average_weights, p->is_causal,
+                            p->dropout_p, (unsigned long long)p->dropout_seed);
+#undef OR_NONE
+    if (r != NULL && backward != NULL) {   /* ((out, weights), backward) */
+        *backward = Py_NewRef(PyTuple_GET_ITEM(r, 1));
+        Py_SETREF(r, Py_NewRef(PyTuple_GET_ITEM(r, 0)));
+    }
+done:
+    Py_XDECREF(mod);
+    Py_XDECREF(ptuple);
+    return r;
+}
+
 /* The forward; keep: NULL, or what myatt.vjp keeps (mha_kept). */
 static PyObject *mha_forward(MHAObject *self, PyObject *q_obj, PyObject *k_obj, PyObject *v_obj,
                              PyObject *kpm_obj, int need_weights, PyObject *am_obj, int average,
@@ -413,6 +454,17 @@ static PyObject *mha_forward(MHAObject *self, PyObject *q_obj, PyObject *k_obj, 
         wdims[wnd++] = H;
     wdims[wnd++] = L;
     wdims[wnd++] = S2;
+    if (dtype_is_half(self->dtype)) {
+        if (keep == NULL) {
+            PyArrayObject *const in[MHA_KEPT_INPUTS] = {a.q, a.k, a.v, a.kpm, a.am};
+            result = half_forward(&p, in, params, batched, NULL);
+        } else if (keep_copies(self, &a, &p, keep) == 0) {
+            keep->wnd = need_weights ? wnd : 0;
+            memcpy(keep->wdims, wdims, sizeof wdims);
+            result = half_forward(&p, keep->inputs, keep->params, batched, &keep->half_backward);
+        }
+        goto done;
+    }
     if ((out = new_array(ond, odims, self->dtype->typenum, FWD "attn_output")) == NULL)
         goto done;
     if (need_weights
@@ -577,6 +629,7 @@ static void mha_kept_clear(void *kept_)
         Py_CLEAR(kept->inputs[i]);
     for (int i = 0; i < MHA_KEPT_PARAMS; i++)
         Py_CLEAR(kept->params[i]);
+    Py_CLEAR(kept->half_backward);
     mha_saved_free(&kept->s);
 }
 
@@ -595,6 +648,11 @@ static PyObject *mha_grads_run(const mha_kept *kept, PyArrayObject *grad_output,
         goto done;
     if ((go = cast_array(grad_output, dt->typenum, 1, "pullback(): grad_output")) == NULL)
         goto done;
+    if (kept->half_backward != NULL) {
+        result = PyObject_CallFunctionObjArgs(kept->half_backward, go,
+                                              gwc != NULL ? (PyObject *)gwc : Py_None, NULL);
+        goto done;
+    }
     /* every gradient shaped as what it differentiates; query, key and value apart */
     for (int i = 0; i < MHA_KEPT_INPUTS + MHA_KEPT_PARAMS; i++) {
         PyArrayObject *x = i < MHA_KEPT_INPUTS ? kept->inputs[i]

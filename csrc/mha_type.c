@@ -68,7 +68,10 @@ static int xavier_uniform_param(mt19937 *rng, const myatt_dtype *dt, PyArrayObje
         PyErr_NoMemory();
         return -1;
     }
-    xavier_uniform_kernels[dt->kernel](rng, buf, PyArray_DIM(w, 0), PyArray_DIM(w, 1));
+    if (dtype_is_half(dt))
+        xavier_uniform_half(rng, buf, PyArray_DIM(w, 0), PyArray_DIM(w, 1), dtype_half_kind(dt));
+    else
+        xavier_uniform_kernels[dt->kernel](rng, buf, PyArray_DIM(w, 0), PyArray_DIM(w, 1));
     store_rows(w, buf);
     PyMem_Free(buf);
     return 0;
@@ -116,7 +119,7 @@ static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             || dim_arg(vdim_obj, OWNER "(): vdim", E, &vdim) < 0
             || flag_arg(bf_obj, &batch_first) < 0)
         return NULL;
-    if (dtype_obj != NULL && dtype_arg(dtype_obj, OWNER, 0, &dtype) < 0)
+    if (dtype_obj != NULL && dtype_arg(dtype_obj, OWNER, 1, &dtype) < 0)
         return NULL;
     if (E > PY_SSIZE_T_MAX / 3) {
         PyErr_SetString(PyExc_MemoryError, OWNER "(): embed_dim too large to allocate");
@@ -168,7 +171,16 @@ static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             memset(PyArray_DATA(self->out_proj->bias), 0,
                    (size_t)PyArray_NBYTES(self->out_proj->bias));
         for (int p = P_BIAS_K; p <= P_BIAS_V; p++)
-            if (self->param[p] != NULL)
+            if (self->param[p] == NULL)
+                continue;
+            else if (dtype_is_half(dtype)) {
+                if (xavier_normal_half(&st->rng, PyArray_DATA(self->param[p]), 1, 1, E,
+                                       dtype_half_kind(dtype)) < 0) {
+                    PyErr_NoMemory();
+                    goto fail;
+                }
+            }
+            else
                 xavier_normal_kernels[dtype->kernel](&st->rng, PyArray_DATA(self->param[p]), 1, 1,
                                                     E);
     }
@@ -367,8 +379,8 @@ PyDoc_STRVAR(MHA_from_torch_doc,
 "Raises\n"
 "------\n"
 "TypeError\n"
-"    If `module` lacks those attributes, or its weights are neither\n"
-"    torch.float32 nor torch.float64.\n"
+"    If `module` lacks those attributes, or its weights are not of one\n"
+"    dtype among float32, float64, float16 and bfloat16.\n"
 "\n"
 "Examples\n"
 "--------\n"
@@ -479,7 +491,9 @@ PyDoc_STRVAR(MHA_doc,
 "batch_first : bool, optional\n"
 "    Batched inputs and output are (N, L, E) instead of (L, N, E).\n"
 "dtype : str, numpy.dtype, type or torch.dtype, optional\n"
-"    float32 (the default) or float64.\n"
+"    float32 (the default), float64, float16 or bfloat16 (ml_dtypes'): a\n"
+"    half-precision module computes torch's ops one by one in its dtype\n"
+"    (docs/half-precision.md, MultiheadAttention).\n"
 "\n"
 "Attributes\n"
 "----------\n"
@@ -503,7 +517,7 @@ PyDoc_STRVAR(MHA_doc,
 "------\n"
 "TypeError\n"
 "    If a size is not an integer, dropout not a number, or `dtype` is not\n"
-"    float32 or float64.\n"
+"    one of those.\n"
 "ValueError\n"
 "    If embed_dim or num_heads is not positive, embed_dim is not divisible\n"
 "    by num_heads, kdim or vdim is negative, or dropout is outside [0, 1].\n"
@@ -576,7 +590,7 @@ static PyGetSetDef MHA_getset[] = {
      "The probability of dropping an attention weight (float in [0, 1]), in training mode.",
      NULL},
     {"dtype", (getter)MHA_get_dtype, NULL,
-     "The dtype of the parameters and the results: float32 or float64.", NULL},
+     "The dtype of the parameters and the results: float32, float64, float16 or bfloat16.", NULL},
     MODULE_MODE_GETSET,
     {NULL, NULL, NULL, NULL, NULL},
 };

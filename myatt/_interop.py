@@ -14,8 +14,8 @@ import numpy as np
 
 MYATT_SIZES = ("query_size", "key_size", "value_size1", "value_size2", "output_size")
 
-_DTYPES = {"torch.float32": "float32", "torch.float64": "float64"}
-_HALF_DTYPES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16"}
+_DTYPES = {"torch.float32": "float32", "torch.float64": "float64",
+           "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
 
 
 def _torch_modes(module):
@@ -25,22 +25,16 @@ def _torch_modes(module):
             **{name: bool(child.training) for name, child in module.named_children()}}
 
 
-def dtype_name(tensor, what, half=False):
-    """'float32' or 'float64' for a torch (or NumPy) float32/float64 tensor, with `half`
-    'float16' or 'bfloat16' for one of those too, else TypeError."""
+def dtype_name(tensor, what):
+    """'float32', 'float64', 'float16' or 'bfloat16' for a torch (or NumPy) tensor of
+    that dtype, else TypeError."""
     dt = getattr(tensor, "dtype", None)
     name = str(dt)
-    known = {**_DTYPES, **_HALF_DTYPES} if half else _DTYPES
-    if name in known:
-        return known[name]
-    if isinstance(dt, np.dtype) and dt.name in known.values():
+    if name in _DTYPES:
+        return _DTYPES[name]
+    if isinstance(dt, np.dtype) and dt.name in _DTYPES.values():
         return dt.name
-    if name in _HALF_DTYPES:
-        raise TypeError(f"{what} is {name}: myatt's MultiheadAttention holds float32 "
-                        f"or float64 parameters (half precision comes in a later release; "
-                        f"Linear and MyAtt hold it); convert the module first (module.float() "
-                        f"or module.double())")
-    raise TypeError(f"{what} is {name}: myatt's modules hold {', '.join(known.values())} "
+    raise TypeError(f"{what} is {name}: myatt's modules hold {', '.join(_DTYPES.values())} "
                     f"parameters; convert the module first (module.float() or module.double())")
 
 
@@ -95,13 +89,13 @@ def to_tensor(a, torch):
     return torch.from_numpy(a)
 
 
-def _state_dict(module, caller, half=False):
-    """(dtype name, state_dict as NumPy arrays): every entry of one dtype, float32 or float64
-    (with `half` float16 or bfloat16 too), else TypeError naming the entries."""
+def _state_dict(module, caller):
+    """(dtype name, state_dict as NumPy arrays): every entry of one dtype (float32,
+    float64, float16 or bfloat16), else TypeError naming the entries."""
     if not callable(getattr(module, "state_dict", None)):
         raise TypeError(f"{caller}: expected a torch.nn.Module, got {type(module).__name__}")
     sd = module.state_dict()
-    names = {key: dtype_name(value, f"{caller}: the module's {key}", half)
+    names = {key: dtype_name(value, f"{caller}: the module's {key}")
              for key, value in sd.items()}
     if len(set(names.values())) > 1:
         listed = ", ".join(f"{key} {name}" for key, name in names.items())
@@ -117,7 +111,7 @@ def linear_spec(module):
     if missing:
         raise TypeError(f"{caller}: expected a torch.nn.Linear, got {type(module).__name__} "
                         f"(it has no {', '.join(missing)})")
-    dtype, sd = _state_dict(module, caller, half=True)
+    dtype, sd = _state_dict(module, caller)
     args = (int(module.in_features), int(module.out_features),
             getattr(module, "bias", None) is not None)
     return args, {"dtype": dtype}, sd, _torch_modes(module)
@@ -131,7 +125,7 @@ def tutorial_spec(module):
         raise TypeError(f"{caller}: expected the tutorial's MyAtt module (attributes "
                         f"{', '.join(MYATT_SIZES)}, attn, attn_combine), got "
                         f"{type(module).__name__} without {', '.join(missing)}")
-    dtype, sd = _state_dict(module, caller, half=True)
+    dtype, sd = _state_dict(module, caller)
     return (tuple(int(getattr(module, a)) for a in MYATT_SIZES), {"dtype": dtype}, sd,
             _torch_modes(module))
 

@@ -110,8 +110,9 @@ def dtype_reason(tensors, op=None):
         if t.is_floating_point() and t.dtype not in computed:
             name = str(t.dtype).replace("torch.", "")
             if op == "mha":
-                return (f"{name}: myatt's MultiheadAttention holds float32 or float64 "
-                        f"parameters (half-precision MultiheadAttention comes in a later release)")
+                return (f"{name}: MultiheadAttention rows are replayed in float32 and float64 "
+                        f"(myatt's {name} module is torch's training path; the replay of "
+                        f"torch's {name} fast path comes in a later release)")
             return f"{name}: myatt computes float16, bfloat16, float32 and float64"
         if t.dtype == torch.bfloat16:
             try:

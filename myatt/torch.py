@@ -42,8 +42,8 @@ __all__ = [
     "softmax",
 ]
 
-#: torch dtypes myatt's modules hold (multi_head_attention_forward runs on one): the half
-#: dtypes join them with the modules' half-precision parameters
+#: torch dtypes multi_head_attention_forward and the validate rows of nn.MultiheadAttention
+#: replay (myatt's MultiheadAttention holds the half ones too: the rows come later)
 MODULE_DTYPES = (torch.float32, torch.float64)
 #: torch dtypes myatt's functions compute in (the half ones as torch does on the CPU)
 COMPUTED_DTYPES = MODULE_DTYPES + (torch.float16, torch.bfloat16)

@@ -842,7 +842,7 @@ CTOR_TYPE_ERRORS = [
     ("dropout-str", (4, 2), {"dropout": "0.1"}, TypeError, ["dropout"]),
     ("dropout-complex", (4, 2), {"dropout": 1j}, TypeError, ["dropout"]),
     ("dtype-int32", (4, 2), {"dtype": np.int32}, TypeError, ["dtype"]),
-    ("dtype-float16", (4, 2), {"dtype": "float16"}, TypeError, ["dtype"]),
+    ("dtype-int8", (4, 2), {"dtype": "int8"}, TypeError, ["dtype"]),
     ("dtype-positional", (4, 2, 0.0, True, False, False, None, None, False, np.float64), {},
      TypeError, []),
     ("unknown-keyword", (4, 2), {"device": "cpu"}, TypeError, ["device"]),
@@ -1077,11 +1077,13 @@ def test_from_torch_refuses_other_modules():
         MHA.from_torch(torch.nn.Linear(4, 4))
     with pytest.raises(TypeError):
         MHA.from_torch(np.zeros(3))
-    with pytest.raises(TypeError, match="float32 or float64"):
-        MHA.from_torch(torch.nn.MultiheadAttention(4, 2).to(torch.float16))
+    assert MHA.from_torch(torch.nn.MultiheadAttention(4, 2).to(torch.float16)).dtype == np.float16
     t = torch.nn.MultiheadAttention(4, 2)
     t.in_proj_weight.data = t.in_proj_weight.data.half()   # out_proj.weight stays float32
-    with pytest.raises(TypeError, match="in_proj_weight is torch.float16"):
+    with pytest.raises(TypeError, match="different dtypes .*in_proj_weight float16"):
+        MHA.from_torch(t)
+    t.in_proj_weight.data = t.in_proj_weight.data.to(torch.float8_e4m3fn)
+    with pytest.raises(TypeError, match="in_proj_weight is torch.float8_e4m3fn"):
         MHA.from_torch(t)
     t = torch.nn.MultiheadAttention(4, 2)
     t.out_proj.double()

@@ -373,7 +373,7 @@ def test_skipped_calls_are_listed_with_their_reason():
         torch.softmax(torch.randn(3, 4), -1)
     skipped = report.skipped
     assert [(c.op, c.dtype) for c in skipped][:1] == [("mha", "bfloat16")], str(report)
-    assert "bfloat16: myatt's MultiheadAttention holds float32 or float64 parameters" in \
+    assert "bfloat16: MultiheadAttention rows are replayed in float32 and float64" in \
         skipped[0].reason
     # (sdpa with dropout on CPU takes torch's math path: its softmax and bmm run with
     # random masks in between; the softmax row is judged, the dropout is torch's own)

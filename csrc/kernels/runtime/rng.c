@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define RNG_PI 3.14159265358979323846   /* c10::pi<double> */
@@ -389,4 +390,27 @@ void xavier_normal_f64(mt19937 *g, void *t_, int64_t rows, int64_t cols, int64_t
         uniform_f64(g, t + n - 16, 16, 0.0, 1.0);
         normal_fill_16_f64(t + n - 16, std);
     }
+}
+
+/* ---- half precision: xavier_uniform_, xavier_normal_ in float16 / bfloat16 -- */
+
+void xavier_uniform_half(mt19937 *g, void *w, int64_t rows, int64_t cols, mk_half_kind kind)
+{
+    const double a = sqrt(3.0) * xavier_std(cols, rows);
+    uniform_half(g, w, rows * cols, -a, a, kind);
+}
+
+int xavier_normal_half(mt19937 *g, void *t_, int64_t rows, int64_t cols, int64_t rest,
+                       mk_half_kind kind)
+{
+    uint16_t *t = t_;
+    const int64_t n = rows * cols * rest;
+    float *buf = malloc((size_t)(n > 0 ? n : 1) * sizeof *buf);
+    if (buf == NULL)
+        return -1;
+    xavier_normal_f32(g, buf, rows, cols, rest);
+    for (int64_t i = 0; i < n; i++)
+        t[i] = half_of(buf[i], kind);
+    free(buf);
+    return 0;
 }
