@@ -15,6 +15,27 @@ typedef struct {
     int64_t item;
 } copy_job;
 
+/* Rows [r0, r1) of a view whose columns are strided, elements of SIZE bytes,
+ * in tiles of 32 x 32: a transposed view's source lines are each read once
+ * (not once per element of a row). */
+#define COPY_TILES(SIZE)                                                                  \
+    static void copy_tiles_##SIZE(char *dst, const mk_cmat *m, int64_t r0, int64_t r1)    \
+    {                                                                                     \
+        const char *src = m->data;                                                        \
+        for (int64_t i0 = r0; i0 < r1; i0 += 32)                                          \
+            for (int64_t j0 = 0; j0 < m->cols; j0 += 32) {                                \
+                const int64_t i1 = i0 + 32 < r1 ? i0 + 32 : r1;                           \
+                const int64_t j1 = j0 + 32 < m->cols ? j0 + 32 : m->cols;                 \
+                for (int64_t i = i0; i < i1; i++)                                         \
+                    for (int64_t j = j0; j < j1; j++)                                     \
+                        memcpy(dst + (i * m->cols + j) * SIZE,                            \
+                               src + (i * m->rs + j * m->cs) * SIZE, SIZE);               \
+            }                                                                             \
+    }
+COPY_TILES(2)
+COPY_TILES(4)
+COPY_TILES(8)
+
 static void copy_rows(char *dst, const mk_cmat *m, int64_t item, int64_t r0, int64_t r1)
 {
     const int64_t row_bytes = m->cols * item;
@@ -24,14 +45,21 @@ static void copy_rows(char *dst, const mk_cmat *m, int64_t item, int64_t r0, int
                (size_t)((r1 - r0) * row_bytes));
         return;
     }
-    for (int64_t i = r0; i < r1; i++) {
-        const char *row = (const char *)m->data + i * m->rs * item;
-        char *d = dst + i * row_bytes;
-        if (m->cs == 1)
-            memcpy(d, row, (size_t)row_bytes);
-        else
+    if (m->cs == 1) {
+        for (int64_t i = r0; i < r1; i++)
+            memcpy(dst + i * row_bytes, (const char *)m->data + i * m->rs * item,
+                   (size_t)row_bytes);
+        return;
+    }
+    switch (item) {   /* (element copies of a constant size: no memcpy call each) */
+    case 2: copy_tiles_2(dst, m, r0, r1); break;
+    case 4: copy_tiles_4(dst, m, r0, r1); break;
+    case 8: copy_tiles_8(dst, m, r0, r1); break;
+    default:
+        for (int64_t i = r0; i < r1; i++)
             for (int64_t j = 0; j < m->cols; j++)
-                memcpy(d + j * item, row + j * m->cs * item, (size_t)item);
+                memcpy(dst + (i * m->cols + j) * item,
+                       (const char *)m->data + (i * m->rs + j * m->cs) * item, (size_t)item);
     }
 }
 
