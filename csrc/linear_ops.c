@@ -84,8 +84,8 @@ PyObject *linear_bf16(PyArrayObject *x, PyArrayObject *weight, PyArrayObject *bi
         int rc;
         MYATT_BEGIN_COMPUTE((double)m * (double)k * (double)n)
         rc = gemm_bf16_linear(PyArray_DATA((PyArrayObject *)out), n, PyArray_DATA(xc), k,
-                              PyArray_DATA(wc), k, bc != NULL ? PyArray_DATA(bc) : NULL, 0, m,
-                              n, k, 0);
+                              mk_cmat_c(PyArray_DATA(wc), n, k),
+                              bc != NULL ? PyArray_DATA(bc) : NULL, 0, m, n, k, 0);
         MYATT_END_COMPUTE
         if (rc != 0)
             Py_SETREF(out, PyErr_NoMemory());
@@ -291,7 +291,7 @@ PyObject *linear_grad_bf16(PyArrayObject *x, PyArrayObject *grad_out, PyArrayObj
     const int t = PyArray_TYPE(x);
     PyArrayObject *xc = NULL, *gc = NULL, *wc = NULL, *gf = NULL, *gx = NULL, *gw = NULL;
     PyArrayObject *gb = NULL;
-    uint16_t *wt = NULL, *gt = NULL, *xt = NULL;
+    uint16_t *gt = NULL;
     PyObject *result = NULL;
     mk_cmat gv;
     if ((gc = cast_array(grad_out, t, 1, what[0])) == NULL
@@ -307,11 +307,13 @@ PyObject *linear_grad_bf16(PyArrayObject *x, PyArrayObject *grad_out, PyArrayObj
         goto fail;
     int rc = -1;
     Py_BEGIN_ALLOW_THREADS
-    /* grad_input = g [m, n] @ (W^T [k, n])^T, grad_weight = g^T [n, m] @ (x^T [k, m])^T */
-    if ((wt = bf16_transposed(wc, n, k)) != NULL && (gt = bf16_transposed(gc, m, n)) != NULL
-            && (xt = bf16_transposed(xc, m, k)) != NULL)
-        rc = gemm_bf16_linear(PyArray_DATA(gx), k, PyArray_DATA(gc), n, wt, n, NULL, 0, m, k, n, 0)
-             | gemm_bf16_linear(PyArray_DATA(gw), k, gt, m, xt, m, NULL, 0, n, k, m, 1);
+    /* grad_input = g [m, n] @ (W^T [k, n])^T, grad_weight = g^T [n, m] @ (x^T [k, m])^T:
+     * W^T and x^T transposed views (packed as they lie), g^T copied (read in place) */
+    if ((gt = bf16_transposed(gc, m, n)) != NULL)
+        rc = gemm_bf16_linear(PyArray_DATA(gx), k, PyArray_DATA(gc), n,
+                              mk_t(mk_cmat_c(PyArray_DATA(wc), n, k)), NULL, 0, m, k, n, 0)
+             | gemm_bf16_linear(PyArray_DATA(gw), k, gt, m,
+                                mk_t(mk_cmat_c(PyArray_DATA(xc), m, k)), NULL, 0, n, k, m, 1);
     if (rc == 0 && gb != NULL)
         colsum_f32(PyArray_DATA(gb), gv);
     Py_END_ALLOW_THREADS
@@ -320,9 +322,7 @@ PyObject *linear_grad_bf16(PyArrayObject *x, PyArrayObject *grad_out, PyArrayObj
     else
         result = PyTuple_Pack(3, (PyObject *)gx, (PyObject *)gw, gb ? (PyObject *)gb : Py_None);
 fail:
-    mk_free(wt);
     mk_free(gt);
-    mk_free(xt);
     Py_XDECREF(xc);
     Py_XDECREF(gc);
     Py_XDECREF(wc);

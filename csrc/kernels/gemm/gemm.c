@@ -163,17 +163,17 @@ const gemm_microkernel_f64 *gemm_select_f64(void)
     }
 }
 
-int gemm_bf16_linear(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_t rs_x,
-                     const uint16_t *w, int64_t rs_w, const uint16_t *bias,
-                     int64_t rs_bias, int64_t m, int64_t n, int64_t k, int x_transposed)
+int gemm_bf16_linear(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_t rs_x, mk_cmat w,
+                     const uint16_t *bias, int64_t rs_bias, int64_t m, int64_t n, int64_t k,
+                     int x_transposed)
 {
 #if defined(__x86_64__) || defined(__i386__)
     if (mk_cpu_bf16_dot())
-        return gemm_bf16_linear_avx512(y, rs_y, x, rs_x, w, rs_w, bias, rs_bias, m, n, k,
+        return gemm_bf16_linear_avx512(y, rs_y, x, rs_x, w, bias, rs_bias, m, n, k,
                                        x_transposed);
 #endif
-    (void)y, (void)rs_y, (void)x, (void)rs_x, (void)w, (void)rs_w, (void)bias, (void)rs_bias,
-        (void)m, (void)n, (void)k, (void)x_transposed;
+    (void)y, (void)rs_y, (void)x, (void)rs_x, (void)w, (void)bias, (void)rs_bias, (void)m,
+        (void)n, (void)k, (void)x_transposed;
     return 1;
 }
 
@@ -184,9 +184,9 @@ int gemm_bf16_bmm(mk_batch c, mk_cbatch a, mk_cbatch b, const mk_cbatch *add)
     const int64_t n = a.rows, k = a.cols, p = b.cols;
     if (n <= 0 || p <= 0)   /* (not 2**40 empty items one by one) */
         return 0;
-    /* the items' a with contiguous rows and b^T ([p, k]) with contiguous rows:
-     * as they are, or copied (once per item) into at / bt */
-    const int copy_a = a.cs != 1 && k > 1, copy_b = b.rs != 1 && k > 1;
+    /* the items' a with contiguous rows and b^T ([p, k]) with contiguous rows
+     * or columns: as they are, or copied (once per item) into at / bt */
+    const int copy_a = a.cs != 1 && k > 1, copy_b = b.rs != 1 && b.cs != 1 && k > 1;
     /* torch's first operand a transposed view (its rows contiguous) */
     const int a_transposed = a.cs != 1 && a.rs == 1 && k > 1;
     uint16_t *at = copy_a ? mk_alloc(mk_bytes(mk_bytes((size_t)n, (size_t)k), 2)) : NULL;
@@ -204,8 +204,8 @@ int gemm_bf16_bmm(mk_batch c, mk_cbatch a, mk_cbatch b, const mk_cbatch *add)
             bi = mk_cmat_c(bt, p, k);
         }
         const mk_cmat di = add != NULL ? mk_citem(*add, i, 2) : (mk_cmat){0};
-        rc = gemm_bf16_linear(ci.data, ci.rs, ai.data, ai.rs, bi.data, bi.rs, di.data, di.rs, n,
-                              p, k, a_transposed);
+        rc = gemm_bf16_linear(ci.data, ci.rs, ai.data, ai.rs, bi, di.data, di.rs, n, p, k,
+                              a_transposed);
     }
     mk_free(at);
     mk_free(bt);

@@ -1,8 +1,9 @@
 /* bfloat16 products on AVX512_BF16's dot product (vdpbf16ps), in the order of
  * torch's bfloat16 linear on the CPU (oneDNN's brgemm, avx512_core_bf16).
  *
- * Operands are bfloat16 bit patterns (uint16_t), rows `rs` elements apart,
- * their k elements contiguous.  Per output, as oneDNN sums it (measured:
+ * Operands are bfloat16 bit patterns (uint16_t): x's rows `rs_x` elements
+ * apart, their k elements contiguous; w a view [n, k] (view.h) whose rows or
+ * columns are contiguous (a transposed view is packed as it lies).  Per output, as oneDNN sums it (measured:
  * docs/half-precision.md):
  *
  *   blocks of k from 0: 512 long when k <= 1024 or torch's x operand is a
@@ -27,9 +28,9 @@
  * contiguous values at bias + i * rs_bias; rs_bias 0: one [n] row for all).
  * Returns 0, -1 when a workspace could not be allocated, or 1 when this CPU
  * path has no bfloat16 dot product (mk_cpu_bf16_dot() is 0): y untouched. */
-int gemm_bf16_linear(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_t rs_x,
-                     const uint16_t *w, int64_t rs_w, const uint16_t *bias,
-                     int64_t rs_bias, int64_t m, int64_t n, int64_t k, int x_transposed);
+int gemm_bf16_linear(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_t rs_x, mk_cmat w,
+                     const uint16_t *bias, int64_t rs_bias, int64_t m, int64_t n, int64_t k,
+                     int x_transposed);
 
 /* c[i] [n, p] = a[i] [n, k] @ b[i] [k, p] (+ add[i], or add NULL) for each
  * item of a batch, bfloat16 (c's items with contiguous rows; a's and b's any
@@ -41,8 +42,7 @@ int gemm_bf16_bmm(mk_batch c, mk_cbatch a, mk_cbatch b, const mk_cbatch *add);
 
 /* Its kernel (gemm_bf16_avx512.c), for the path that has the instructions. */
 int gemm_bf16_linear_avx512(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_t rs_x,
-                            const uint16_t *w, int64_t rs_w, const uint16_t *bias,
-                            int64_t rs_bias, int64_t m, int64_t n, int64_t k,
-                            int x_transposed);
+                            mk_cmat w, const uint16_t *bias, int64_t rs_bias, int64_t m,
+                            int64_t n, int64_t k, int x_transposed);
 
 #endif

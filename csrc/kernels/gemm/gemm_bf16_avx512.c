@@ -144,7 +144,7 @@ static void bf_task(void *arg, int task)
 typedef struct {
     uint32_t *wp;
     const uint16_t *w;
-    int64_t rs_w, n, k, pairs;
+    int64_t rs_w, cs_w, n, k, pairs;
 } bf_pack_job;
 
 /* r[0..15] (16 dwords each) transposed in place: r[q][c] = old r[c][q]. */
@@ -178,9 +178,37 @@ static inline void bf_transpose16(__m512i r[16])
 
 /* Panels [p0, p1) of w, packed (zero past n and past k): whole 16-pair blocks
  * by 16 x 16 dword transposes, the rest one element at a time. */
+/* Panels [p0, p1) of a w whose columns are contiguous (a transposed view:
+ * row j of w is column j of memory rows rs_w apart): each pair's two rows of
+ * 16 outputs widened and interleaved (zero past n and past k). */
+static void bf_pack_cols(const bf_pack_job *j, int64_t p0, int64_t p1)
+{
+    for (int64_t pn = p0; pn < p1; pn++) {
+        uint32_t *dst = j->wp + pn * j->pairs * BF_NR;
+        for (int h = 0; h < BF_NR; h += 16) {
+            const int64_t c0 = pn * BF_NR + h, left = j->n - c0;
+            const __mmask16 mask = left >= 16 ? 0xffff : left <= 0 ? 0
+                                   : (__mmask16)((1u << left) - 1);
+            for (int64_t p = 0; p < j->pairs; p++) {
+                const uint16_t *r = j->w + 2 * p * j->rs_w + c0;
+                const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, r));
+                const __m512i hi = 2 * p + 1 < j->k
+                    ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, r + j->rs_w))
+                    : _mm512_setzero_si512();
+                _mm512_store_si512(dst + p * BF_NR + h,
+                                   _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+            }
+        }
+    }
+}
+
 static void bf_pack(void *arg, int64_t p0, int64_t p1)
 {
     const bf_pack_job *j = arg;
+    if (j->cs_w != 1) {
+        bf_pack_cols(j, p0, p1);
+        return;
+    }
     const int64_t whole = j->k / 32 * 16;         /* pairs in whole blocks of 16 */
     for (int64_t pn = p0; pn < p1; pn++) {
         uint32_t *dst = j->wp + pn * j->pairs * BF_NR;
@@ -214,8 +242,8 @@ static void bf_pack(void *arg, int64_t p0, int64_t p1)
 }
 
 int gemm_bf16_linear_avx512(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_t rs_x,
-                            const uint16_t *w, int64_t rs_w, const uint16_t *bias,
-                            int64_t rs_bias, int64_t m, int64_t n, int64_t k, int x_transposed)
+                            mk_cmat wv, const uint16_t *bias, int64_t rs_bias, int64_t m,
+                            int64_t n, int64_t k, int x_transposed)
 {
     if (m <= 0 || n <= 0)
         return 0;
@@ -228,7 +256,9 @@ int gemm_bf16_linear_avx512(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_
         return -1;
     }
     memset(zero, 0, (size_t)(2 * pairs + 2) * sizeof *zero);
-    bf_pack_job pj = {wp, w, rs_w, n, k, pairs};
+    /* rows of k contiguous (k = 1: any), or a transposed view: columns contiguous */
+    const int by_rows = wv.cs == 1 || k <= 1;
+    bf_pack_job pj = {wp, wv.data, by_rows ? wv.rs : wv.cs, by_rows ? 1 : wv.cs, n, k, pairs};
     mk_parallel_bands(panels, pairs * BF_NR * (int64_t)sizeof *wp, (int64_t)1 << 20, bf_pack,
                       &pj);
     bf_job j = {y, x, zero, wp, bias, rs_bias, rs_y, rs_x, m, n, k, pairs, panels,
