@@ -412,29 +412,30 @@ def np_mha(x, sd, heads, need_weights):
 
 def mha_ops(dtype, rng, quick):
     """MultiheadAttention rows: self-attention (N=8, L=512, E=512, 8 heads; quick: N=2,
-    L=128) with and without the weights, and one token (N=1, L=1, E=512)."""
+    L=128) with and without the weights, and one token (N=1, L=1, E=512).  float16 and
+    bfloat16: torch's ops one by one (myatt/_mha_half.py), no NumPy column."""
     ops = []
+    half = np.dtype(dtype).itemsize == 2
     for N, L in ((2, 128) if quick else (8, 512), (1, 1)):
         E, H = 512, 8
         m = myatt.MultiheadAttention(E, H, dtype=dtype)
-        tm = nn.MultiheadAttention(E, H, dtype=torch.float64 if dtype == np.float64
-                                   else torch.float32)
-        tm.load_state_dict({key: torch.from_numpy(val) for key, val in m.state_dict().items()})
+        tm = nn.MultiheadAttention(E, H, dtype=to_tensor(np.zeros(1, dtype), torch).dtype)
+        tm.load_state_dict({key: to_tensor(val, torch) for key, val in m.state_dict().items()})
         sd = m.state_dict()
-        x = rng.standard_normal((L, N, E)).astype(dtype)
-        tx = torch.from_numpy(x)
+        x = rng.standard_normal((L, N, E)).astype(np.float32).astype(dtype)
+        tx = to_tensor(x, torch)
         flops = 2 * N * L * E * 4 * E + 4 * N * L * L * E
         for nw in (False, True):
             ops.append((f"mha N={N} L={L} E={E} H={H} need_weights={nw}", flops, None,
                         lambda m=m, x=x, nw=nw: m(x, x, x, need_weights=nw),
                         lambda tm=tm, tx=tx, nw=nw: tm(tx, tx, tx, need_weights=nw),
-                        lambda sd=sd, x=x, nw=nw: np_mha(x, sd, H, nw)))
+                        None if half else lambda sd=sd, x=x, nw=nw: np_mha(x, sd, H, nw)))
         if L == 1:
             continue
         # forward + backward: myatt.vjp against torch's autograd (x one leaf), compared
         # on the in_proj_weight gradient; 3x the forward's flops; no NumPy column
-        g = rng.standard_normal((L, N, E)).astype(dtype)
-        tg = torch.from_numpy(g)
+        g = rng.standard_normal((L, N, E)).astype(np.float32).astype(dtype)
+        tg = to_tensor(g, torch)
         for nw in (False, True):
             def myatt_fn(m=m, x=x, g=g, nw=nw):
                 _, pullback = myatt.vjp(m, x, x, x, need_weights=nw)
@@ -656,14 +657,16 @@ def run(args):
                             (fm(), ft()), unit)
             del ops
         # ---- MultiheadAttention (torch's module in training mode, dropout 0) ----
-        for dtype in (np.float32, np.float64) if args.only in (None, "mha") else ():
+        mha_dtypes = [np.float32, np.float64] + halves if args.only in (None, "mha") else []
+        for dtype in mha_dtypes + (halves if args.only == "half" else []):
             print(f"[mha] MultiheadAttention {np.dtype(dtype).name}: self-attention, query = "
                   f"key = value [L, N, E]")
             ops = mha_ops(dtype, rng, quick)
             for n in thread_counts:
                 with Threads(n):
                     for op, flops, elems, fm, ft, fn in ops:
-                        add(f"{op} {np.dtype(dtype).name}", n, flops, elems, dtype,
+                        add(f"{op} {np.dtype(dtype).name}", n, flops, elems,
+                            np.float64 if dtype == np.float64 else np.float32,
                             (fm, ft, fn), (fm(), ft()))
         # ---- myatt.validate's overhead: shadow mode on a transformer layer ----
         if args.only in (None, "validate"):

@@ -46,12 +46,14 @@ static int dim_arg(PyObject *obj, const char *what, Py_ssize_t embed_dim, Py_ssi
  * gemm_small_tmpl.h), where a C-ordered weight is transposed in registers:
  * one token's [3E, E] in-projection at E = 512, float32, one Zen 5 core:
  * 40 -> 26 us.  Larger products pack the weight either way; every product
- * gives the same bits in both layouts. */
+ * gives the same bits in both layouts.  A half-precision module's are
+ * C-ordered, as torch's: its products run torch's GEMM orders, which follow
+ * the operands' layouts (gemm_cpublas.h). */
 static PyArrayObject *new_param(int ndim, npy_intp *dims, const myatt_dtype *dt, int p)
 {
     char what[64];
     snprintf(what, sizeof what, OWNER "(): %s", param_names[p]);
-    if (p <= P_V)
+    if (p <= P_V && !dtype_is_half(dt))
         return new_transposed_array(dims[0], dims[1], dt->typenum, what);
     PyArrayObject *a = (PyArrayObject *)new_array(ndim, dims, dt->typenum, what);
     if (a != NULL)
@@ -159,7 +161,8 @@ static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
      * xavier_uniform_ of the input projections, zeros for in_proj_bias and
      * out_proj.bias, xavier_normal_ of bias_k then bias_v. */
     self->out_proj = linear_create(st, st->linear_type, E, E, bias, dtype,
-                                   rebuild ? LINEAR_INIT_ZEROS : LINEAR_INIT_TORCH, 1,
+                                   rebuild ? LINEAR_INIT_ZEROS : LINEAR_INIT_TORCH,
+                                   !dtype_is_half(dtype),
                                    OWNER "(): out_proj.");
     if (self->out_proj == NULL)
         goto fail;
@@ -502,7 +505,8 @@ PyDoc_STRVAR(MHA_doc,
 "    (E, E), (E, kdim), (E, vdim) when kdim or vdim differs from embed_dim\n"
 "    (in_proj_weight is then None).  Like out_proj.weight, views of the\n"
 "    module's memory stored transposed (Fortran-ordered), for one token's\n"
-"    products; state_dict() gives C-contiguous copies.\n"
+"    products (float16 and bfloat16: C-ordered, as torch's, whose GEMM\n"
+"    orders follow the layout); state_dict() gives C-contiguous copies.\n"
 "in_proj_bias : ndarray, shape (3 * embed_dim,), or None\n"
 "bias_k, bias_v : ndarray, shape (1, 1, embed_dim), or None\n"
 "out_proj : Linear\n"
@@ -570,7 +574,7 @@ enum { P_in_proj_weight = P_IN, P_q_proj_weight = P_Q, P_k_proj_weight = P_K,
 static PyGetSetDef MHA_getset[] = {
     PARAM_ATTR(in_proj_weight, "The packed input projections [3E, E] (q, k, v rows), or None. "
                                "Like every projection weight, stored transposed: a "
-                               "Fortran-ordered view."),
+                               "Fortran-ordered view (half precision: C-ordered)."),
     PARAM_ATTR(q_proj_weight, "The query projection [E, E] when kdim or vdim != E, else None."),
     PARAM_ATTR(k_proj_weight, "The key projection [E, kdim] when kdim or vdim != E, else None."),
     PARAM_ATTR(v_proj_weight, "The value projection [E, vdim] when kdim or vdim != E, else None."),

@@ -77,10 +77,6 @@ class Forward:
     def __init__(self, params, query, key, value, kpm, am, heads, batched, batch_first,
                  qkv_same, kv_same, add_zero_attn, need_weights, average, is_causal,
                  dropout_p, seed):
-        # the weights C-ordered as torch's (myatt stores the projections transposed, and
-        # the GEMMs' order follows the layout)
-        params = [w if w is None or i in (4, 5, 6, 8) else np.ascontiguousarray(w)
-                  for i, w in enumerate(params)]
         (self.w_in, self.w_q, self.w_k, self.w_v, self.b_in, self.bias_k, self.bias_v,
          self.w_out, self.b_out) = params
         self.dt = query.dtype
