@@ -62,7 +62,10 @@ def _mha_module(**a):
                         "in_proj_bias and out_proj_bias, or neither")
     arrays = [np.asarray(x) for x in a.values() if x is not None and not np.isscalar(x)
               and not isinstance(x, bool)]
-    dtype = np.float64 if any(x.dtype == np.float64 for x in arrays) else np.float32
+    floats = {x.dtype for x in arrays if x.dtype.kind == "f" or x.dtype.name == "bfloat16"}
+    # torch's function takes one dtype: a half one stays (its module computes as torch's)
+    dtype = (np.float64 if np.dtype(np.float64) in floats else floats.pop()
+             if len(floats) == 1 and next(iter(floats)).itemsize == 2 else np.float32)
     E, H = int(a["embed_dim_to_check"]), int(a["num_heads"])
     separate = bool(a["use_separate_proj_weight"])
     kdim = np.shape(a["k_proj_weight"])[1] if separate else E

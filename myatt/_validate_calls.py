@@ -103,16 +103,10 @@ def copies(tensors):
 
 def dtype_reason(tensors, op=None):
     """Why myatt cannot rerun a call (of `op`) of these tensors (its dtype), or None: the
-    one place that says which dtypes myatt reruns (myatt.torch's COMPUTED_DTYPES, and
-    MODULE_DTYPES for "mha", which runs on a myatt module)."""
-    computed = mt.MODULE_DTYPES if op == "mha" else mt.COMPUTED_DTYPES
+    one place that says which dtypes myatt reruns (myatt.torch's COMPUTED_DTYPES)."""
     for t in tensors:
-        if t.is_floating_point() and t.dtype not in computed:
+        if t.is_floating_point() and t.dtype not in mt.COMPUTED_DTYPES:
             name = str(t.dtype).replace("torch.", "")
-            if op == "mha":
-                return (f"{name}: MultiheadAttention rows are replayed in float32 and float64 "
-                        f"(myatt's {name} module is torch's training path; the replay of "
-                        f"torch's {name} fast path comes in a later release)")
             return f"{name}: myatt computes float16, bfloat16, float32 and float64"
         if t.dtype == torch.bfloat16:
             try:

@@ -217,17 +217,17 @@ class _MyattModule:
             if t is None:
                 return None
             if id(t) not in arrays:
-                arrays[id(t)] = t.detach().cpu().numpy()
+                arrays[id(t)] = _interop.to_numpy(t)   # (bfloat16 through its bits)
             return arrays[id(t)]
 
-        dtype = "float64" if query.dtype == torch.float64 else "float32"
+        dtype = _interop.dtype_name(query, "query")
         m = _myatt.MultiheadAttention._from_state(
             self.args, {"dtype": dtype}, {k: array(v) for k, v in state.items()}, self.modes)
         out, weights = m(array(query), array(key), array(value), array(key_padding_mask),
                          bool(need_weights), array(attn_mask), bool(average_attn_weights),
                          bool(is_causal))
-        return (torch.from_numpy(out),
-                None if weights is None else torch.from_numpy(weights))
+        return (_interop.to_tensor(out, torch),
+                None if weights is None else _interop.to_tensor(weights, torch))
 
 
 class _ModuleCall:

@@ -42,11 +42,9 @@ __all__ = [
     "softmax",
 ]
 
-#: torch dtypes multi_head_attention_forward and the validate rows of nn.MultiheadAttention
-#: replay (myatt's MultiheadAttention holds the half ones too: the rows come later)
-MODULE_DTYPES = (torch.float32, torch.float64)
-#: torch dtypes myatt's functions compute in (the half ones as torch does on the CPU)
-COMPUTED_DTYPES = MODULE_DTYPES + (torch.float16, torch.bfloat16)
+#: torch dtypes myatt's functions and modules compute in (the half ones as torch does on
+#: the CPU)
+COMPUTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
 def _check_dtypes(caller, tensors, computed=COMPUTED_DTYPES):
@@ -282,8 +280,7 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
                     v_proj_weight=None)
     names = [n for n in _MHA_WEIGHTS if call[n] is not None]
     _check_dtypes("multi_head_attention_forward",
-                  [(n, call[n]) for n in ("query", "key", "value", *names)],
-                  computed=MODULE_DTYPES)
+                  [(n, call[n]) for n in ("query", "key", "value", *names)])
     masks = {n: _np(call[n]) for n in ("key_padding_mask", "attn_mask") if call[n] is not None}
 
     def run(q, k, v, *params, pullback=True):

@@ -136,13 +136,14 @@ def test_dtypes_myatt_does_not_compute_are_a_type_error():
     with pytest.raises(TypeError, match="input is torch.float8_e4m3fn; myatt computes it in "
                                         "float32, float64, float16 and bfloat16"):
         mt.linear(x, x)
-    # multi_head_attention_forward runs on a myatt module: float32 and float64 for now
+    # multi_head_attention_forward runs on a myatt module, bfloat16 too: torch's bits
     m = nn.MultiheadAttention(8, 2).to(torch.bfloat16)
     q = torch.randn(3, 1, 8, dtype=torch.bfloat16)
-    with pytest.raises(TypeError, match="query is torch.bfloat16; myatt computes it in float32 "
-                                        "and float64"):
-        mt.multi_head_attention_forward(q, q, q, 8, 2, m.in_proj_weight, m.in_proj_bias, None,
-                                        None, False, 0.0, m.out_proj.weight, m.out_proj.bias)
+    args = (q, q, q, 8, 2, m.in_proj_weight, m.in_proj_bias, None, None, False, 0.0,
+            m.out_proj.weight, m.out_proj.bias)
+    got, want = mt.multi_head_attention_forward(*args), F.multi_head_attention_forward(*args)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_no_double_backward_and_the_mask_gets_no_gradient():

@@ -363,18 +363,17 @@ def test_a_broken_torch_kernel_is_caught_and_named(broken_softmax):
 # What myatt skips is listed
 # --------------------------------------------------------------------------------------- #
 def test_skipped_calls_are_listed_with_their_reason():
-    mha = nn.MultiheadAttention(8, 2, batch_first=True).to(torch.bfloat16).eval()
+    mha = nn.MultiheadAttention(8, 2, dropout=0.5, batch_first=True).to(torch.bfloat16)
     x = torch.randn(1, 3, 8, dtype=torch.bfloat16)
     q = torch.randn(1, 2, 4, 8)
     with myatt.validating() as report:
         with torch.no_grad():
-            mha(x, x, x)                      # the fast path: one mha row
+            mha(x, x, x)                      # training mode, dropout: one mha row, skipped
         F.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
         torch.softmax(torch.randn(3, 4), -1)
     skipped = report.skipped
     assert [(c.op, c.dtype) for c in skipped][:1] == [("mha", "bfloat16")], str(report)
-    assert "bfloat16: MultiheadAttention rows are replayed in float32 and float64" in \
-        skipped[0].reason
+    assert "dropout > 0 in training mode" in skipped[0].reason
     # (sdpa with dropout on CPU takes torch's math path: its softmax and bmm run with
     # random masks in between; the softmax row is judged, the dropout is torch's own)
     assert report.calls[-1].op == "softmax" and report.calls[-1].verdict == "agree"
@@ -385,7 +384,7 @@ def test_skipped_calls_are_listed_with_their_reason():
 
 def test_replace_mode_leaves_what_it_cannot_run_to_torch():
     q = torch.randn(1, 2, 4, 8)
-    mha = nn.MultiheadAttention(8, 2).to(torch.bfloat16)
+    mha = nn.MultiheadAttention(8, 2, dropout=0.5).to(torch.bfloat16)
     x = torch.randn(3, 1, 8, dtype=torch.bfloat16)
     with myatt.validating(mode="replace") as report:
         out = F.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
@@ -394,6 +393,10 @@ def test_replace_mode_leaves_what_it_cannot_run_to_torch():
     assert [(c.op, c.verdict) for c in report.calls] == [("sdpa", "skipped"),
                                                          ("mha", "skipped")]
     assert "dropout_p > 0" in report.calls[0].reason
+    # (a bfloat16 nn.MultiheadAttention without dropout runs on myatt's: its row agrees)
+    with myatt.validating(mode="replace") as report:
+        y2, _ = mha.eval()(x, x, x)
+    assert [(c.op, c.verdict) for c in report.calls] == [("mha", "agree")], str(report)
 
 
 # --------------------------------------------------------------------------------------- #
@@ -809,12 +812,14 @@ def test_half_precision_bert_with_padding_replace_mode(dtype):
     assert all(r.agree for r in report.outputs), str(report)
 
 
-def test_half_precision_encoder_layer_rows_and_its_mha_row_skipped():
+def test_half_precision_encoder_layer_rows_all_agree():
+    """Its nn.MultiheadAttention row too: myatt's bfloat16 module (torch's ops one by one)."""
     layer = encoder_layer().to(torch.bfloat16)
     x = torch.randn(2, 6, 16, dtype=torch.bfloat16)
     expected = layer(x)
     report = myatt.validate(layer, x, backward=True)
     assert report.agree, str(report)
-    assert [c.op for c in report.skipped] == ["mha"]     # until modules hold bfloat16
-    assert sorted({c.op for c in report.calls if c.verdict == "agree"}) == ["linear", "sdpa"]
+    assert report.skipped == []
+    assert sorted({c.op for c in report.calls if c.verdict == "agree"}) == ["linear", "mha",
+                                                                            "sdpa"]
     torch.testing.assert_close(layer(x), expected, rtol=0, atol=0)
