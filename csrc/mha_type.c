@@ -174,16 +174,10 @@ static PyObject *MHA_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             memset(PyArray_DATA(self->out_proj->bias), 0,
                    (size_t)PyArray_NBYTES(self->out_proj->bias));
         for (int p = P_BIAS_K; p <= P_BIAS_V; p++)
-            if (self->param[p] == NULL)
-                continue;
-            else if (dtype_is_half(dtype)) {
-                if (xavier_normal_half(&st->rng, PyArray_DATA(self->param[p]), 1, 1, E,
-                                       dtype_half_kind(dtype)) < 0) {
-                    PyErr_NoMemory();
-                    goto fail;
-                }
-            }
-            else
+            if (self->param[p] != NULL && dtype_is_half(dtype))
+                xavier_normal_half(&st->rng, PyArray_DATA(self->param[p]), 1, 1, E,
+                                   dtype_half_kind(dtype));
+            else if (self->param[p] != NULL)
                 xavier_normal_kernels[dtype->kernel](&st->rng, PyArray_DATA(self->param[p]), 1, 1,
                                                     E);
     }

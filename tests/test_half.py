@@ -459,16 +459,18 @@ def test_mha_half_flash(rng, dts, kw):
         assert ours <= 1.25 * theirs + 1e-6, (name, ours, theirs)
 
 
-@pytest.mark.parametrize("kw", [{}, dict(kdim=5, vdim=7)])
+@pytest.mark.parametrize("kw", [{}, dict(add_bias_kv=True, kdim=5, vdim=7),
+                                dict(add_bias_kv=True, embed_dim=8)])
 def test_mha_half_initialisation_is_torchs(dts, kw):
     """myatt.manual_seed(s) then MultiheadAttention(dtype=...) holds torch's parameters
-    bit for bit (xavier_uniform_ in the dtype; add_bias_kv's bias_k and bias_v are not:
-    docs/half-precision.md)."""
+    bit for bit (xavier_uniform_ in the dtype; bias_k and bias_v by normal_fill in the
+    dtype, or below 16 values by float64 draws)."""
     dt, tdt = dts
+    kw = dict(dict(embed_dim=24, num_heads=4), **kw)
     torch.manual_seed(3)
-    t = torch.nn.MultiheadAttention(24, 4, dtype=tdt, **kw)
+    t = torch.nn.MultiheadAttention(dtype=tdt, **kw)
     myatt.manual_seed(3)
-    m = myatt.MultiheadAttention(24, 4, dtype=dt, **kw)
+    m = myatt.MultiheadAttention(dtype=dt, **kw)
     sd = m.state_dict()
     for name, p in t.state_dict().items():
         check(sd[name], p, bits=True)

@@ -12,7 +12,6 @@
 
 #include <math.h>
 #include <stddef.h>
-#include <stdlib.h>
 #include <string.h>
 
 #define RNG_PI 3.14159265358979323846   /* c10::pi<double> */
@@ -400,17 +399,30 @@ void xavier_uniform_half(mt19937 *g, void *w, int64_t rows, int64_t cols, mk_hal
     uniform_half(g, w, rows * cols, -a, a, kind);
 }
 
-int xavier_normal_half(mt19937 *g, void *t_, int64_t rows, int64_t cols, int64_t rest,
-                       mk_half_kind kind)
+/* 16 values of normal_fill's float32 fill (its AVX2 / AVX-512 kernels' draws
+ * and arithmetic, as xavier_normal_f32's), rounded into t */
+static void normal_fill_16_half(mt19937 *g, uint16_t *t, float std, mk_half_kind kind)
+{
+    float buf[16];
+    uniform_f32(g, buf, 16, 0.0, 1.0);
+    normal_fill_16_avx2_f32(buf, std);
+    for (int i = 0; i < 16; i++)
+        t[i] = half_of(buf[i], kind);
+}
+
+void xavier_normal_half(mt19937 *g, void *t_, int64_t rows, int64_t cols, int64_t rest,
+                        mk_half_kind kind)
 {
     uint16_t *t = t_;
     const int64_t n = rows * cols * rest;
-    float *buf = malloc((size_t)(n > 0 ? n : 1) * sizeof *buf);
-    if (buf == NULL)
-        return -1;
-    xavier_normal_f32(g, buf, rows, cols, rest);
-    for (int64_t i = 0; i < n; i++)
-        t[i] = half_of(buf[i], kind);
-    free(buf);
-    return 0;
+    const double std = xavier_std(cols * rest, rows * rest);
+    if (n < 16) {   /* normal_distribution<double>, rounded */
+        for (int64_t i = 0; i < n; i++)
+            t[i] = half_of((float)normal_scalar(g, std), kind);
+        return;
+    }
+    for (int64_t i = 0; i + 16 <= n; i += 16)
+        normal_fill_16_half(g, t + i, (float)std, kind);
+    if (n % 16 != 0)   /* the last 16 again, from 16 new draws */
+        normal_fill_16_half(g, t + n - 16, (float)std, kind);
 }

@@ -52,12 +52,14 @@ void xavier_uniform_f64(mt19937 *g, void *w, int64_t rows, int64_t cols);
 void xavier_normal_f32(mt19937 *g, void *t, int64_t rows, int64_t cols, int64_t rest);
 void xavier_normal_f64(mt19937 *g, void *t, int64_t rows, int64_t cols, int64_t rest);
 
-/* Both in float16 or bfloat16 (uint16_t data): xavier_uniform_ as uniform_half
- * draws (torch's bits); xavier_normal_ as xavier_normal_f32 draws, rounded
- * (not torch's half normal_, whose draws are not reproduced): 0, or -1 when
- * its buffer could not be allocated. */
+/* Both in float16 or bfloat16 (uint16_t data), as torch 2.13 draws them in
+ * the type (measured: docs/half-precision.md): xavier_uniform_ as
+ * uniform_half; xavier_normal_ by blocks of 16, each from its own 16 uniform
+ * draws, filled in float32 as xavier_normal_f32 fills and rounded (a last
+ * partial block: the last 16 again, from new draws); below 16 values through
+ * normal_distribution<double>, rounded. */
 void xavier_uniform_half(mt19937 *g, void *w, int64_t rows, int64_t cols, mk_half_kind kind);
-int xavier_normal_half(mt19937 *g, void *t, int64_t rows, int64_t cols, int64_t rest,
-                       mk_half_kind kind);
+void xavier_normal_half(mt19937 *g, void *t, int64_t rows, int64_t cols, int64_t rest,
+                        mk_half_kind kind);
 
 #endif
