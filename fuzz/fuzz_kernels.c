@@ -23,8 +23,10 @@
 
 #include "bmm/bmm.h"
 #include "gemm/gemm.h"
+#include "gemm/gemm_bf16.h"
 #include "gemm/gemm_cpublas.h"
 #include "linear/linear.h"
+#include "runtime/cpu.h"
 #include "runtime/half.h"
 #include "runtime/threads.h"
 #include "sdpa/sdpa.h"
@@ -210,6 +212,54 @@ static void check_close(double got, double want, double scale, int f64, const ch
 /* ---- the operations ------------------------------------------------------- */
 
 /* c = (accumulate ? c : 0) + a @ b (+ bias), every operand strided. */
+/* gemm_bf16_linear (where the CPU has vdpbf16ps) on a's and b's values as
+ * bfloat16 (the inputs' sixteenths are exact in it, their float32 sums in any
+ * order): x = a [m, k] (its rows contiguous), w = b^T [n, k] with its rows
+ * contiguous or as a transposed view (flags), plus the bias row or a per-row
+ * addend [m, n] (baddbmm's; flags); each output one rounding of the exact sum. */
+static void fuzz_gemm_bf16(const operand *a, const operand *b, const operand *bias,
+                           unsigned flags)
+{
+    const int64_t m = a->rows, k = a->cols, n = b->cols;
+    if (!mk_cpu_bf16_dot() || m == 0 || n == 0)
+        return;
+    const int w_cols = (flags >> 4) & 1, per_row = (flags >> 5) & 1;
+    uint16_t *x = malloc((size_t)(m * k + 1) * 2), *w = malloc((size_t)(n * k + 1) * 2);
+    uint16_t *add = malloc((size_t)(m * n + 1) * 2), *y = malloc((size_t)(m * n + 1) * 2);
+    if (x == NULL || w == NULL || add == NULL || y == NULL)
+        FAIL("out of memory");
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t p = 0; p < k; p++)
+            x[i * k + p] = mk_bf16_of_f32((float)get(a, i, p));
+    for (int64_t p = 0; p < k; p++)   /* w[j, p] = b[p, j]: [n, k] rows, or b's [k, n] rows */
+        for (int64_t j = 0; j < n; j++)
+            w[w_cols ? p * n + j : j * k + p] = mk_bf16_of_f32((float)get(b, p, j));
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++)
+            add[i * n + j] = mk_bf16_of_f32(
+                bias == NULL ? 0.0f : (float)(get(bias, 0, j) + (per_row ? (double)i : 0.0)));
+    const mk_cmat wv = w_cols ? (mk_cmat){w, n, k, 1, n} : (mk_cmat){w, n, k, k, 1};
+    if (gemm_bf16_linear(y, n, x, k, wv, bias != NULL ? add : NULL, per_row ? n : 0, m, n, k,
+                         (flags >> 6) & 1) != 0)
+        FAIL("gemm_bf16_linear failed");
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double want = bias != NULL ? (double)mk_f32_of_bf16(add[per_row ? i * n + j : j]) : 0;
+            for (int64_t p = 0; p < k; p++)
+                want += (double)mk_f32_of_bf16(x[i * k + p])
+                        * (double)mk_f32_of_bf16(w[w_cols ? p * n + j : j * k + p]);
+            if (y[i * n + j] != mk_bf16_of_f32((float)want))
+                FAIL("gemm_bf16_linear: [%lld, %lld] %g, expected %g (w %s, addend %s)",
+                     (long long)i, (long long)j, (double)mk_f32_of_bf16(y[i * n + j]),
+                     (double)mk_f32_of_bf16(mk_bf16_of_f32((float)want)),
+                     w_cols ? "a transposed view" : "rows", per_row ? "per row" : "a row");
+        }
+    free(x);
+    free(w);
+    free(add);
+    free(y);
+}
+
 static void fuzz_gemm(reader *r, int f64, int nonfinite)
 {
     int64_t m = next_size(r, 300), n = next_size(r, 80), k = next_size(r, 140);
@@ -277,6 +327,8 @@ static void fuzz_gemm(reader *r, int f64, int nonfinite)
                 check_exact(get(&c, i, j), (float)want, "gemm_cpublas", i, j);
             }
         check_gaps(&c, "gemm_cpublas");
+        if (!nonfinite)
+            fuzz_gemm_bf16(&a, &b, has_bias ? &bias : NULL, flags);
     }
     free(start);
     free(a.block);

@@ -400,12 +400,15 @@ def run_entry(r):
               dim=r.pick([-1, 0, 1, -2, ndim, 2 ** 70]) if r.chance(3) else -1,
               Bq=1 + r.below(2), Bk=1 + r.below(2), S=r.below(6), q=r.below(5), k=r.below(5),
               v1=r.below(5), v2=r.below(5), o=r.below(5))
+    dtypes = [np.float32, np.float64]
     if ep.name.startswith("MultiheadAttention"):
         # (read here only, so that the stored inputs of the other entries replay as they did)
         heads = 1 + r.below(3)
         s = dataclasses.replace(s, L=r.below(5), Skv=r.below(5), N=r.below(4), heads=heads,
                                 embed=heads * r.below(4), kdim=r.below(5), vdim=r.below(5))
-    obj = ep.target(s, r.pick([np.float32, np.float64]))
+        if r.chance(2):   # a half-precision module (torch's ops one by one)
+            dtypes = [d for d in REAL if np.dtype(d).itemsize == 2 and np.dtype(d).kind != "i"]
+    obj = ep.target(s, r.pick(dtypes))
     args = [None if a.optional and r.chance(3) else array(r, a.shape(s)) for a in ep.args]
     # A huge (broadcast, 2**40-long) non-empty argument can feed a reduction with a small
     # result: SDPA's keys and values (2**40 keys per query), Linear.backward's bias

@@ -51,6 +51,10 @@ class Inputs:
         self.lin16 = myatt.Linear(24, 20, dtype=np.float16)
         self.mod = myatt.MyAtt(8, 6, 10, 12, 7)
         self.mod16 = myatt.MyAtt(8, 6, 10, 12, 7, dtype=np.float16)
+        self.mha16 = myatt.MultiheadAttention(8, 2, add_bias_kv=True, dtype=np.float16)
+        self.mha_x = _arr(5, 3, 8)
+        self.mha_kpm = np.zeros((3, 5), bool)
+        self.mha_kpm[:, 1] = True
         self.ga_mod = _arr(5, 10)
         self.Q = _arr(2, 5, 8)
         self.K = _arr(1, 5, 6)
@@ -180,6 +184,14 @@ def _cases(I):
         "MyAtt-backward-f16": lambda: I.mod16.backward(I.Q, I.K, I.V, I.gout, I.ga_mod),
         "MyAtt-vjp-f16": lambda: myatt.vjp(I.mod16, I.Q, I.K, I.V)[1](I.gout, I.ga_mod),
         "MyAtt-load-f16": lambda: I.mod16.load_state_dict(I.sd),
+        # a half-precision MultiheadAttention: torch's ops, myatt's functions (_mha_half.py)
+        "MHA-new-f16": lambda: myatt.MultiheadAttention(8, 2, add_bias_kv=True, dtype="float16"),
+        "MHA-call-f16": lambda: I.mha16(I.mha_x, I.mha_x, I.mha_x, key_padding_mask=I.mha_kpm),
+        "MHA-call-flash-f16": lambda: I.mha16(I.mha_x, I.mha_x, I.mha_x, need_weights=False),
+        "MHA-vjp-f16": lambda: myatt.vjp(I.mha16, I.mha_x, I.mha_x, I.mha_x)[1](I.mha_x),
+        "MHA-vjp-flash-f16": lambda: myatt.vjp(I.mha16, I.mha_x, I.mha_x, I.mha_x,
+                                               need_weights=False)[1](I.mha_x),
+        "MHA-call-err-f16": lambda: _expect(ValueError, I.mha16, I.mha_x, I.mha_x, I.x),
         "MyAtt-attrs": lambda: (I.mod.attn, I.mod.attn_combine, I.mod.query_size, I.mod.dtype),
         "MyAtt-sub-weight": lambda: I.mod.attn.weight,
         "MyAtt-state_dict": lambda: I.mod.state_dict(),
