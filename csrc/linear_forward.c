@@ -3,6 +3,7 @@
 #include "linear_type.h"
 
 #include "checks.h"
+#include "entry.h"
 #include "linear_ops.h"
 #include "vjp.h"
 

@@ -13,16 +13,24 @@
 DTYPE_KERNELS(linear_forward);
 DTYPE_KERNELS(linear_backward);
 
-/* The result's shape (x's with its last axis n) into dims; the count of rows m,
- * which cannot overflow: x exists with these dimensions. */
+/* The count of a [..., d]'s rows: its leading dimensions' product (1 for 1-D),
+ * which cannot overflow: a exists with these dimensions */
+static npy_intp row_count(PyArrayObject *a)
+{
+    npy_intp m = 1;
+    for (int i = 0; i < PyArray_NDIM(a) - 1; i++)
+        m *= PyArray_DIM(a, i);
+    return m;
+}
+
+/* The result's shape (x's with its last axis n) into dims; the count of rows m. */
 static npy_intp result_shape(PyArrayObject *x, npy_intp n, npy_intp *dims)
 {
     const int ndim = PyArray_NDIM(x);
-    npy_intp m = 1;
     for (int i = 0; i < ndim - 1; i++)
-        m *= dims[i] = PyArray_DIM(x, i);
+        dims[i] = PyArray_DIM(x, i);
     dims[ndim - 1] = n;
-    return m;
+    return row_count(x);
 }
 
 PyObject *linear_apply(PyArrayObject *x, mk_cmat weight, const void *bias,
@@ -73,7 +81,7 @@ PyObject *linear_bf16(PyArrayObject *x, PyArrayObject *weight, PyArrayObject *bi
     const npy_intp k = PyArray_DIM(x, ndim - 1), n = PyArray_DIM(weight, 0);
     npy_intp dims[NPY_MAXDIMS];
     const npy_intp m = result_shape(x, n, dims);
-    if (!mk_cpu_bf16_dot() || (double)m * (double)k * (double)n <= 4096.0)
+    if (!mk_cpu_bf16_dot() || cpublas_runs(MYATT_DTYPE(bf16), (double)m * (double)k * (double)n))
         return Py_NewRef(Py_NotImplemented);
     const int t = PyArray_TYPE(x);   /* (aligned and C-contiguous: a copy where not) */
     PyArrayObject *xc = cast_array(x, t, 1, what[0]), *wc = NULL, *bc = NULL;
@@ -120,9 +128,7 @@ PyObject *linear_grad_apply(PyArrayObject *x, PyArrayObject *grad_out, mk_cmat w
     PyArrayObject *xr = NULL, *gr = NULL, *gx = NULL, *gw = NULL, *gb = NULL;
     PyObject *result = NULL;
     int ndim = PyArray_NDIM(x);
-    npy_intp k = PyArray_DIM(x, ndim - 1), m = 1;
-    for (int i = 0; i < ndim - 1; i++)
-        m *= PyArray_DIM(x, i);   /* cannot overflow: x exists with these dimensions */
+    npy_intp k = PyArray_DIM(x, ndim - 1), m = row_count(x);
     npy_intp rs_x, cs_x, rs_g, cs_g, wdims[2] = {n, k};
     if ((xr = as_rows(x, &rs_x, &cs_x)) == NULL || (gr = as_rows(grad_out, &rs_g, &cs_g)) == NULL
             || (gx = (PyArrayObject *)new_array(ndim, PyArray_DIMS(x), typenum,
@@ -159,15 +165,6 @@ fail:
 int cpublas_runs(const myatt_dtype *dt, double work)
 {
     return dt == MYATT_DTYPE(f16) || (dt == MYATT_DTYPE(bf16) && work <= 4096.0);
-}
-
-/* The count of a [..., d]'s rows: its leading dimensions' product (1 for 1-D) */
-static npy_intp row_count(PyArrayObject *a)
-{
-    npy_intp m = 1;
-    for (int i = 0; i < PyArray_NDIM(a) - 1; i++)
-        m *= PyArray_DIM(a, i);
-    return m;
 }
 
 /* a [..., d] as torch's mm sees its rows [m, d] (for the order only: no data):
@@ -286,7 +283,7 @@ PyObject *linear_grad_bf16(PyArrayObject *x, PyArrayObject *grad_out, PyArrayObj
 {
     const npy_intp n = PyArray_DIM(weight, 0), k = PyArray_DIM(weight, 1), wdims[2] = {n, k};
     const npy_intp m = row_count(x);
-    if (!mk_cpu_bf16_dot() || (double)m * (double)k * (double)n <= 4096.0)
+    if (!mk_cpu_bf16_dot() || cpublas_runs(MYATT_DTYPE(bf16), (double)m * (double)k * (double)n))
         return Py_NewRef(Py_NotImplemented);
     const int t = PyArray_TYPE(x);
     PyArrayObject *xc = NULL, *gc = NULL, *wc = NULL, *gf = NULL, *gx = NULL, *gw = NULL;

@@ -3,7 +3,6 @@
 #ifndef MYATT_LINEAR_OPS_H
 #define MYATT_LINEAR_OPS_H
 
-#include "entry.h"
 #include "glue.h"
 
 /* out[..., n] = x[..., k] @ weight[n, k]^T + bias, for x already of `dtype`,
