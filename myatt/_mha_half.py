@@ -202,9 +202,9 @@ class Forward:
             d_w, d_v = _myatt.bmm_backward(d_o, self.wd, self.v)
             if grad_weights is not None:
                 gw = grad_weights
-                if self.average:   # mean's backward: the gradient / H, rounded
-                    gw = _round(np.broadcast_to(gw[:, None].astype(np.float32), (N, H, L, S))
-                                / np.float32(H), dt)
+                if self.average:   # mean's backward: the gradient / H, rounded, per head
+                    gw = np.broadcast_to(_round(gw.astype(np.float32) / np.float32(H), dt)[:, None],
+                                         (N, H, L, S))
                 d_w = _add(d_w, gw.reshape(N * H, L, S))
             if self.p > 0:
                 d_w = _round(d_w.astype(np.float32) * self.keep
