@@ -80,11 +80,10 @@ class Forward:
         (self.w_in, self.w_q, self.w_k, self.w_v, self.b_in, self.bias_k, self.bias_v,
          self.w_out, self.b_out) = params
         self.dt = query.dtype
-        self.H, self.batched, self.bf = heads, batched, batch_first and batched
+        self.H, self.batched, self.bf = heads, batched, batch_first   # (batched's only)
         self.qkv_same, self.kv_same = qkv_same, kv_same
         self.zero_attn, self.need_weights, self.average = add_zero_attn, need_weights, average
         self.p, self.seed = dropout_p, seed
-        self.kdim, self.vdim = key.shape[-1], value.shape[-1]
         if not batched:   # torch: unsqueeze(1) (three objects: three projections), and
             query, key, value = query[:, None], key[:, None], value[:, None]   # the mask's (0)
             self.qkv_same = self.kv_same = False
