@@ -101,9 +101,9 @@ def copies(tensors):
         return tuple(t.clone() for t in tensors)
 
 
-def dtype_reason(tensors, op=None):
-    """Why myatt cannot rerun a call (of `op`) of these tensors (its dtype), or None: the
-    one place that says which dtypes myatt reruns (myatt.torch's COMPUTED_DTYPES)."""
+def dtype_reason(tensors):
+    """Why myatt cannot rerun a call of these tensors (its dtype), or None: the one place
+    that says which dtypes myatt reruns (myatt.torch's COMPUTED_DTYPES)."""
     for t in tensors:
         if t.is_floating_point() and t.dtype not in mt.COMPUTED_DTYPES:
             name = str(t.dtype).replace("torch.", "")

@@ -289,7 +289,7 @@ def record_mha(record, module, args, kwargs, output):
     state = {k: v for k, v in module.state_dict(keep_vars=True).items()}
     tensors = tensors_in(arguments) + [v for v in state.values()]
     describe(record, tensors_in(arguments))
-    reason = dtype_reason(tensors, "mha")
+    reason = dtype_reason(tensors)
     if reason is None and module.training and module.dropout > 0:
         reason = ("dropout > 0 in training mode: torch and myatt draw different random masks "
                   "(validate the model in eval mode)")

@@ -114,7 +114,7 @@ class ReplaceMode(TorchFunctionMode):
         tensors = tensors_in(call)
         record = Record(op, getattr(func, "__name__", str(func)), module_name())
         describe(record, [t for t in tensors])
-        reason = dtype_reason(tensors, op)
+        reason = dtype_reason(tensors)
         if op == "sdpa" and call.get("dropout_p", 0.0) > 0:
             reason = ("dropout_p > 0: torch and myatt draw different random masks; torch ran "
                       "this call")

@@ -167,7 +167,7 @@ def _record_call(op_name, plan, fn, args, kwargs, outputs):
     (op, myatt's twin, the inputs by name, those given transposed) or why it is skipped."""
     tensors = tensors_in(args) + tensors_in(kwargs) if kwargs else tensors_in(args)
     record = Record(plan[0] if isinstance(plan, tuple) else op_name, op_name, module_name())
-    reason = plan if isinstance(plan, str) else dtype_reason(tensors, plan[0])
+    reason = plan if isinstance(plan, str) else dtype_reason(tensors)
     if reason is not None:
         describe(record, tensors)
         record.skip = reason

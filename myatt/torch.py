@@ -47,12 +47,12 @@ __all__ = [
 COMPUTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
-def _check_dtypes(caller, tensors, computed=COMPUTED_DTYPES):
+def _check_dtypes(caller, tensors):
     for name, t in tensors:
         if not (isinstance(t, torch.Tensor) and t.is_floating_point()):
             continue
-        if t.dtype not in computed:
-            names = " and ".join(", ".join(str(d).replace("torch.", "") for d in computed)
+        if t.dtype not in COMPUTED_DTYPES:
+            names = " and ".join(", ".join(str(d).replace("torch.", "") for d in COMPUTED_DTYPES)
                                  .rsplit(", ", 1))
             raise TypeError(f"myatt.torch.{caller}(): {name} is {t.dtype}; myatt computes it in "
                             f"{names}: call torch's function for it, or convert the tensors")

@@ -3,7 +3,8 @@
  * flags; only called when cpu.c found AVX512_BF16 usable (mk_cpu_bf16_dot).
  *
  * w is packed once per call into panels of 32 outputs: for each pair of k,
- * the 32 dwords (w[j, 2p], w[j, 2p + 1]) (zero past n and past k); x is read
+ * the 32 dwords (w[j, 2p], w[j, 2p + 1]) (zero past n and past k), from
+ * rows of w or, for a transposed view, from its memory rows; x is read
  * in place, a dword of two bfloat16 per row and pair, broadcast.  The tile is
  * 14 rows x 32 outputs: 28 zmm accumulators, each vdpbf16ps one pair of k for
  * 16 outputs of a row.  Tiles sweep a group of 4 panels (512 KiB at k = 2048:
@@ -176,8 +177,6 @@ static inline void bf_transpose16(__m512i r[16])
         r[q] = t[q];
 }
 
-/* Panels [p0, p1) of w, packed (zero past n and past k): whole 16-pair blocks
- * by 16 x 16 dword transposes, the rest one element at a time. */
 /* Panels [p0, p1) of a w whose columns are contiguous (a transposed view:
  * row j of w is column j of memory rows rs_w apart): each pair's two rows of
  * 16 outputs widened and interleaved (zero past n and past k). */
@@ -202,6 +201,9 @@ static void bf_pack_cols(const bf_pack_job *j, int64_t p0, int64_t p1)
     }
 }
 
+/* Panels [p0, p1) of w, packed (zero past n and past k): whole 16-pair blocks
+ * by 16 x 16 dword transposes, the rest one element at a time; a transposed
+ * w by bf_pack_cols. */
 static void bf_pack(void *arg, int64_t p0, int64_t p1)
 {
     const bf_pack_job *j = arg;
