@@ -24,23 +24,28 @@ from . import _myatt
 __all__ = []
 
 
+# The elementwise steps: float32 arithmetic, one rounding into the half dtype (NumPy's
+# ufuncs with dtype=float32 convert in buffered chunks: no float32 copy of a whole operand).
 def _round(x32, dt):
     return x32.astype(dt)
 
 
 def _add(a, b):
     """a + b in the half dtype: float32 sums, one rounding (broadcasting)."""
-    return _round(a.astype(np.float32) + b.astype(np.float32), a.dtype)
+    out = np.empty(np.broadcast_shapes(a.shape, b.shape), a.dtype)
+    return np.add(a, b, dtype=np.float32, out=out, casting="unsafe")
 
 
 def _scaled(x, s):
-    """x * s (s a Python float, as a float32: torch's opmath scalar), one rounding."""
-    return _round(x.astype(np.float32) * np.float32(s), x.dtype)
+    """x * s (s a Python float, as a float32: torch's opmath scalar), one rounding, in
+    x's layout (torch's mul keeps it)."""
+    return np.multiply(x, np.float32(s), dtype=np.float32, out=np.empty_like(x),
+                       casting="unsafe")
 
 
-def _sum0(x):
-    """x summed over its first axis in float32, rounded: torch's half sum."""
-    return _round(x.astype(np.float32).sum(0), x.dtype)
+def _mean(x, axis, dt):
+    """torch's mean of a half tensor: a float32 sum, / the count, one rounding."""
+    return _round(x.sum(axis, dtype=np.float32) / np.float32(x.shape[axis]), dt)
 
 
 class _Linear:
@@ -169,8 +174,8 @@ class Forward:
         o = _myatt.bmm(w, self.v)
         heads = np.ascontiguousarray(o.transpose(1, 0, 2)).reshape(L * N, E)
         weights = w.reshape(N, H, L, S)
-        if self.average:   # torch's mean of a half tensor: a float32 sum, / H, one rounding
-            weights = _round(weights.astype(np.float32).sum(1) / np.float32(H), self.dt)
+        if self.average:
+            weights = _mean(weights, 1, self.dt)
         return heads, weights
 
     def _flash(self, mask):
@@ -202,8 +207,9 @@ class Forward:
             if grad_weights is not None:
                 gw = grad_weights
                 if self.average:   # mean's backward: the gradient / H, rounded, per head
-                    gw = np.broadcast_to(_round(gw.astype(np.float32) / np.float32(H), dt)[:, None],
-                                         (N, H, L, S))
+                    gw = np.divide(gw, np.float32(H), dtype=np.float32, out=np.empty_like(gw),
+                                   casting="unsafe")
+                    gw = np.broadcast_to(gw[:, None], (N, H, L, S))
                 d_w = _add(d_w, gw.reshape(N * H, L, S))
             if self.p > 0:
                 d_w = _round(d_w.astype(np.float32) * self.keep
@@ -221,8 +227,8 @@ class Forward:
         d_q, d_k, d_v = (x.transpose(1, 0, 2).reshape(x.shape[1], N, E) for x in (d_q, d_k, d_v))
         grads = {}
         if self.bias_k is not None:   # repeat's backward: a sum over the batch
-            grads["bias_k"] = _sum0(d_k[-1])[None, None]
-            grads["bias_v"] = _sum0(d_v[-1])[None, None]
+            grads["bias_k"] = _round(d_k[-1].sum(0, dtype=np.float32), dt)[None, None]
+            grads["bias_v"] = _round(d_v[-1].sum(0, dtype=np.float32), dt)[None, None]
             d_k, d_v = d_k[:-1], d_v[:-1]
         grads.update(self._in_projection_backward(d_q, d_k, d_v))
         grads["out_proj.weight"] = d_w_out

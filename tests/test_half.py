@@ -346,6 +346,7 @@ MHA_CASES = {
     "per-head": dict(masks=True, average=False),
     "batch_first": dict(masks=True, batch_first=True),
     "unbatched": dict(masks=True, batched=False),
+    "three-heads": dict(masks=True, E=18, H=3),   # (head_dim 6, the mean over 3)
 }
 
 
