@@ -347,6 +347,8 @@ MHA_CASES = {
     "batch_first": dict(masks=True, batch_first=True),
     "unbatched": dict(masks=True, batched=False),
     "three-heads": dict(masks=True, E=18, H=3),   # (head_dim 6, the mean over 3)
+    "mask-per-head": dict(masks="3d"),
+    "causal-mask": dict(masks="causal"),
 }
 
 
@@ -368,7 +370,11 @@ def run_mha(rng, dt, tdt, L=9, N=3, E=16, H=4, masks=False, mode="qkv", kdim=Non
     k = q if mode == "qkv" else arg(S, kd)
     v = k if mode != "sep" else arg(S, kd)
     call = dict(need_weights=need_weights, average_attn_weights=average)
-    if masks:
+    if masks == "3d":       # a float mask per head and item
+        call.update(attn_mask=half(rng, ((N if batched else 1) * H, L, S), dt))
+    elif masks == "causal":   # a bool causal mask, with torch's is_causal hint
+        call.update(attn_mask=np.triu(np.ones((L, S), bool), 1), is_causal=True)
+    elif masks:
         kpm = np.zeros((N, S) if batched else (S,), bool)
         kpm[..., 1] = True
         call.update(key_padding_mask=kpm, attn_mask=half(rng, (L, S), dt))
@@ -378,7 +384,8 @@ def run_mha(rng, dt, tdt, L=9, N=3, E=16, H=4, masks=False, mode="qkv", kdim=Non
     tv = tk if mode != "sep" else to_torch(v).requires_grad_()
     tcall = {key: torch.from_numpy(val) if val.dtype == bool else to_torch(val)
              for key, val in call.items() if isinstance(val, np.ndarray)}
-    to, tw = t(tq, tk, tv, need_weights=need_weights, average_attn_weights=average, **tcall)
+    to, tw = t(tq, tk, tv, need_weights=need_weights, average_attn_weights=average,
+               is_causal=call.get("is_causal", False), **tcall)
     go = half(rng, out.shape, dt)
     gw = half(rng, w.shape, dt) if need_weights else None
     torch.autograd.backward([to] + ([tw] if need_weights else []),
@@ -435,8 +442,8 @@ def test_mha_half_batch_first_separate_inputs(rng, dts):
 
 
 @pytest.mark.parametrize("kw", [dict(masks=True), dict(batch_first=True),
-                                dict(masks=True, batched=False)],
-                         ids=["masks", "batch_first", "unbatched"])
+                                dict(masks=True, batched=False), dict(masks="causal")],
+                         ids=["masks", "batch_first", "unbatched", "is_causal"])
 def test_mha_half_flash(rng, dts, kw):
     """need_weights=False: the heads through the flash kernel.  The output within
     assert_close; the parameters' gradients (torch's flash backward sums in MKL's order,
