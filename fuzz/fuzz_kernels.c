@@ -377,6 +377,53 @@ static void fuzz_linear(reader *r, int f64, int nonfinite)
 }
 
 /* out[b] = inp[b] @ mat2[b]; batch strides from the input (0: one matrix for all) */
+/* gemm_bf16_bmm on the same strided views as bfloat16 (the operands' blocks
+ * converted in place: every stride the same, zero and negative ones too), with
+ * an addend of the result's shape or one row per item (flags): each output one
+ * rounding of its exact sum. */
+static void fuzz_bmm_bf16(const operand *a, const operand *b, int64_t bt, int64_t n, int64_t m,
+                          int64_t p, int64_t bs_a, int64_t bs_b, unsigned flags)
+{
+    const int with_add = (flags >> 2) & 1, one_row = (flags >> 3) & 1;
+    uint16_t *a16 = malloc((size_t)(a->len + 1) * 2), *b16 = malloc((size_t)(b->len + 1) * 2);
+    uint16_t *add = malloc((size_t)(bt * n * p + 1) * 2), *c = malloc((size_t)(bt * n * p + 1) * 2);
+    if (a16 == NULL || b16 == NULL || add == NULL || c == NULL)
+        FAIL("out of memory");
+    for (int64_t e = 0; e < a->len; e++)
+        a16[e] = mk_bf16_of_f32(((const float *)a->block)[e]);
+    for (int64_t e = 0; e < b->len; e++)
+        b16[e] = mk_bf16_of_f32(((const float *)b->block)[e]);
+    for (int64_t e = 0; e < bt * n * p; e++)
+        add[e] = mk_bf16_of_f32((float)(e % 7) - 3.0f);
+    const mk_batch cv = {c, bt, n, p, n * p, p, 1};
+    const mk_cbatch av = {a16 + a->offset, bt, n, m, bs_a, a->rs, a->cs};
+    const mk_cbatch bv = {b16 + b->offset, bt, m, p, bs_b, b->rs, b->cs};
+    const mk_cbatch addv = {add, bt, n, p, n * p, one_row ? 0 : p, 1};
+    if (gemm_bf16_bmm(cv, av, bv, with_add ? &addv : NULL) != 0)
+        FAIL("gemm_bf16_bmm failed");
+    for (int64_t t = 0; t < bt; t++)
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < p; j++) {
+                double want = with_add ? (double)mk_f32_of_bf16(add[t * n * p
+                                                                  + (one_row ? 0 : i) * p + j])
+                                       : 0.0;
+                for (int64_t q = 0; q < m; q++) {
+                    const int64_t ea = a->offset + (bs_a ? t * n : 0) * a->rs + i * a->rs + q * a->cs;
+                    const int64_t eb = b->offset + (bs_b ? t * m : 0) * b->rs + q * b->rs + j * b->cs;
+                    want += (double)mk_f32_of_bf16(a16[ea]) * (double)mk_f32_of_bf16(b16[eb]);
+                }
+                const uint16_t got = c[(t * n + i) * p + j];
+                if (got != mk_bf16_of_f32((float)want))
+                    FAIL("gemm_bf16_bmm: item %lld [%lld, %lld] %g, expected %g", (long long)t,
+                         (long long)i, (long long)j, (double)mk_f32_of_bf16(got),
+                         (double)mk_f32_of_bf16(mk_bf16_of_f32((float)want)));
+            }
+    free(a16);
+    free(b16);
+    free(add);
+    free(c);
+}
+
 static void fuzz_bmm(reader *r, int f64, int nonfinite)
 {
     int64_t bt = next_size(r, 5), n = next_size(r, 90), m = next_size(r, 120),
@@ -412,6 +459,8 @@ static void fuzz_bmm(reader *r, int f64, int nonfinite)
                 double got = f64 ? ((double *)out)[e] : ((float *)out)[e];
                 check_exact(got, want, "bmm", t * n + i, j);
             }
+    if (!f64 && !nonfinite && mk_cpu_bf16_dot())
+        fuzz_bmm_bf16(&a, &b, bt, n, m, p, bs_a, bs_b, flags);
     free(a.block);
     free(b.block);
     free(out);
