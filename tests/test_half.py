@@ -334,8 +334,9 @@ def test_rounding_of_results():
 # torch's F.multi_head_attention_forward op by op (myatt/_mha_half.py).  Its need_weights
 # path is torch's bits: every op is (the mask added before baddbmm's rounding), on torch's
 # layouts.  Not bits, within assert_close: the flash path's backward (MKL's half GEMMs,
-# check_flash_grad), and a projection bias's gradient where torch sums a transposed
-# gradient (batch_first with separate inputs, an unbatched call: torch's strided reduction).
+# check_flash_grad), and the in-projection's gradients where torch's arrive transposed
+# (batch_first with separate inputs, an unbatched call: torch's strided reduction of the
+# bias's, and an unbatched call's GEMMs in the transposed layout's order).
 MHA_CASES = {
     "self": {},
     "masks": dict(masks=True),
@@ -345,7 +346,6 @@ MHA_CASES = {
     "no-bias": dict(bias=False),
     "per-head": dict(masks=True, average=False),
     "batch_first": dict(masks=True, batch_first=True),
-    "unbatched": dict(masks=True, batched=False),
     "three-heads": dict(masks=True, E=18, H=3),   # (head_dim 6, the mean over 3)
     "mask-per-head": dict(masks="3d"),
     "causal-mask": dict(masks="causal"),
@@ -408,13 +408,6 @@ def test_mha_half_is_torchs(rng, dts, case):
     check(w, tw, bits)
     for name, p in t.named_parameters():
         check(grads[name], p.grad, bits)
-    if not kw.get("batched", True):
-        # torch's unbatched query, key and value are three objects (unsqueeze): three
-        # projections, their gradients added in the dtype, (key + value) + query
-        def add(a, b):
-            return (a.astype(np.float32) + b.astype(np.float32)).astype(dt)
-        check(add(add(grads["key"], grads["value"]), grads["query"]), tq.grad, bits)
-        return
     # one array passed twice or thrice: its whole gradient under its first name (torch's
     # one projection GEMM), the others zero
     role = {"qkv": [("query", tq)], "kv": [("query", tq), ("key", tk)],
@@ -425,20 +418,31 @@ def test_mha_half_is_torchs(rng, dts, case):
         assert not grads[name].astype(np.float32).any()
 
 
-def test_mha_half_batch_first_separate_inputs(rng, dts):
-    """batch_first with query, key and value apart: all torch's bits but the projection
-    bias's gradient, which torch sums over a transposed gradient (its strided reduction
-    order, not reproduced): within assert_close."""
+@pytest.mark.parametrize("kw", [dict(mode="sep", batch_first=True), dict(batched=False)],
+                         ids=["batch_first-separate", "unbatched"])
+def test_mha_half_transposed_projection_gradients(rng, dts, kw):
+    """batch_first with query, key and value apart, and an unbatched call: torch's bits
+    but where its in-projection's gradients arrive transposed (the bias's strided
+    reduction, an unbatched call's GEMMs in that layout's order): within assert_close.
+    An unbatched call's query, key and value are three objects in torch (unsqueeze):
+    three projections, whose gradients torch adds in the dtype as (key + value) + query."""
     dt, tdt = dts
-    out, w, grads, t, to, tw, xs = run_mha(rng, dt, tdt, E=32, L=20, masks=True,
-                                           mode="sep", batch_first=True)
+    out, w, grads, t, to, tw, (tq, tk, tv) = run_mha(rng, dt, tdt, E=32, L=20, masks=True,
+                                                     **kw)
     bits = torch_bits(dt, 1 << 20)
+    unbatched = not kw.get("batched", True)
     check(out, to, bits)
     check(w, tw, bits)
     for name, p in t.named_parameters():
-        check(grads[name], p.grad, bits and name != "in_proj_bias")
-    for name, x in zip(("query", "key", "value"), xs):
-        check(grads[name], x.grad, bits)
+        check(grads[name], p.grad, bits and name != "in_proj_bias"
+              and not (unbatched and name == "in_proj_weight"))
+    if unbatched:
+        def add(a, b):
+            return (a.astype(np.float32) + b.astype(np.float32)).astype(dt)
+        check(add(add(grads["key"], grads["value"]), grads["query"]), tq.grad)
+    else:
+        for name, x in zip(("query", "key", "value"), (tq, tk, tv)):
+            check(grads[name], x.grad, bits)
 
 
 @pytest.mark.parametrize("kw", [dict(masks=True), dict(batch_first=True),
