@@ -64,8 +64,14 @@ class _Linear:
         return _add(_myatt.linear(self.x, self.w), self.b)
 
     def backward(self, g):
-        """(grad_input [L, N, E'] as x, grad_weight, grad_bias or None)"""
-        return _myatt.linear_backward(g, self.x, self.w, self.b)
+        """(grad_input [L, N, E'] as x, grad_weight, grad_bias or None): the products of
+        torch's mm backward on g's rows as torch views them (a view where the layout
+        allows, as NumPy's reshape: an unbatched key's gradient arrives transposed, and
+        the GEMMs' orders follow the layout)."""
+        x = self.x
+        dx, dw, db = _myatt.linear_backward(g.reshape(-1, g.shape[-1]), x.reshape(-1, x.shape[-1]),
+                                            self.w, self.b)
+        return dx.reshape(x.shape), dw, db
 
 
 def _split(a, n, axis=0):
