@@ -252,7 +252,7 @@ PyObject *linear_grad_cpublas(PyArrayObject *x, PyArrayObject *grad_out, PyArray
         goto fail;
     if (gb != NULL) {
         Py_BEGIN_ALLOW_THREADS
-        colsum_f32(PyArray_DATA(gb), gv);
+        colsum_half_f32(PyArray_DATA(gb), gv);
         Py_END_ALLOW_THREADS
     }
     result = PyTuple_Pack(3, (PyObject *)gx, (PyObject *)gw, gb ? (PyObject *)gb : Py_None);
@@ -312,7 +312,7 @@ PyObject *linear_grad_bf16(PyArrayObject *x, PyArrayObject *grad_out, PyArrayObj
              | gemm_bf16_linear(PyArray_DATA(gw), k, gt, m,
                                 mk_t(mk_cmat_c(PyArray_DATA(xc), m, k)), NULL, 0, n, k, m, 1);
     if (rc == 0 && gb != NULL)
-        colsum_f32(PyArray_DATA(gb), gv);
+        colsum_half_f32(PyArray_DATA(gb), gv);
     Py_END_ALLOW_THREADS
     if (rc != 0)
         PyErr_NoMemory();

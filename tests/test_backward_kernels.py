@@ -229,6 +229,20 @@ def test_linear_bias_gradient_is_torchs_bits(rng, dtype, rows, cols):
 
 
 @pytest.mark.kernel_path
+@pytest.mark.parametrize("rows", [2, 5, 8, 15, 16, 17, 33, 100, 1000])
+@pytest.mark.parametrize("cols", [2, 7, 40])
+def test_linear_bias_gradient_of_a_transposed_gradient(rng, dtype, rows, cols):
+    """A grad_output whose columns are contiguous (a transposed view, as autograd hands
+    an unbatched key's projection its gradient): torch sums each column as an inner
+    dimension (vector lanes along it, SumKernel.cpp's vectorized_inner_sum), not as
+    columns side by side; myatt too (colsum.h), bit for bit."""
+    go = (rng.standard_normal((cols, rows)) * 10.0 ** rng.integers(-3, 4, (cols, rows))).astype(dtype).T
+    x, w = data(rng, (rows, 5), dtype), data(rng, (cols, 5), dtype)
+    _, _, gb = myatt.linear_backward(go, x, w, np.zeros(cols, dtype))
+    assert_same_bits(gb, to_torch(go.T, dtype).t().sum(0))   # (torch's view: transposed too)
+
+
+@pytest.mark.kernel_path
 def test_softmax_default_dim_and_keywords(rng, dtype):
     go, y = data(rng, (4, 6), dtype), myatt.softmax(data(rng, (4, 6), dtype))
     a = myatt.softmax_backward(go, y)

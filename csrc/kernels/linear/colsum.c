@@ -18,10 +18,15 @@
 
 void colsum_f32(void *out, mk_cmat x)
 {
-    colsum_body_f32(out, x.data, x.rs, x.cs, x.rows, x.cols);
+    colsum_body_f32(out, x.data, x.rs, x.cs, x.rows, x.cols, 0);
 }
 
 void colsum_f64(void *out, mk_cmat x)
 {
-    colsum_body_f64(out, x.data, x.rs, x.cs, x.rows, x.cols);
+    colsum_body_f64(out, x.data, x.rs, x.cs, x.rows, x.cols, 0);
+}
+
+void colsum_half_f32(void *out, mk_cmat x)
+{
+    colsum_body_f32(out, x.data, x.rs, x.cs, x.rows, x.cols, 1);
 }

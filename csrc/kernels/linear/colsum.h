@@ -8,6 +8,10 @@
  * docs/torch-softmax.md).  Threads split columns at whole blocks, so thread
  * counts never change torch's bits; so does this kernel, for large x.
  *
+ * Where x's rows are contiguous (rs == 1: a transposed gradient) or n == 1,
+ * torch reduces an inner dimension instead: each column alone, lanes along it
+ * (colsum_tmpl.h, inner_sum).
+ *
  * x [m, n] is a strided view; out [n] is contiguous.  m == 0 gives zeros.
  * Cannot fail. */
 #ifndef MYATT_KERNELS_COLSUM_H
@@ -17,5 +21,11 @@
 
 void colsum_f32(void *out, mk_cmat x);
 void colsum_f64(void *out, mk_cmat x);
+
+/* The sums torch gives a float16 or bfloat16 x (float32 accumulation): x holds
+ * its values as float32; where torch reduces an inner dimension (one column, or
+ * a transposed x) its vector loads are of 16 half values, their two float32
+ * halves added first. */
+void colsum_half_f32(void *out, mk_cmat x);
 
 #endif
