@@ -55,7 +55,7 @@ static const entry_param bmm_params[] = {{"input", ARG_ARRAY}, {"mat2", ARG_ARRA
 
 static int bmm_check(const entry_call *c)
 {
-    return check_bmm_operands("bmm()", c->arr[0], c->arr[1]);
+    return check_bmm_operands("bmm()", "input", c->arr[0], "mat2", c->arr[1]);
 }
 
 /* Whether torch computes a @ b ([b, n, m] @ [b, m, p], views of operands of
@@ -79,12 +79,14 @@ static mk_cbatch cbatch_t(mk_cbatch x)
     return (mk_cbatch){x.data, x.batch, x.cols, x.rows, x.bs, x.cs, x.rs};
 }
 
-/* count bfloat16 products out[i] = a[i] @ b[i] (bfloat16 views) into new
- * arrays of shape dims[i] (names[i] in messages) on the CPU's bfloat16 dot
- * product, in oneDNN's order: 0, 1 when this CPU has none (out[] NULL), or
- * -1 with an exception (out[] released). */
+/* count bfloat16 products out[i] = a[i] @ b[i] (+ add[i] if add: bfloat16
+ * views) into new arrays of shape dims[i] (names[i] in messages) on the CPU's
+ * bfloat16 dot product, in oneDNN's order (the addend its sum post-op): 0, 1
+ * when this CPU has none (out[] NULL), or -1 with an exception (out[]
+ * released). */
 static int bf16_bmm(int count, PyArrayObject **out, const mk_cbatch *a, const mk_cbatch *b,
-                    npy_intp (*dims)[3], int typenum, const char *const *names)
+                    const mk_cbatch *add, npy_intp (*dims)[3], int typenum,
+                    const char *const *names)
 {
     if (!mk_cpu_bf16_dot())
         return 1;
@@ -98,7 +100,7 @@ static int bf16_bmm(int count, PyArrayObject **out, const mk_cbatch *a, const mk
     if (rc == 0) {
         MYATT_BEGIN_COMPUTE(work)
         for (int i = 0; i < count && rc == 0; i++)
-            rc = gemm_bf16_bmm(batch_of(out[i]), a[i], b[i], NULL);
+            rc = gemm_bf16_bmm(batch_of(out[i]), a[i], b[i], add ? &add[i] : NULL);
         MYATT_END_COMPUTE
         if (rc != 0)
             PyErr_NoMemory();
@@ -118,7 +120,7 @@ static PyObject *bmm_run(const entry_call *c)
         npy_intp dims[1][3] = {{a0.batch, a0.rows, b0.cols}};
         static const char *const name = "bmm(): the result";
         PyArrayObject *y;
-        const int rc = bf16_bmm(1, &y, &a0, &b0, dims, c->result->typenum, &name);
+        const int rc = bf16_bmm(1, &y, &a0, &b0, NULL, dims, c->result->typenum, &name);
         if (rc <= 0)
             return (PyObject *)y;
     }
@@ -165,7 +167,7 @@ static const entry_param baddbmm_params[] = {
 static int baddbmm_check(const entry_call *c)
 {
     PyArrayObject *in = c->arr[0], *a = c->arr[1], *b = c->arr[2];
-    if (check_bmm_operands("_baddbmm()", a, b) < 0)
+    if (check_bmm_operands("_baddbmm()", "batch1", a, "batch2", b) < 0)
         return -1;
     const npy_intp want[3] = {PyArray_DIM(a, 0), PyArray_DIM(a, 1), PyArray_DIM(b, 2)};
     int ok = PyArray_NDIM(in) == 3;
@@ -207,10 +209,8 @@ static PyObject *baddbmm_run(const entry_call *c)
     if (!cpublas && c->result == MYATT_DTYPE(bf16) && mk_cpu_bf16_dot()) {
         /* oneDNN's: the addend in bfloat16 beside the float32 sums, columns contiguous */
         const int t = c->result->typenum;
-        if ((in = cast_array(c->arr[0], t, 1, c->e->what[0])) == NULL
-                || (a = cast_array(c->arr[1], t, 0, c->e->what[1])) == NULL
-                || (b = cast_array(c->arr[2], t, 0, c->e->what[2])) == NULL)
-            goto done;
+        if ((in = cast_array(c->arr[0], t, 1, c->e->what[0])) == NULL)
+            return NULL;
         if (PyArray_DIM(in, 2) == 1 && dims[2] > 1) {   /* (one column: repeated) */
             npy_intp wide[3] = {PyArray_DIM(in, 0), PyArray_DIM(in, 1), dims[2]};
             PyArrayObject *w = (PyArrayObject *)new_array(3, wide, t, c->e->what[0]);
@@ -224,14 +224,10 @@ static PyObject *baddbmm_run(const entry_call *c)
             Py_SETREF(in, w);
         }
         const mk_cbatch addv = cbatch_broadcast(in, dims);
-        if ((out = new_array(3, dims, t, "_baddbmm(): the result")) == NULL)
-            goto done;
-        int rc;
-        MYATT_BEGIN_COMPUTE((double)dims[0] * (double)dims[1] * (double)a0.cols * (double)dims[2])
-        rc = gemm_bf16_bmm(batch_of((PyArrayObject *)out), cbatch_of(a), cbatch_of(b), &addv);
-        MYATT_END_COMPUTE
-        if (rc != 0)
-            Py_SETREF(out, PyErr_NoMemory());
+        static const char *const name = "_baddbmm(): the result";
+        PyArrayObject *y;
+        bf16_bmm(1, &y, &a0, &b0, &addv, &dims, t, &name);
+        out = (PyObject *)y;
         goto done;
     }
     /* a float32 (float64) product, the addend added to it; entry_run rounds a half one */
@@ -321,7 +317,7 @@ static int bmm_backward_check(const entry_call *c)
 {
     PyArrayObject *g = c->arr[0], *a = c->arr[1], *b = c->arr[2];
     char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN], s3[SHAPE_STR_LEN], s4[SHAPE_STR_LEN];
-    if (check_bmm_operands("bmm_backward()", a, b) < 0)
+    if (check_bmm_operands("bmm_backward()", "input", a, "mat2", b) < 0)
         return -1;
     npy_intp want[3] = {PyArray_DIM(a, 0), PyArray_DIM(a, 1), PyArray_DIM(b, 2)};
     if (PyArray_NDIM(g) != 3 || !PyArray_CompareLists(want, PyArray_DIMS(g), 3)) {
@@ -348,7 +344,7 @@ static PyObject *bmm_backward_run(const entry_call *c)
         static const char *const names[2] = {"bmm_backward(): grad_input",
                                              "bmm_backward(): grad_mat2"};
         PyArrayObject *grads[2];
-        const int rc = bf16_bmm(2, grads, as, bs, dims, c->result->typenum, names);
+        const int rc = bf16_bmm(2, grads, as, bs, NULL, dims, c->result->typenum, names);
         if (rc < 0)
             return NULL;
         if (rc == 0) {

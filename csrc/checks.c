@@ -51,17 +51,18 @@ int check_grad_output_rows(const char *fn, PyArrayObject *x, PyArrayObject *g, n
     return -1;
 }
 
-int check_bmm_operands(const char *fn, PyArrayObject *a, PyArrayObject *b)
+int check_bmm_operands(const char *fn, const char *an, PyArrayObject *a, const char *bn,
+                       PyArrayObject *b)
 {
     char s1[SHAPE_STR_LEN], s2[SHAPE_STR_LEN];
     if (PyArray_NDIM(a) != 3 || PyArray_NDIM(b) != 3) {
-        PyErr_Format(PyExc_ValueError, "%s: input and mat2 must be 3-D, got input %s and "
-                     "mat2 %s", fn, SHAPE_OF(s1, a), SHAPE_OF(s2, b));
+        PyErr_Format(PyExc_ValueError, "%s: %s and %s must be 3-D, got %s %s and %s %s", fn,
+                     an, bn, an, SHAPE_OF(s1, a), bn, SHAPE_OF(s2, b));
         return -1;
     }
     if (PyArray_DIM(a, 0) != PyArray_DIM(b, 0) || PyArray_DIM(a, 2) != PyArray_DIM(b, 1)) {
-        PyErr_Format(PyExc_ValueError, "%s: input [b, n, m] and mat2 [b, m, p] do not match: "
-                     "input %s, mat2 %s", fn, SHAPE_OF(s1, a), SHAPE_OF(s2, b));
+        PyErr_Format(PyExc_ValueError, "%s: %s [b, n, m] and %s [b, m, p] do not match: "
+                     "%s %s, %s %s", fn, an, bn, an, SHAPE_OF(s1, a), bn, SHAPE_OF(s2, b));
         return -1;
     }
     return 0;

@@ -18,8 +18,10 @@ int check_in_features(const char *what, PyArrayObject *x, Py_ssize_t in_features
  * Linear.backward); x has at least one dimension. */
 int check_grad_output_rows(const char *fn, PyArrayObject *x, PyArrayObject *g, npy_intp n);
 
-/* bmm's operands: input [b, n, m], mat2 [b, m, p] (bmm, bmm_backward). */
-int check_bmm_operands(const char *fn, PyArrayObject *a, PyArrayObject *b);
+/* bmm's operands: an [b, n, m], bn [b, m, p], named an and bn in messages
+ * (bmm, bmm_backward: input, mat2; _baddbmm: batch1, batch2). */
+int check_bmm_operands(const char *fn, const char *an, PyArrayObject *a, const char *bn,
+                       PyArrayObject *b);
 
 /* `dim` of softmax and softmax_backward: an integer in [-ndim, ndim) (0-d
  * takes 0 or -1), as a non-negative axis; TypeError or numpy's AxisError

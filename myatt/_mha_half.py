@@ -105,7 +105,8 @@ class Forward:
         self.kpm, self.am, self.is_causal = kpm, am, bool(is_causal)
 
     # ---- forward ---------------------------------------------------------------
-    def run(self):
+    def run(self, kept=False):
+        """(out, weights); kept: keep what backward needs (the flash kernel's copies)"""
         dt, H = self.dt, self.H
         L, N, E = self.query.shape
         hd = E // H
@@ -135,7 +136,7 @@ class Forward:
         if self.need_weights:
             heads, weights = self._weights(mask)
         else:
-            heads, weights = self._flash(mask), None
+            heads, weights = self._flash(mask, kept), None
         self.heads = heads
         out = _myatt.linear(heads, self.w_out, self.b_out).reshape(L, N, E)
         if self.bf:
@@ -184,14 +185,17 @@ class Forward:
             weights = _mean(weights, 1, self.dt)
         return heads, weights
 
-    def _flash(self, mask):
+    def _flash(self, mask, kept):
         N, H, L, S, E, hd = self.N, self.H, self.L, self.S, self.E, self.hd
         if mask is not None:
             mask = mask[None] if mask.shape[0] == 1 else mask.reshape(N, H, -1, S)
         args = (self.q.reshape(N, H, L, hd), self.k.reshape(N, H, S, hd),
                 self.v.reshape(N, H, S, hd))
         kw = dict(attn_mask=mask, dropout_p=self.p, is_causal=self.is_causal)
-        o, self.flash = _myatt.vjp(_myatt.scaled_dot_product_attention, *args, **kw)
+        if kept:
+            o, self.flash = _myatt.vjp(_myatt.scaled_dot_product_attention, *args, **kw)
+        else:
+            o = _myatt.scaled_dot_product_attention(*args, **kw)
         return np.ascontiguousarray(o.transpose(2, 0, 1, 3)).reshape(L * N, E)
 
     # ---- backward --------------------------------------------------------------
@@ -293,4 +297,4 @@ def forward(*args):
 def forward_kept(*args):
     """((out, weights), backward): myatt.vjp's call."""
     f = Forward(*args)
-    return f.run(), f.backward
+    return f.run(kept=True), f.backward

@@ -206,6 +206,11 @@ def _torch_bmm(obj, a, m2):
     return torch.bmm(a, m2)
 
 
+def _torch_baddbmm(obj, i, a, m2):
+    import torch
+    return torch.baddbmm(i, a, m2)
+
+
 def _torch_linear_backward(obj, go, x, w, b):
     import torch.nn.functional as F
     return tuple(_grads(F.linear, (x, w, b), go))
@@ -578,6 +583,14 @@ ENTRY_POINTS = [
                shapes=lambda s: (s.shape,)),
     EntryPoint("bmm", "function", (BA, BM), lambda o, a, m2: myatt.bmm(a, m2), "array",
                torch=_torch_bmm, sizes_of=BMM_SIZES, plain=lambda o, a, m2: reference.bmm(a, m2),
+               shapes=lambda s: ((s.b, s.n, s.p),)),
+    # private: MultiheadAttention's half-precision scores (torch's baddbmm(mask, q, k^T))
+    EntryPoint("_baddbmm", "function",
+               (Arg("input", lambda s: (s.b, s.n, s.p)), replace(BA, name="batch1"),
+                replace(BM, name="batch2")),
+               lambda o, i, a, m2: myatt._myatt._baddbmm(i, a, m2), "array",
+               torch=_torch_baddbmm, sizes_of=BMM_SIZES,
+               plain=lambda o, i, a, m2: reference.bmm(a, m2) + reference._f64(i),
                shapes=lambda s: ((s.b, s.n, s.p),)),
     EntryPoint("linear_backward", "function", (GY, X, W, B),
                lambda o, g, x, w, b: myatt.linear_backward(g, x, w, b), "arrays",

@@ -183,8 +183,8 @@ def test_fast_path_reads_strided_and_other_dtypes(rng):
 
 def _by_name(ep, obj):
     """The callable behind a registry entry: myatt.<name>, or the object's method."""
-    if ep.kind == "function":
-        return getattr(myatt, ep.name)
+    if ep.kind == "function":   # (a private one: the extension's)
+        return getattr(myatt._myatt if ep.name.startswith("_") else myatt, ep.name)
     return getattr(obj, ep.name.split(".", 1)[1])
 
 
