@@ -314,7 +314,8 @@ def half_ops(dtype, rng, quick, gemm_n):
     linear n^3, softmax [n, n], the flash sdpa forward.  myatt computes them as torch does,
     float32 arithmetic and each result rounded (docs/numerics.md; bfloat16 linear on
     vdpbf16ps where the CPU has it); NumPy only where it has the dtype and a kernel worth
-    timing (float16 softmax; its float16 matmul is not BLAS)."""
+    timing (float16 softmax; its float16 matmul is not BLAS).  In float32: the rows the
+    half ones are held against."""
     def both(shape, scale=1.0):
         a = (rng.standard_normal(shape) * scale).astype(np.float32).astype(dtype)
         return a, to_tensor(a, torch)
@@ -632,17 +633,16 @@ def run(args):
         # that instruction's peak
         bf16_dot = (myatt.kernel_path() == "avx512" and not os.environ.get("MYATT_KERNEL")
                     and "avx512_bf16" in peak)
-        if args.only in (None, "half"):   # the float32 linear the half rows are held against
-            n32 = gemm_n // 2 if quick else gemm_n
-            x32 = rng.standard_normal((n32, n32)).astype(np.float32)
-            w32 = (rng.standard_normal((n32, n32)) * n32 ** -0.5).astype(np.float32)
-            tx32, tw32 = torch.from_numpy(x32), torch.from_numpy(w32)
+        if args.only in (None, "half"):   # the float32 linear and sdpa the half rows are held against
             print("[half] float32, the reference of the half rows")
+            ops = [o for o in half_ops(np.float32, rng, quick, gemm_n)
+                   if not o[0].startswith("softmax")]
             for n in thread_counts:
                 with Threads(n):
-                    fns = (lambda: myatt.linear(x32, w32), lambda: F.linear(tx32, tw32), None)
-                    add(f"linear {n32}^3 float32", n, 2 * n32 ** 3, None, np.float32, fns,
-                        (fns[0](), fns[1]()))
+                    for op, flops, elems, fm, ft, fn in ops:
+                        add(f"{op} float32", n, flops, elems, np.float32, (fm, ft, fn),
+                            (fm(), ft()))
+            del ops
         for dtype in halves if args.only in (None, "half") else ():
             name = np.dtype(dtype).name
             dot = bf16_dot and name == "bfloat16"

@@ -311,6 +311,23 @@ static void fuzz_gemm(reader *r, int f64, int nonfinite)
             check_exact(get(&c, i, j), want, "gemm", i, j);
         }
     check_gaps(&c, "gemm");
+    /* float32 on the bfloat16 dot product with float32 sums (gemm_bf16_f32: the values'
+     * sixteenths are exact in bfloat16, their sums in any order), c's rows contiguous */
+    if (!f64 && !nonfinite && mk_cpu_bf16_dot() && mview(&c).cs == 1) {
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++)
+                start[i * n + j] = accumulate ? get(&c, i, j) : 0.0;
+        if (gemm_bf16_f32(mview(&c), cview(&a), mk_t(cview(&b)), accumulate) != 0)
+            FAIL("gemm_bf16_f32 failed");
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double want = start[i * n + j];
+                for (int64_t p = 0; p < k; p++)
+                    want += get(&a, i, p) * get(&b, p, j);
+                check_exact(get(&c, i, j), (float)want, "gemm_bf16_f32", i, j);
+            }
+        check_gaps(&c, "gemm_bf16_f32");
+    }
     /* float32 without accumulation: torch's naive orders (gemm_cpublas) on the same
      * operands, in the order flags pick (the values' sums are exact in any order) */
     if (!f64 && !accumulate) {
@@ -899,6 +916,10 @@ NO_COVERAGE static void fuzz_sdpa(reader *r, int f64)
     const double dropout_p = (opt & 0x30) == 0x30 ? drops[(opt >> 6) & 3] : 0.0;
     const int causal = opt & 1, prescale = (opt >> 1) & 1, backward = (opt >> 2) & 1;
     const int no_lse = !backward && ((opt >> 3) & 1);
+    /* a bfloat16 call's forward (the glue's flash path): its weights rounded to
+     * bfloat16 before @ v (2^-8 of each, relative), torch's fexp_u20 (2^-14), and on
+     * a CPU with it the products on vdpbf16ps (the values are exact in bfloat16) */
+    const int half = !f64 && !prescale && !backward && ((opt >> 3) & 1);
     const sdpa_mask_kind mask_kind = mopt % 3 == 0 ? SDPA_MASK_NONE
                                    : mopt % 3 == 1 ? SDPA_MASK_BOOL : SDPA_MASK_FLOAT;
     const int neg_inf = (mopt >> 2) & 1;   /* a float mask with -inf entries */
@@ -952,6 +973,7 @@ NO_COVERAGE static void fuzz_sdpa(reader *r, int f64)
     p.prescale = prescale;
     p.dropout_p = dropout_p;
     p.dropout_seed = seed;
+    p.round_weights = half ? MK_HALF_BF16 : MK_HALF_NONE;
 
     /* the forward (and backward), then again on one thread: the same bits */
     const int threads = mk_get_num_threads();
@@ -1078,7 +1100,8 @@ NO_COVERAGE static void fuzz_sdpa(reader *r, int f64)
                 sum += exp(s[j] - m);
             const double want_lse = m + log(sum);
             const double serr = eps * (kprod * ms + 2.0 * (ms + mm));
-            const double lse_tol = 2.0 * serr + 8.0 * eps * (double)(S + 8) + eps * fabs(want_lse);
+            const double lse_tol = 2.0 * serr + 8.0 * eps * (double)(S + 8) + eps * fabs(want_lse)
+                                   + (half ? 0x1p-12 : 0.0);
             if (!no_lse)
                 check_bound(got_lse, want_lse, lse_tol, "sdpa lse", b, i, 0);
             const double rel = 2.0 * serr + 8.0 * eps * (double)(S + 8);
@@ -1092,7 +1115,7 @@ NO_COVERAGE static void fuzz_sdpa(reader *r, int f64)
                     mag += fabs(x);
                 }
                 oref[c] = o;
-                otol[c] = (rel + accrel) * mag + floor_;
+                otol[c] = (rel + accrel + (half ? 0x1p-7 : 0.0)) * mag + floor_;
                 check_bound(OUT_AT(c), o, otol[c], "sdpa out", b, i, c);
             }
             if (!backward)

@@ -177,6 +177,16 @@ int gemm_bf16_linear(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_t rs_x,
     return 1;
 }
 
+int gemm_bf16_f32(mk_mat c, mk_cmat x, mk_cmat w, int accumulate)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    if (mk_cpu_bf16_dot())
+        return gemm_bf16_f32_avx512(c, x, w, accumulate);
+#endif
+    (void)c, (void)x, (void)w, (void)accumulate;
+    return 1;
+}
+
 int gemm_bf16_bmm(mk_batch c, mk_cbatch a, mk_cbatch b, const mk_cbatch *add)
 {
     if (!mk_cpu_bf16_dot())

@@ -40,7 +40,16 @@ int gemm_bf16_linear(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_t rs_x,
  * allocated, 1 without a bfloat16 dot product (c untouched). */
 int gemm_bf16_bmm(mk_batch c, mk_cbatch a, mk_cbatch b, const mk_cbatch *add);
 
-/* Its kernel (gemm_bf16_avx512.c), for the path that has the instructions. */
+/* c [m, n] = x [m, k] @ w [n, k]^T, or += with accumulate, on the bfloat16 dot
+ * product in gemm_bf16_linear's order, the sums left in float32: float32 views
+ * whose values are bfloat16 (exactly: a bfloat16 flash forward's operands and
+ * rounded weights), c's columns contiguous.  On the caller's thread.  Returns
+ * 0, -1 when a workspace could not be allocated, or 1 without the dot product
+ * (c untouched). */
+int gemm_bf16_f32(mk_mat c, mk_cmat x, mk_cmat w, int accumulate);
+
+/* The kernels (gemm_bf16_avx512.c), for the path that has the instructions. */
+int gemm_bf16_f32_avx512(mk_mat c, mk_cmat x, mk_cmat w, int accumulate);
 int gemm_bf16_linear_avx512(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_t rs_x,
                             mk_cmat w, const uint16_t *bias, int64_t rs_bias, int64_t m,
                             int64_t n, int64_t k, int x_transposed);

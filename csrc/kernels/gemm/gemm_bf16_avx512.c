@@ -53,10 +53,13 @@ static inline __m512 bf_load16(__mmask16 mask, const uint16_t *p)
 
 /* The tile of rows[0..13] (x rows, or a zero row past m) and panel wp: the
  * float32 sums of gemm_bf16.h, plus the bias (row r at bias + r * rs_bias),
- * rounded to bfloat16 into the first mr rows and nr columns of y. */
-static void bf_tile(const uint16_t *const *rows, const uint32_t *wp, const uint16_t *bias,
-                    int64_t rs_bias, uint16_t *y, int64_t rs_y, int mr, int nr, int64_t k,
-                    int64_t block)
+ * rounded to bfloat16 into the first mr rows and nr columns of y; or, with
+ * c32, the sums stored there in float32 (rows rs_y apart; added to what is
+ * there with `accumulate`).  Inlined: each caller's copy has its own store. */
+static inline __attribute__((always_inline)) void
+bf_tile(const uint16_t *const *rows, const uint32_t *wp, const uint16_t *bias, int64_t rs_bias,
+        uint16_t *y, int64_t rs_y, int mr, int nr, int64_t k, int64_t block, float *c32,
+        int accumulate)
 {
     __m512 acc[BF_MR][2], tot[BF_MR][2];
     for (int64_t lo = 0; lo < k; lo += block) {
@@ -97,6 +100,19 @@ static void bf_tile(const uint16_t *const *rows, const uint32_t *wp, const uint1
             tot[r][0] = tot[r][1] = _mm512_setzero_ps();
     const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
     const __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+    if (c32 != NULL) {
+        for (int r = 0; r < mr; r++) {
+            float *cr = c32 + r * rs_y;
+            __m512 v0 = tot[r][0], v1 = tot[r][1];
+            if (accumulate) {
+                v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cr), v0);
+                v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cr + 16), v1);
+            }
+            _mm512_mask_storeu_ps(cr, m0, v0);
+            _mm512_mask_storeu_ps(cr + 16, m1, v1);
+        }
+        return;
+    }
     for (int r = 0; r < mr; r++) {
         __m512 v0 = tot[r][0], v1 = tot[r][1];
         if (bias != NULL) {
@@ -125,7 +141,7 @@ static void bf_range(const bf_job *j, int64_t mb0, int64_t mb1, int64_t g0, int6
                 const int nr = j->n - c0 < BF_NR ? (int)(j->n - c0) : BF_NR;
                 bf_tile(rows, j->wp + pn * j->pairs * BF_NR,
                         j->bias != NULL ? j->bias + i0 * j->rs_bias + c0 : NULL, j->rs_bias,
-                        j->y + i0 * j->rs_y + c0, j->rs_y, mr, nr, j->k, j->block);
+                        j->y + i0 * j->rs_y + c0, j->rs_y, mr, nr, j->k, j->block, NULL, 0);
             }
         }
     }
@@ -274,6 +290,113 @@ int gemm_bf16_linear_avx512(uint16_t *y, int64_t rs_y, const uint16_t *x, int64_
     mk_parallel_run(j.ntasks, bf_task, &j);
     mk_free(wp);
     mk_free(zero);
+    return 0;
+}
+
+/* The bits of a float32 whose value is a bfloat16 (its low half zero). */
+static inline uint16_t bf_bits_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+/* w [n, k] (float32 view of bfloat16 values) packed as bf_pack packs a bfloat16
+ * w: panels of 32 outputs, each pair of k one dword (zero past n and past k). */
+static void bf_pack_f32(uint32_t *wp, mk_cmat w, int64_t pairs)
+{
+    const int64_t n = w.rows, k = w.cols, panels = (n + BF_NR - 1) / BF_NR;
+    const float *src = w.data;
+    for (int64_t pn = 0; pn < panels; pn++) {
+        uint32_t *dst = wp + pn * pairs * BF_NR;
+        for (int h = 0; h < BF_NR; h += 16) {
+            const int64_t c0 = pn * BF_NR + h, left = n - c0;
+            int64_t p0 = 0;
+            if (w.cs == 1 && left >= 16) {   /* rows of k contiguous: 16 x 16 transposes */
+                for (; p0 + 16 <= k / 2; p0 += 16) {
+                    __m512i r[16];
+                    for (int c = 0; c < 16; c++) {
+                        const float *row = src + (c0 + c) * w.rs + 2 * p0;
+                        r[c] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + 16),
+                                                            _mm512_loadu_ps(row));
+                    }
+                    bf_transpose16(r);
+                    for (int q = 0; q < 16; q++)
+                        _mm512_store_si512(dst + (p0 + q) * BF_NR + h, r[q]);
+                }
+            } else if (w.rs == 1 && left > 0) {   /* columns contiguous: 16 outputs a load */
+                const __mmask16 mask = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+                const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
+                for (; p0 < k / 2; p0++) {
+                    const float *r0 = src + c0 + 2 * p0 * w.cs;
+                    const __m512i lo = _mm512_castps_si512(_mm512_maskz_loadu_ps(mask, r0));
+                    const __m512i hi = _mm512_castps_si512(_mm512_maskz_loadu_ps(mask, r0 + w.cs));
+                    _mm512_store_si512(dst + p0 * BF_NR + h,
+                                       _mm512_or_si512(_mm512_srli_epi32(lo, 16),
+                                                       _mm512_and_si512(hi, high)));
+                }
+            }
+            for (int c = 0; c < 16; c++)   /* the rest, one element at a time */
+                for (int64_t p = p0; p < pairs; p++) {
+                    uint32_t v = 0;
+                    if (c < left) {
+                        const float *e = src + (c0 + c) * w.rs + 2 * p * w.cs;
+                        v = bf_bits_of(e[0]);
+                        if (2 * p + 1 < k)
+                            v |= (uint32_t)bf_bits_of(e[w.cs]) << 16;
+                    }
+                    dst[p * BF_NR + h + c] = v;
+                }
+        }
+    }
+}
+
+int gemm_bf16_f32_avx512(mk_mat c, mk_cmat x, mk_cmat w, int accumulate)
+{
+    const int64_t m = x.rows, k = x.cols, n = w.rows;
+    if (m <= 0 || n <= 0)
+        return 0;
+    const int64_t pairs = (k + 1) / 2, panels = (n + BF_NR - 1) / BF_NR, kp = 2 * pairs;
+    uint32_t *wp = mk_alloc(mk_bytes((size_t)(panels * pairs * BF_NR), sizeof *wp));
+    /* x's rows in bfloat16 (an odd k's last pair ends in 0), then a zero row */
+    uint16_t *xb = mk_alloc(mk_bytes((size_t)((m + 1) * kp + 2), sizeof *xb));
+    if (wp == NULL || xb == NULL) {
+        mk_free(wp);
+        mk_free(xb);
+        return -1;
+    }
+    bf_pack_f32(wp, w, pairs);
+    const float *xs = x.data;
+    for (int64_t i = 0; i < m; i++) {
+        uint16_t *dst = xb + i * kp;
+        const float *row = xs + i * x.rs;
+        int64_t j = 0;
+        if (x.cs == 1)
+            for (; j + 16 <= k; j += 16)
+                _mm256_storeu_si256((__m256i *)(dst + j),
+                                    (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(row + j)));
+        for (; j < k; j++)
+            dst[j] = bf_bits_of(row[j * x.cs]);
+        if (k & 1)
+            dst[k] = 0;
+    }
+    memset(xb + m * kp, 0, (size_t)(kp + 2) * sizeof *xb);
+    const int64_t block = k <= 1024 ? 512 : 1024;
+    float *cd = c.data;
+    const uint16_t *rows[BF_MR];
+    for (int64_t i0 = 0; i0 < m; i0 += BF_MR) {
+        const int mr = m - i0 < BF_MR ? (int)(m - i0) : BF_MR;
+        for (int r = 0; r < BF_MR; r++)
+            rows[r] = xb + (r < mr ? i0 + r : m) * kp;
+        for (int64_t pn = 0; pn < panels; pn++) {
+            const int64_t c0 = pn * BF_NR;
+            const int nr = n - c0 < BF_NR ? (int)(n - c0) : BF_NR;
+            bf_tile(rows, wp + pn * pairs * BF_NR, NULL, 0, NULL, c.rs, mr, nr, k, block,
+                    cd + i0 * c.rs + c0, accumulate);
+        }
+    }
+    mk_free(wp);
+    mk_free(xb);
     return 0;
 }
 

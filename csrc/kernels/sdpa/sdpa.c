@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "gemm/gemm.h"
+#include "gemm/gemm_bf16.h"
 #include "gemm/gemm_internal.h"
 #include "runtime/alloc.h"
 #include "runtime/cpu.h"

@@ -95,7 +95,7 @@ static int SUF(sdpa_block_ds)(const sdpa_problem *p, const SUF(sdpa_bwd_ws) *ws,
 {
     const int64_t Ev = p->Ev;
     T *P = ws->qk, *dP = ws->dp;
-    if (SUF(sdpa_scores)(p, ws->k_scaled, P, qr, q_rs, q_cs, k, mask, m0, qb, n, kb) != 0)
+    if (SUF(sdpa_scores)(p, ws->k_scaled, P, qr, q_rs, q_cs, k, mask, m0, qb, n, kb, 0) != 0)
         return -1;
     for (int64_t r = 0; r < qb; r++)
         SUF(sdpa_exp_shift)(P + r * kb, kb, lse[m0 + r], ws->vexp);

@@ -69,14 +69,25 @@ static void SUF(sdpa_scale_rows)(T *dst, const T *src, int64_t rs, int64_t cs, i
             dst[i * E + c] = src[i * rs + c * cs] * factor;
 }
 
+/* c (+)= a @ b, a block's product: with `dot` (a bfloat16 call's forward on a
+ * CPU with the bfloat16 dot product: its operands' values are bfloat16) on
+ * vdpbf16ps (gemm_bf16_f32), else the GEMM. */
+static int SUF(sdpa_product)(mk_mat c, mk_cmat a, mk_cmat b, int accumulate, int dot)
+{
+    if (dot)
+        return gemm_bf16_f32(c, a, mk_t(b), accumulate);
+    return SUF(gemm)(c, a, b, NULL, accumulate);
+}
+
 /* The block's scores, as the forward and the backward both compute them:
  *   qk[qb, kb] = q[m0:m0+qb] . k[n:n+kb] (* scale) + mask, -inf where causal hides a key
  * qr: the block's query rows through q_rs, q_cs (already scaled when prescale);
  * k and mask at key 0 of the batch index; k_scaled [kb, E]: room for the
- * block's keys scaled (prescale). */
+ * block's keys scaled (prescale); dot: sdpa_product's. */
 static int SUF(sdpa_scores)(const sdpa_problem *p, T *k_scaled, T *qk,
                             const T *qr, int64_t q_rs, int64_t q_cs, const T *k,
-                            const void *mask, int64_t m0, int64_t qb, int64_t n, int64_t kb)
+                            const void *mask, int64_t m0, int64_t qb, int64_t n, int64_t kb,
+                            int dot)
 {
     const int64_t E = p->E;
     const T scale = p->E == 0 || p->prescale ? (T)1 : (T)p->scale;
@@ -93,8 +104,8 @@ static int SUF(sdpa_scores)(const sdpa_problem *p, T *k_scaled, T *qk,
             k_rs = E;
             k_cs = 1;
         }
-        if (SUF(gemm)(mk_mat_c(qk, qb, kb), (mk_cmat){qr, qb, E, q_rs, q_cs},
-                      (mk_cmat){kr, E, kb, k_cs, k_rs}, NULL, 0) != 0)
+        if (SUF(sdpa_product)(mk_mat_c(qk, qb, kb), (mk_cmat){qr, qb, E, q_rs, q_cs},
+                              (mk_cmat){kr, E, kb, k_cs, k_rs}, 0, dot) != 0)
             return -1;
     }
     /* 2. causal: -inf right of the diagonal (before the scale, as torch's flash kernel) */

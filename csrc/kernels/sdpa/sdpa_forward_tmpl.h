@@ -53,13 +53,24 @@ static const SUF(sdpa_kernels) *SUF(sdpa_simd)(const sdpa_problem *p)
  * any other NaN becomes NaN through exp(NaN - max) anyway. */
 static T SUF(sdpa_row_max)(const T *a, int64_t n)
 {
-    T lanes[SDPA_LANES];
-    for (int l = 0; l < SDPA_LANES; l++)
-        lanes[l] = -INFINITY;
+    /* (the lanes as GCC vectors of 16 bytes: the compiler vectorises no scalar ?: max) */
+    typedef T vec __attribute__((vector_size(16)));
+    enum { PER = 16 / sizeof(T), NV = SDPA_LANES / PER };
+    vec v[NV];
+    for (int i = 0; i < NV; i++)
+        for (int l = 0; l < PER; l++)
+            v[i][l] = -INFINITY;
     const int64_t body = n - n % SDPA_LANES;
     for (int64_t j = 0; j < body; j += SDPA_LANES)
-        for (int l = 0; l < SDPA_LANES; l++)
-            lanes[l] = a[j + l] > lanes[l] ? a[j + l] : lanes[l];
+        for (int i = 0; i < NV; i++) {
+            vec x;
+            memcpy(&x, a + j + i * PER, sizeof x);
+            /* lanes[l] = a[j + l] > lanes[l] ? a[j + l] : lanes[l] */
+            const __typeof__(x > v[i]) gt = x > v[i];
+            v[i] = (vec)((gt & (__typeof__(gt))x) | (~gt & (__typeof__(gt))v[i]));
+        }
+    T lanes[SDPA_LANES];
+    memcpy(lanes, v, sizeof lanes);
     T mx = -INFINITY;
     for (int l = 0; l < SDPA_LANES; l++)
         mx = lanes[l] > mx ? lanes[l] : mx;
@@ -70,6 +81,32 @@ static T SUF(sdpa_row_max)(const T *a, int64_t n)
             if (a[j] != a[j])
                 return a[j];
     return mx;
+}
+
+/* lanes[l] += a[j + l] for each row j of nl in a[0:body] (nl <= 16), the lanes in
+ * locals; sdpa_lane_sums calls it with nl 8 or 16 as a constant, for the compiler to
+ * keep them in registers. */
+static inline __attribute__((always_inline)) void
+SUF(sdpa_lane_sums_n)(T *lanes, const T *a, int64_t body, int nl)
+{
+    T acc[16];
+    for (int l = 0; l < nl; l++)
+        acc[l] = lanes[l];
+    for (int64_t j = 0; j < body; j += nl)
+        for (int l = 0; l < nl; l++)
+            acc[l] += a[j + l];
+    for (int l = 0; l < nl; l++)
+        lanes[l] = acc[l];
+}
+
+static void SUF(sdpa_lane_sums)(T *lanes, const T *a, int64_t body, int nl)
+{
+    if (nl == 16)
+        SUF(sdpa_lane_sums_n)(lanes, a, body, 16);
+    else if (nl == 8)
+        SUF(sdpa_lane_sums_n)(lanes, a, body, 8);
+    else
+        SUF(sdpa_lane_sums_n)(lanes, a, body, nl);
 }
 
 /* The exp and rescaling step of one row of a block (its own function, for a
@@ -89,9 +126,7 @@ static T SUF(sdpa_exp_sum)(T *a, int64_t n, T max, SUF(sdpa_vexp_fn) vexp, int n
         for (int64_t j = 0; j < body; j++)
             a[j] -= max;
         vexp(a, a, body);
-        for (int64_t j = 0; j < body; j += nl)
-            for (int l = 0; l < nl; l++)
-                lanes[l] += a[j + l];
+        SUF(sdpa_lane_sums)(lanes, a, body, nl);
     }
     else {
         for (int64_t j = 0; j < body; j += nl)
@@ -122,6 +157,7 @@ typedef struct {
     T *row_max, *row_sum, *acc;
     SUF(sdpa_vexp_fn) vexp;
     int lanes;                       /* of sdpa_exp_sum */
+    int dot;                         /* sdpa_product's: a bfloat16 call on vdpbf16ps */
     /* SIMD path: its table and workspace, the item's rows (sdpa_rows) */
     const SUF(sdpa_kernels) *simd;
     T *simd_ws;
@@ -238,7 +274,8 @@ static int SUF(sdpa_block_loops)(const sdpa_problem *p, const SUF(sdpa_fwd_ws) *
     for (int64_t n = k0; n < num_keys; n += kv_split) {
         const int64_t kb = S - n < kv_split ? S - n : kv_split;
         /* 1.-3. scores, causal, scale and mask */
-        if (SUF(sdpa_scores)(p, ws->k_scaled, qk, qr, q_rs, q_cs, k, mask, m0, qb, n, kb) != 0)
+        if (SUF(sdpa_scores)(p, ws->k_scaled, qk, qr, q_rs, q_cs, k, mask, m0, qb, n, kb,
+                             ws->dot) != 0)
             return -1;
         for (int64_t r = 0; r < qb; r++) {
             T *s = qk + r * kb;
@@ -268,8 +305,9 @@ static int SUF(sdpa_block_loops)(const sdpa_problem *p, const SUF(sdpa_fwd_ws) *
         if (p->round_weights)   /* a half-precision call: the weights as torch's GEMM reads them */
             SUF(sdpa_round)(qk, qb * kb, p->round_weights);
         /* 6. acc[qb, Ev] (+)= exp(s)[qb, kb] @ v[n:n+kb, :] */
-        if (SUF(gemm)(mk_mat_c(acc, qb, Ev), mk_cmat_c(qk, qb, kb),
-                      (mk_cmat){v + n * p->v.rs, kb, Ev, p->v.rs, p->v.cs}, NULL, n > k0) != 0)
+        if (SUF(sdpa_product)(mk_mat_c(acc, qb, Ev), mk_cmat_c(qk, qb, kb),
+                              (mk_cmat){v + n * p->v.rs, kb, Ev, p->v.rs, p->v.cs}, n > k0,
+                              ws->dot) != 0)
             return -1;
     }
     return 0;
@@ -370,7 +408,8 @@ static void SUF(sdpa_task)(void *arg, int task)
     const int64_t qs = j->q_split;
     SUF(sdpa_fwd_ws) ws = {.vexp = p->round_weights ? HALF_VEXP : SUF(sdpa_vexp)(),
                            .lanes = p->round_weights ? mk_torch_float_lanes() : SDPA_LANES,
-                           .simd = SUF(sdpa_simd)(p)};
+                           .simd = SUF(sdpa_simd)(p),
+                           .dot = p->round_weights == MK_HALF_BF16 && mk_cpu_bf16_dot()};
     T *buf = mk_alloc(mk_bytes(SUF(sdpa_fwd_carve)(&ws, NULL, p, qs, qs * j->heads), sizeof(T)));
     if (buf == NULL) {
         atomic_store(&j->failed, 1);
