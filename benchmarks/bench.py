@@ -312,8 +312,8 @@ def level_ops(level, dtype, rng):
 def half_ops(dtype, rng, quick, gemm_n):
     """[(case, flops, elements, myatt_fn, torch_fn, numpy_fn)] of the half-precision rows:
     linear n^3, softmax [n, n], the flash sdpa forward.  myatt computes them as torch does,
-    float32 arithmetic and each result rounded (docs/numerics.md; bfloat16 linear on
-    vdpbf16ps where the CPU has it); NumPy only where it has the dtype and a kernel worth
+    float32 arithmetic and each result rounded (docs/numerics.md; bfloat16 linear and the
+    flash forward's products on vdpbf16ps where the CPU has it); NumPy only where it has the dtype and a kernel worth
     timing (float16 softmax; its float16 matmul is not BLAS).  In float32: the rows the
     half ones are held against."""
     def both(shape, scale=1.0):
@@ -629,8 +629,8 @@ def run(args):
             del ops
         # ---- float16 and bfloat16 ----
         halves = [np.float16] + ([ml_dtypes.bfloat16] if ml_dtypes is not None else [])
-        # bfloat16 linear on vdpbf16ps where myatt uses it (docs/speed.md): its %peak is of
-        # that instruction's peak
+        # bfloat16 linear and the flash forward's products on vdpbf16ps where myatt uses it
+        # (docs/speed.md): their %peak is of that instruction's peak
         bf16_dot = (myatt.kernel_path() == "avx512" and not os.environ.get("MYATT_KERNEL")
                     and "avx512_bf16" in peak)
         if args.only in (None, "half"):   # the float32 linear and sdpa the half rows are held against
@@ -647,12 +647,12 @@ def run(args):
             name = np.dtype(dtype).name
             dot = bf16_dot and name == "bfloat16"
             print(f"[half] {name}: computed in float32, each result rounded (%peak: of the "
-                  f"float32 FMA peak{'; linear on vdpbf16ps: of its peak' if dot else ''})")
+                  f"float32 FMA peak{'; linear and sdpa on vdpbf16ps: of its peak' if dot else ''})")
             ops = half_ops(dtype, rng, quick, gemm_n)
             for n in thread_counts:
                 with Threads(n):
                     for op, flops, elems, fm, ft, fn in ops:
-                        unit = peak["avx512_bf16"] if dot and op.startswith("linear") else None
+                        unit = peak["avx512_bf16"] if dot and op.startswith(("linear", "sdpa")) else None
                         add(f"{op} {name}", n, flops, elems, np.float32, (fm, ft, fn),
                             (fm(), ft()), unit)
             del ops
