@@ -919,7 +919,7 @@ NO_COVERAGE static void fuzz_sdpa(reader *r, int f64)
     /* a bfloat16 call's forward (the glue's flash path): its weights rounded to
      * bfloat16 before @ v (2^-8 of each, relative), torch's fexp_u20 (2^-14), and on
      * a CPU with it the products on vdpbf16ps (the values are exact in bfloat16) */
-    const int half = !f64 && !prescale && !backward && ((opt >> 3) & 1);
+    const int half = !f64 && !prescale && !backward && ((mopt >> 5) & 1);
     const sdpa_mask_kind mask_kind = mopt % 3 == 0 ? SDPA_MASK_NONE
                                    : mopt % 3 == 1 ? SDPA_MASK_BOOL : SDPA_MASK_FLOAT;
     const int neg_inf = (mopt >> 2) & 1;   /* a float mask with -inf entries */
